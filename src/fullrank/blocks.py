@@ -1,0 +1,111 @@
+"""Encoder and decoder blocks.
+
+Post-LN, the paper's wiring ([V17] §3.1, §5.4): every sublayer is
+``LayerNorm(x + Dropout(Sublayer(x)))``. Pre-LN (``norm_first=True``) is
+``x + Dropout(Sublayer(LayerNorm(x)))``; a pre-LN stack then needs a final LayerNorm, which the
+models add.
+
+Shapes: ``B`` batch, ``T`` target/query length, ``S`` source length, ``D`` d_model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from fullrank.layers.attention import MultiHeadAttention
+from fullrank.layers.feedforward import Activation, FeedForward
+from fullrank.layers.kv_cache import KVCache
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockSpec:
+    """The hyper-parameters every block of a stack shares (a model config projects onto this)."""
+
+    d_model: int
+    n_heads: int
+    d_head: int | None
+    d_value: int | None
+    d_ff: int
+    dropout: float
+    attn_dropout: float
+    ffn_dropout: float
+    activation: Activation
+    norm_first: bool
+    norm_eps: float
+    bias: bool
+    fused: bool
+
+    def attention(self) -> MultiHeadAttention:
+        return MultiHeadAttention(self.d_model, self.n_heads, self.d_head, self.d_value,
+                                  dropout=self.attn_dropout, bias=self.bias, fused=self.fused)
+
+    def feedforward(self) -> FeedForward:
+        return FeedForward(self.d_model, self.d_ff, activation=self.activation,
+                           dropout=self.ffn_dropout, bias=self.bias)
+
+    def norm(self) -> nn.LayerNorm:
+        return nn.LayerNorm(self.d_model, eps=self.norm_eps)
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention then feed-forward. Serves the [V17] encoder, BERT, and — with causal
+    self-attention — the decoder-only language model."""
+
+    def __init__(self, spec: BlockSpec) -> None:
+        super().__init__()
+        self.norm_first = spec.norm_first
+        self.self_attn = spec.attention()
+        self.attn_norm = spec.norm()
+        self.ffn = spec.feedforward()
+        self.ffn_norm = spec.norm()
+        self.dropout = nn.Dropout(spec.dropout)
+
+    def forward(self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
+                cache: KVCache | None = None) -> Tensor:
+        """``x (B, T, D) → (B, T, D)``; ``mask`` broadcastable to ``(B, H, T, T)``."""
+        if self.norm_first:
+            x = x + self.dropout(self.self_attn(self.attn_norm(x), mask=mask, is_causal=is_causal,
+                                                cache=cache))
+            return x + self.dropout(self.ffn(self.ffn_norm(x)))
+        x = self.attn_norm(x + self.dropout(self.self_attn(x, mask=mask, is_causal=is_causal,
+                                                           cache=cache)))
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention to the encoder output, then feed-forward
+    ([V17] §3.1)."""
+
+    def __init__(self, spec: BlockSpec) -> None:
+        super().__init__()
+        self.norm_first = spec.norm_first
+        self.self_attn = spec.attention()
+        self.attn_norm = spec.norm()
+        self.cross_attn = spec.attention()
+        self.cross_norm = spec.norm()
+        self.ffn = spec.feedforward()
+        self.ffn_norm = spec.norm()
+        self.dropout = nn.Dropout(spec.dropout)
+
+    def forward(self, x: Tensor, memory: Tensor, *, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, self_cache: KVCache | None = None,
+                cross_cache: KVCache | None = None) -> Tensor:
+        """``x (B, T, D)``, ``memory (B, S, D)`` → ``(B, T, D)``.
+
+        ``self_mask`` (padding of the target, broadcastable to ``(B, H, T, T)``) is combined with
+        the causal mask; ``memory_mask`` broadcastable to ``(B, H, T, S)`` hides source padding.
+        """
+        drop = self.dropout
+        if self.norm_first:
+            x = x + drop(self.self_attn(self.attn_norm(x), mask=self_mask, is_causal=True,
+                                        cache=self_cache))
+            x = x + drop(self.cross_attn(self.cross_norm(x), memory, mask=memory_mask,
+                                         cache=cross_cache))
+            return x + drop(self.ffn(self.ffn_norm(x)))
+        x = self.attn_norm(x + drop(self.self_attn(x, mask=self_mask, is_causal=True,
+                                                   cache=self_cache)))
+        x = self.cross_norm(x + drop(self.cross_attn(x, memory, mask=memory_mask,
+                                                     cache=cross_cache)))
+        return self.ffn_norm(x + drop(self.ffn(x)))

@@ -1,0 +1,70 @@
+"""``fullrank info PRESET``: parameters by component, head settings, FLOPs per token, warnings."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from rich.console import Console
+from rich.table import Table
+
+from fullrank.models.config import TransformerConfig
+from fullrank.models.presets import PRESETS, preset
+
+HELP = "Summarise a model: parameters by component, head sizes, FLOPs per token, warnings."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", help="a preset name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the preset names and exit")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="sequence length n for FLOPs and the d_head < n check (default: the config's)")
+
+
+def human(n: float) -> str:
+    """``63082496 → '63.08M'``."""
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(int(n))
+
+
+def render(name: str, cfg: TransformerConfig, console: Console) -> None:
+    dh, dv = cfg.head_sizes
+    rule = "standard rule d_head = d_model / n_heads" if cfg.standard_rule else "fixed head size"
+    console.print(f"[bold]{name}[/bold]  ({type(cfg).__name__})")
+    console.print(f"  layers {cfg.n_layers}, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
+                  f"vocab {cfg.vocab_size}, seq_len {cfg.seq_len}, "
+                  f"{'pre' if cfg.norm_first else 'post'}-LN, {cfg.activation}, "
+                  f"{cfg.positions} positions")
+    console.print(f"  heads: n_heads {cfg.n_heads} × d_head {dh} (d_value {dv}) — {rule}; "
+                  f"attention width n_heads·d_head = {cfg.n_heads * dh}")
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("component")
+    table.add_column("parameters", justify="right")
+    table.add_column("share", justify="right")
+    breakdown = cfg.param_breakdown()
+    total = sum(breakdown.values())
+    for comp, count in breakdown.items():
+        table.add_row(comp, f"{count:,}", f"{100 * count / total:.1f}%")
+    table.add_row("[bold]total[/bold]", f"[bold]{total:,}[/bold]", f"({human(total)})")
+    console.print(table)
+    flops = cfg.flops_per_token()
+    console.print(f"  FLOPs per token at n={cfg.seq_len}: forward {human(flops['forward'])}, "
+                  f"training (3×) {human(flops['train'])}")
+    warning = cfg.bottleneck_warning()
+    if warning:
+        console.print(f"  [yellow]warning:[/yellow] {warning}")
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(highlight=False)
+    if args.list or args.name is None:
+        for name in PRESETS:
+            console.print(name)
+        return 0
+    cfg = preset(args.name)
+    if args.seq_len is not None:
+        cfg = replace(cfg, seq_len=args.seq_len, max_len=max(cfg.max_len, args.seq_len))
+    render(args.name, cfg, console)
+    return 0

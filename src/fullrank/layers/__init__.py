@@ -1,0 +1,1 @@
+"""Leaf layers: attention, masks, caches, feed-forward, embeddings."""

@@ -1,0 +1,223 @@
+"""Multi-head attention with a free head size — the one attention module every model uses.
+
+[V17] §3.2 defines ``MultiHead(Q, K, V) = Concat(head_1..head_h) W^O`` with
+``head_i = softmax(Q W_i^Q (K W_i^K)ᵀ / √d_k) V W_i^V``. [B20] §3 keeps the same form but fixes the
+head size ``d_p`` independently of ``d_model / h`` (FixedMultiHead). Here both are one module:
+``d_head`` (query/key size per head) and ``d_value`` (value size per head) are arguments of their
+own; leaving ``d_head=None`` applies the standard rule ``d_head = d_model // n_heads``.
+
+Notation for tensor shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``D`` d_model,
+``H`` n_heads, ``Dh`` d_head, ``Dv`` d_value.
+
+Masks follow :mod:`fullrank.layers.masks`: boolean, ``True`` = may attend, broadcastable to
+``(B, H, T, S)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fullrank.errors import ConfigError
+from fullrank.layers.kv_cache import KVCache
+from fullrank.layers.masks import causal_mask, combine
+
+
+def resolve_head_sizes(d_model: int, n_heads: int, d_head: int | None,
+                       d_value: int | None) -> tuple[int, int]:
+    """Return ``(d_head, d_value)``: the standard rule when ``d_head`` is ``None``, else as given.
+
+    Only the standard rule needs ``n_heads`` to divide ``d_model``; fixed-size heads do not.
+    """
+    if d_head is None:
+        if d_model % n_heads != 0:
+            raise ConfigError(
+                f"n_heads={n_heads} does not divide d_model={d_model}: the standard rule "
+                f"d_head = d_model // n_heads needs it; set d_head explicitly "
+                f"(e.g. d_head={max(1, d_model // n_heads)}) to use fixed-size heads"
+            )
+        d_head = d_model // n_heads
+    return d_head, d_head if d_value is None else d_value
+
+
+def attention_logits(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
+    """Scaled dot products ``q kᵀ · scale``: ``(B, H, T, Dh) × (B, H, S, Dh) → (B, H, T, S)``."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return torch.matmul(q, k.transpose(-2, -1)) * scale
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
+           scale: float | None = None, dropout_p: float = 0.0,
+           return_probs: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Scaled dot-product attention written out: scores, mask, softmax, mix ([V17] eq. 1).
+
+    Args:
+        q: queries ``(B, H, T, Dh)``.
+        k: keys ``(B, H, S, Dh)``.
+        v: values ``(B, H, S, Dv)``.
+        mask: boolean, ``True`` = may attend, broadcastable to ``(B, H, T, S)``.
+        is_causal: also forbid key ``j > i`` for query ``i`` (aligned at the top left, as in
+            :func:`torch.nn.functional.scaled_dot_product_attention`).
+        scale: multiplier of the dot products; default ``1/√Dh``.
+        dropout_p: dropout on the attention probabilities.
+        return_probs: also return the probabilities ``(B, H, T, S)``.
+
+    Returns:
+        ``(B, H, T, Dv)``, and the probabilities if ``return_probs``. A query whose keys are all
+        masked gets zero probabilities and a zero output, never NaN.
+    """
+    scores = attention_logits(q, k, scale)
+    if is_causal:
+        mask = combine(mask, causal_mask(q.shape[-2], k.shape[-2], offset=0, device=q.device))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        # softmax of an all −∞ row is NaN; such a query attends to nothing.
+        probs = probs.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    if dropout_p > 0.0:
+        probs = F.dropout(probs, p=dropout_p)
+    out = torch.matmul(probs, v)
+    return (out, probs) if return_probs else out
+
+
+class ScaledDotProduct(nn.Module):
+    """The parameter-free core of attention: ``(q, k, v) → softmax(q kᵀ/√Dh) v``.
+
+    It is a module of its own so that diagnostics can observe ``q``, ``k`` and the mask with a
+    forward hook (:func:`fullrank.analysis` captures) while the model runs on the fused path.
+    ``fused=True`` calls :func:`torch.nn.functional.scaled_dot_product_attention` (FlashAttention
+    or the memory-efficient kernel where available, never materialising ``(B, H, T, S)`` scores);
+    ``fused=False`` calls :func:`attend`.
+    """
+
+    def __init__(self, *, fused: bool = True) -> None:
+        super().__init__()
+        self.fused = fused
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
+        """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``."""
+        if self.fused:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                  is_causal=is_causal)
+        out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
+        assert isinstance(out, Tensor)
+        return out
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention for self- and cross-attention, with free ``d_head`` and ``d_value``.
+
+    Projections: queries and keys ``D → H·Dh``, values ``D → H·Dv``, output ``H·Dv → D``; the
+    scores are scaled by ``1/√Dh``. The query, key and value weights are stored as one matrix
+    ``qkv_proj.weight`` of shape ``(H·(2·Dh + Dv), D)`` — rows ``[q; k; v]``, the same layout as
+    ``torch.nn.MultiheadAttention.in_proj_weight`` — so self-attention projects with one fused
+    matrix multiply and cross-attention uses the ``q`` rows on the decoder state and the ``[k; v]``
+    rows on the encoder output (also one multiply).
+
+    Args:
+        d_model: model width ``D``.
+        n_heads: number of heads ``H``; need not divide ``D`` when ``d_head`` is given.
+        d_head: query/key size per head ``Dh`` (``d_k`` in [V17], ``d_p`` in [B20]); ``None``
+            applies the standard rule ``D // H``.
+        d_value: value size per head ``Dv``; ``None`` means ``Dh``.
+        dropout: dropout on attention probabilities (0 in [V17]; 0.1 in BERT).
+        bias: whether the projections have biases.
+        fused: use ``scaled_dot_product_attention`` (``True``) or :func:`attend` (``False``).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int | None = None,
+                 d_value: int | None = None, *, dropout: float = 0.0, bias: bool = True,
+                 fused: bool = True) -> None:
+        super().__init__()
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_head, self.d_value = resolve_head_sizes(d_model, n_heads, d_head, d_value)
+        self.dropout = dropout
+        self.qkv_proj = nn.Linear(d_model, n_heads * (2 * self.d_head + self.d_value), bias=bias)
+        self.out_proj = nn.Linear(n_heads * self.d_value, d_model, bias=bias)
+        self.core = ScaledDotProduct(fused=fused)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform on each of the q, k, v, out matrices separately; zero biases."""
+        for w in self._qkv_weights():
+            nn.init.xavier_uniform_(w)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        for lin in (self.qkv_proj, self.out_proj):
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+    def _qkv_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Views ``(H·Dh, D)``, ``(H·Dh, D)``, ``(H·Dv, D)`` of the fused weight."""
+        hd, hv = self.n_heads * self.d_head, self.n_heads * self.d_value
+        w = self.qkv_proj.weight
+        return w[:hd], w[hd : 2 * hd], w[2 * hd : 2 * hd + hv]
+
+    def _split_heads(self, x: Tensor, d: int) -> Tensor:
+        """``(B, L, H·d) → (B, H, L, d)``."""
+        b, length, _ = x.shape
+        return x.view(b, length, self.n_heads, d).transpose(1, 2)
+
+    def project_qkv(self, x: Tensor, memory: Tensor | None = None,
+                    cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Project to per-head ``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)``.
+
+        Self-attention (``memory is None``) appends the new keys/values to ``cache``;
+        cross-attention computes them from ``memory (B, S, D)`` once and stores them in ``cache``.
+        """
+        hd = self.n_heads * self.d_head
+        if memory is None:
+            qkv = self.qkv_proj(x)  # (B, T, H·(2Dh+Dv))
+            q, k, v = qkv.split([hd, hd, self.n_heads * self.d_value], dim=-1)
+            q, k, v = (self._split_heads(q, self.d_head), self._split_heads(k, self.d_head),
+                       self._split_heads(v, self.d_value))
+            if cache is not None:
+                k, v = cache.append(k, v)
+            return q, k, v
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        q = self._split_heads(F.linear(x, w[:hd], None if b is None else b[:hd]), self.d_head)
+        if cache is not None and not cache.is_empty:
+            return q, cache.keys, cache.values
+        kv = F.linear(memory, w[hd:], None if b is None else b[hd:])  # (B, S, H·(Dh+Dv))
+        k, v = kv.split([hd, self.n_heads * self.d_value], dim=-1)
+        k, v = self._split_heads(k, self.d_head), self._split_heads(v, self.d_value)
+        if cache is not None:
+            cache.store(k, v)
+        return q, k, v
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
+                is_causal: bool = False, cache: KVCache | None = None) -> Tensor:
+        """Attend from ``x`` to itself (``memory=None``) or to ``memory``.
+
+        Args:
+            x: queries' source ``(B, T, D)``.
+            memory: keys'/values' source ``(B, S, D)`` for cross-attention, else ``None``.
+            mask: boolean ``True`` = may attend, broadcastable to ``(B, H, T, S)``; with a cache,
+                ``S`` counts the cached positions too.
+            is_causal: causal self-attention. With a cache the ``T`` new queries sit at the end
+                of the ``S`` keys (query ``i`` sees keys ``≤ S - T + i``).
+            cache: incremental-decoding cache of this module, or ``None``.
+
+        Returns:
+            ``(B, T, D)``.
+        """
+        b, t, _ = x.shape
+        q, k, v = self.project_qkv(x, memory, cache)
+        s = k.shape[2]
+        if is_causal and (t == 1 or mask is not None or s != t):
+            # A single newest query sees every key; otherwise write the (offset) causal mask out.
+            if t > 1:
+                mask = combine(mask, causal_mask(t, s, device=x.device))
+            is_causal = False
+        dropout_p = self.dropout if self.training else 0.0
+        out = self.core(q, k, v, mask, is_causal, dropout_p)  # (B, H, T, Dv)
+        out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_value)
+        return self.out_proj(out)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
+                f"d_value={self.d_value}, fused={self.core.fused}")

@@ -1,0 +1,199 @@
+"""The fields every Transformer family shares, their validation, and closed-form counts.
+
+Each model family has one config dataclass (``EncoderDecoderConfig``, ``DecoderLMConfig``,
+``EncoderConfig``) that extends :class:`TransformerConfig`. Configs are frozen: derive variants with
+:func:`dataclasses.replace`, which validates again. Every validation error is one line naming the
+field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fullrank.blocks import BlockSpec
+from fullrank.errors import ConfigError
+from fullrank.layers.attention import resolve_head_sizes
+from fullrank.layers.embeddings import PositionKind
+from fullrank.layers.feedforward import Activation
+
+
+def attention_params(d_model: int, n_heads: int, d_head: int, d_value: int, bias: bool) -> int:
+    """Weights of one attention sublayer: ``D·H·(2Dh + Dv)`` in, ``H·Dv·D`` out, plus biases."""
+    inner = n_heads * (2 * d_head + d_value)
+    return d_model * inner + n_heads * d_value * d_model + ((inner + d_model) if bias else 0)
+
+
+def ffn_params(d_model: int, d_ff: int, bias: bool) -> int:
+    """Weights of one feed-forward sublayer ([V17] eq. 2)."""
+    return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
+
+
+def norm_params(d_model: int) -> int:
+    """One LayerNorm: gain and bias."""
+    return 2 * d_model
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits a simple annotation (int, float, bool, str, Literal, X | None)."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """Fields shared by all families. Names follow STYLE.md: ``d_model``, ``n_heads``, ``d_head``…
+
+    Attributes:
+        vocab_size: vocabulary size ``V`` (the target/shared vocabulary for translation).
+        d_model: model width ``D``.
+        n_heads: heads per attention sublayer ``H``.
+        d_head: query/key size per head ``Dh``; ``None`` = standard rule ``D // H`` ([V17]);
+            an integer = fixed head size ``d_p`` ([B20] §3).
+        d_value: value size per head ``Dv``; ``None`` = ``Dh`` ([V17] Table 3 row B changes
+            ``d_k`` only, so set ``d_value`` to keep values at 64).
+        d_ff: feed-forward inner width ``F``.
+        n_layers: number of blocks (the encoder's, for translation).
+        dropout: residual and embedding dropout ``P_drop`` ([V17] §5.4).
+        attn_dropout: dropout on attention probabilities (0 in [V17], 0.1 in BERT).
+        ffn_dropout: dropout after the feed-forward activation.
+        activation: ``"relu"`` ([V17]) or ``"gelu"`` (BERT).
+        norm_first: ``False`` = the paper's post-LN; ``True`` = pre-LN with a final LayerNorm.
+        norm_eps: LayerNorm epsilon.
+        bias: biases in attention and feed-forward projections.
+        positions: ``"sinusoidal"`` ([V17] §3.5) or ``"learned"`` (Table 3 row E, BERT).
+        max_len: number of positions the model accepts.
+        seq_len: the sequence length ``n`` the model is trained at; FLOPs per token and the
+            [B20] bottleneck check (``d_head < n``) use it.
+        scale_embeddings: multiply token embeddings by ``√D`` ([V17] §3.4).
+        tie_embeddings: share the output projection with the token embedding ([V17] §3.4).
+        fused_attention: use ``scaled_dot_product_attention`` (else the explicit ``attend``).
+    """
+
+    vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_head: int | None = None
+    d_value: int | None = None
+    d_ff: int = 2048
+    n_layers: int = 6
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    ffn_dropout: float = 0.0
+    activation: Activation = "relu"
+    norm_first: bool = False
+    norm_eps: float = 1e-5
+    bias: bool = True
+    positions: PositionKind = "sinusoidal"
+    max_len: int = 1024
+    seq_len: int = 256
+    scale_embeddings: bool = True
+    tie_embeddings: bool = True
+    fused_attention: bool = True
+
+    # ----------------------------------------------------------------------------- validation
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _type_ok(value, hints[f.name]):
+                hint = hints[f.name]
+                expected = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+                raise ConfigError(f"{name}.{f.name} must be {expected}, got {value!r}")
+        for f in self._positive_fields():
+            value = getattr(self, f)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name}.{f} must be a positive integer, got {value}")
+        for f in ("dropout", "attn_dropout", "ffn_dropout"):
+            value = getattr(self, f)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name}.{f} must be in [0, 1), got {value}")
+        if self.norm_eps <= 0:
+            raise ConfigError(f"{name}.norm_eps must be positive, got {self.norm_eps}")
+        if self.seq_len > self.max_len:
+            raise ConfigError(f"{name}.seq_len={self.seq_len} exceeds max_len={self.max_len}; "
+                              f"raise max_len to at least {self.seq_len}")
+        try:
+            resolve_head_sizes(self.d_model, self.n_heads, self.d_head, self.d_value)
+        except ConfigError as e:
+            raise ConfigError(f"{name}: {e}") from None
+
+    def _positive_fields(self) -> tuple[str, ...]:
+        return ("vocab_size", "d_model", "n_heads", "d_head", "d_value", "d_ff", "n_layers",
+                "max_len", "seq_len")
+
+    # ------------------------------------------------------------------------------- derived
+    @property
+    def head_sizes(self) -> tuple[int, int]:
+        """``(Dh, Dv)`` after applying the standard rule where ``d_head`` is ``None``."""
+        return resolve_head_sizes(self.d_model, self.n_heads, self.d_head, self.d_value)
+
+    @property
+    def standard_rule(self) -> bool:
+        """Whether heads follow ``d_head = d_model / n_heads`` (rather than a fixed size)."""
+        return self.head_sizes == (self.d_model // self.n_heads,) * 2 and \
+            self.d_model % self.n_heads == 0
+
+    def block_spec(self) -> BlockSpec:
+        return BlockSpec(
+            d_model=self.d_model, n_heads=self.n_heads, d_head=self.head_sizes[0],
+            d_value=self.head_sizes[1], d_ff=self.d_ff, dropout=self.dropout,
+            attn_dropout=self.attn_dropout, ffn_dropout=self.ffn_dropout,
+            activation=self.activation, norm_first=self.norm_first, norm_eps=self.norm_eps,
+            bias=self.bias, fused=self.fused_attention,
+        )
+
+    def attention_params(self) -> int:
+        dh, dv = self.head_sizes
+        return attention_params(self.d_model, self.n_heads, dh, dv, self.bias)
+
+    def ffn_params(self) -> int:
+        return ffn_params(self.d_model, self.d_ff, self.bias)
+
+    def position_params(self) -> int:
+        return self.max_len * self.d_model if self.positions == "learned" else 0
+
+    def attention_flops_per_token(self, n: int) -> int:
+        """Forward FLOPs of ``q·kᵀ`` and ``probs·v`` for one query over ``n`` keys, one sublayer."""
+        dh, dv = self.head_sizes
+        return 2 * n * self.n_heads * (dh + dv)
+
+    def param_breakdown(self) -> dict[str, int]:
+        """Parameters by component: embeddings, attention, ffn, norms, heads."""
+        raise NotImplementedError
+
+    def num_params(self) -> int:
+        """Closed-form parameter count, equal to ``sum(p.numel() for p in model.parameters())``."""
+        return sum(self.param_breakdown().values())
+
+    def flops_per_token(self) -> dict[str, int]:
+        """Forward and training (3× forward) FLOPs per token at ``seq_len``."""
+        raise NotImplementedError
+
+    def bottleneck_warning(self) -> str | None:
+        """The [B20] low-rank condition: a head of size ``d_head < n`` cannot express every
+        ``n×n`` attention pattern (Theorem 1)."""
+        dh = self.head_sizes[0]
+        if dh < self.seq_len:
+            return (f"d_head={dh} < seq_len={self.seq_len}: each head's logit matrix has rank "
+                    f"at most {dh}, below n={self.seq_len} — the low-rank bottleneck of [B20] "
+                    f"Theorem 1 (fixed heads with d_head >= n avoid it)")
+        return None

@@ -1,0 +1,100 @@
+"""Decoder-only language model — the [B20] §4 LM1B models (and nanoGPT-style character models).
+
+A stack of causal :class:`~fullrank.blocks.EncoderBlock` s over scaled token embeddings plus
+positions, and an output projection tied to the token embedding.
+
+Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fullrank.blocks import EncoderBlock
+from fullrank.layers.embeddings import InputEmbedding, TokenEmbedding
+from fullrank.layers.kv_cache import DecoderCache
+from fullrank.layers.masks import padding_mask
+from fullrank.models.config import TransformerConfig, norm_params
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecoderLMConfig(TransformerConfig):
+    """A decoder-only LM. ``seq_len`` is the training block size; ``max_len`` defaults to it."""
+
+    max_len: int = 0  # 0 = seq_len
+
+    def __post_init__(self) -> None:
+        if self.max_len == 0:
+            object.__setattr__(self, "max_len", self.seq_len)
+        super().__post_init__()
+
+    def param_breakdown(self) -> dict[str, int]:
+        d, n = self.d_model, self.n_layers
+        return {
+            "embeddings": self.vocab_size * d + self.position_params(),
+            "attention": n * self.attention_params(),
+            "ffn": n * self.ffn_params(),
+            "norms": (2 * n + (1 if self.norm_first else 0)) * norm_params(d),
+            "heads": 0 if self.tie_embeddings else self.vocab_size * d,
+        }
+
+    def flops_per_token(self) -> dict[str, int]:
+        matmul = self.n_layers * (self.attention_params() + self.ffn_params()) \
+            + self.vocab_size * self.d_model
+        fwd = 2 * matmul + self.n_layers * self.attention_flops_per_token(self.seq_len)
+        return {"forward": fwd, "train": 3 * fwd}
+
+
+class DecoderLM(nn.Module):
+    """Causal Transformer language model. ``forward(tokens (B, T)) → logits (B, T, V)``."""
+
+    def __init__(self, config: DecoderLMConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = InputEmbedding(
+            TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings),
+            d_model=c.d_model, max_len=c.max_len, positions=c.positions, dropout=c.dropout)
+        spec = c.block_spec()
+        self.layers = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
+        self.final_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
+        self.lm_head = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+    def hidden(self, tokens: Tensor, *, mask: Tensor | None = None,
+               cache: DecoderCache | None = None) -> Tensor:
+        """Final hidden states ``(B, T, D)``.
+
+        Args:
+            tokens: ``(B, T)`` token ids (with a cache: only the new ones).
+            mask: ``(B, S)`` bool, ``True`` = real token, over all ``S`` positions seen so far
+                (cached + new); ``None`` = no padding.
+            cache: incremental-decoding cache from :meth:`init_cache`, updated in place.
+        """
+        offset = cache.length if cache is not None else 0
+        x = self.embed(tokens, offset=offset)
+        key_mask = padding_mask(mask) if mask is not None else None
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask=key_mask, is_causal=True,
+                      cache=cache.self_attn[i] if cache is not None else None)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def logits(self, h: Tensor) -> Tensor:
+        """``(B, T, D) → (B, T, V)``: the output projection (tied to the token embedding)."""
+        if self.lm_head is not None:
+            return self.lm_head(h)
+        return F.linear(h, self.embed.token.weight)
+
+    def forward(self, tokens: Tensor, *, mask: Tensor | None = None,
+                cache: DecoderCache | None = None) -> Tensor:
+        """``tokens (B, T) → logits (B, T, V)``; see :meth:`hidden` for ``mask`` and ``cache``."""
+        return self.logits(self.hidden(tokens, mask=mask, cache=cache))
+
+    def init_cache(self) -> DecoderCache:
+        return DecoderCache.empty(len(self.layers), cross=False)
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache, *,
+                    mask: Tensor | None = None) -> Tensor:
+        """Feed the new ``tokens (B, T_new)``; return next-token logits ``(B, T_new, V)``."""
+        return self(tokens, mask=mask, cache=cache)

@@ -1,0 +1,140 @@
+"""The encoder-decoder Transformer of [V17] (§3, Figure 1).
+
+Encoder: ``n_layers`` self-attention blocks. Decoder: ``n_decoder_layers`` blocks of masked
+self-attention, cross-attention and feed-forward. With a shared source/target vocabulary
+(``src_vocab_size=None``) the source embedding, the target embedding and the pre-softmax
+projection are one matrix (three-way tying, [V17] §3.4); with separate vocabularies the target
+embedding and the projection are tied (two-way).
+
+Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fullrank.blocks import DecoderBlock, EncoderBlock
+from fullrank.layers.embeddings import InputEmbedding, TokenEmbedding
+from fullrank.layers.kv_cache import DecoderCache
+from fullrank.layers.masks import padding_mask
+from fullrank.models.config import TransformerConfig, norm_params
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncoderDecoderConfig(TransformerConfig):
+    """[V17] encoder-decoder. ``n_layers`` counts encoder blocks.
+
+    Attributes:
+        n_decoder_layers: decoder blocks; ``None`` = ``n_layers``.
+        src_vocab_size: source vocabulary size; ``None`` = shared with the target (three-way
+            tying).
+    """
+
+    n_decoder_layers: int | None = None
+    src_vocab_size: int | None = None
+
+    def _positive_fields(self) -> tuple[str, ...]:
+        return super()._positive_fields() + ("n_decoder_layers", "src_vocab_size")
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
+    def shared_vocab(self) -> bool:
+        return self.src_vocab_size is None
+
+    def param_breakdown(self) -> dict[str, int]:
+        d, ne, nd = self.d_model, self.n_layers, self.decoder_layers
+        tokens = self.vocab_size * d + (0 if self.shared_vocab else self.src_vocab_size * d)
+        return {
+            "embeddings": tokens + 2 * self.position_params(),
+            "attention": (ne + 2 * nd) * self.attention_params(),
+            "ffn": (ne + nd) * self.ffn_params(),
+            "norms": (2 * ne + 3 * nd + (2 if self.norm_first else 0)) * norm_params(d),
+            "heads": 0 if self.tie_embeddings else self.vocab_size * d,
+        }
+
+    def flops_per_token(self) -> dict[str, int]:
+        """Per target token, with source and target both ``seq_len`` long."""
+        ne, nd, n = self.n_layers, self.decoder_layers, self.seq_len
+        matmul = (ne + 2 * nd) * self.attention_params() + (ne + nd) * self.ffn_params() \
+            + self.vocab_size * self.d_model
+        fwd = 2 * matmul + (ne + 2 * nd) * self.attention_flops_per_token(n)
+        return {"forward": fwd, "train": 3 * fwd}
+
+
+class EncoderDecoder(nn.Module):
+    """``forward(src (B, S), tgt (B, T)) → logits (B, T, V)``; ``tgt`` is the shifted-right
+    target (it starts with BOS), so logit ``t`` predicts target token ``t + 1``."""
+
+    def __init__(self, config: EncoderDecoderConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        tgt_token = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings)
+        src_token = tgt_token if c.shared_vocab else TokenEmbedding(
+            c.src_vocab_size, c.d_model, scale=c.scale_embeddings)  # type: ignore[arg-type]
+        kw = dict(d_model=c.d_model, max_len=c.max_len, positions=c.positions, dropout=c.dropout)
+        self.src_embed = InputEmbedding(src_token, **kw)  # type: ignore[arg-type]
+        self.tgt_embed = InputEmbedding(tgt_token, **kw)  # type: ignore[arg-type]
+        spec = c.block_spec()
+        self.encoder = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
+        self.decoder = nn.ModuleList(DecoderBlock(spec) for _ in range(c.decoder_layers))
+        self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
+        self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
+        self.out_proj = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """``src (B, S)`` token ids, ``src_mask (B, S)`` bool (``True`` = real token) → memory
+        ``(B, S, D)``."""
+        x = self.src_embed(src)
+        key_mask = padding_mask(src_mask) if src_mask is not None else None
+        for layer in self.encoder:
+            x = layer(x, mask=key_mask)
+        return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
+               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+        """Decoder hidden states ``(B, T, D)``.
+
+        Args:
+            tgt: ``(B, T)`` target ids, shifted right (with a cache: only the new ones).
+            memory: encoder output ``(B, S, D)``.
+            src_mask: ``(B, S)`` bool, ``True`` = real source token.
+            tgt_mask: ``(B, T_all)`` bool over all target positions so far, ``True`` = real.
+            cache: from :meth:`init_cache`; updated in place.
+        """
+        x = self.tgt_embed(tgt, offset=cache.length if cache is not None else 0)
+        self_mask = padding_mask(tgt_mask) if tgt_mask is not None else None
+        memory_mask = padding_mask(src_mask) if src_mask is not None else None
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask,
+                      self_cache=cache.self_attn[i] if cache is not None else None,
+                      cross_cache=cache.cross_attn[i] if cache is not None else None)
+        return self.decoder_norm(x) if self.decoder_norm is not None else x
+
+    def logits(self, h: Tensor) -> Tensor:
+        """``(B, T, D) → (B, T, V)``; the pre-softmax projection, tied to the embedding."""
+        if self.out_proj is not None:
+            return self.out_proj(h)
+        return F.linear(h, self.tgt_embed.token.weight)
+
+    def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """``src (B, S)``, ``tgt (B, T)`` → logits ``(B, T, V)``."""
+        memory = self.encode(src, src_mask)
+        return self.logits(self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask))
+
+    def init_cache(self) -> DecoderCache:
+        return DecoderCache.empty(len(self.decoder), cross=True)
+
+    def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
+                    src_mask: Tensor | None = None) -> Tensor:
+        """Feed the new target ``tokens (B, T_new)``; return logits ``(B, T_new, V)``.
+
+        Cross-attention keys/values are computed from ``memory`` on the first step and reused.
+        """
+        return self.logits(self.decode(tokens, memory, src_mask=src_mask, cache=cache))

@@ -1,0 +1,34 @@
+"""``fullrank info`` through the real entry points."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from fullrank.cli import main
+
+
+def test_info_prints_breakdown_heads_flops(capsys):
+    assert main(["info", "aiayn_base"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("63,082,496", "embeddings", "attention", "ffn", "norms", "heads",
+                   "d_head 64", "FLOPs per token"):
+        assert needle in out
+
+
+def test_info_warns_on_the_bottleneck(capsys):
+    assert main(["info", "b20_bert_table1_h32"]) == 0  # d_head = 32 < n = 128
+    out = capsys.readouterr().out
+    assert "warning" in out and "d_head=32 < seq_len=128" in out
+
+
+def test_info_unknown_preset_is_one_line_and_exit_2(capsys):
+    assert main(["info", "aiayn_bsae"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "did you mean 'aiayn_base'" in err
+
+
+def test_python_dash_m_entry_point():
+    out = subprocess.run([sys.executable, "-m", "fullrank", "info", "--list"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "aiayn_table3_B_dk16" in out and "b20_bert_table2a_h32" in out

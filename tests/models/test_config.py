@@ -1,0 +1,57 @@
+"""Bad configs get one clear line naming the field and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from fullrank.errors import ConfigError
+from fullrank.models import DecoderLMConfig, EncoderConfig, EncoderDecoderConfig
+
+
+def lm(**kw):
+    return DecoderLMConfig(**{**dict(vocab_size=50, d_model=24, n_heads=4, seq_len=8), **kw})
+
+
+@pytest.mark.parametrize("field,value,pattern", [
+    ("d_model", 0, r"DecoderLMConfig.d_model must be a positive integer, got 0"),
+    ("n_heads", -2, r"n_heads must be a positive integer"),
+    ("d_head", 0, r"d_head must be a positive integer"),
+    ("n_layers", 0, r"n_layers must be a positive integer"),
+    ("dropout", 1.0, r"dropout must be in \[0, 1\), got 1.0"),
+    ("attn_dropout", -0.1, r"attn_dropout must be in \[0, 1\)"),
+    ("d_model", 24.5, r"d_model must be int, got 24.5"),
+    ("activation", "swish", r"activation must be Literal\['relu', 'gelu'\]"),
+    ("norm_first", "yes", r"norm_first must be bool"),
+])
+def test_bad_values_name_the_field(field, value, pattern):
+    with pytest.raises(ConfigError, match=pattern) as info:
+        lm(**{field: value})
+    assert "\n" not in str(info.value)
+
+
+def test_standard_rule_with_indivisible_d_model_suggests_d_head():
+    with pytest.raises(ConfigError, match=r"EncoderConfig: n_heads=7 does not divide d_model=256.*set d_head"):
+        EncoderConfig(vocab_size=50, d_model=256, n_heads=7)
+    assert EncoderConfig(vocab_size=50, d_model=256, n_heads=7, d_head=32).head_sizes == (32, 32)
+
+
+def test_seq_len_beyond_max_len():
+    with pytest.raises(ConfigError, match="seq_len=600 exceeds max_len=512"):
+        EncoderConfig(vocab_size=50, seq_len=600)
+
+
+def test_replace_validates_again():
+    with pytest.raises(ConfigError, match="n_decoder_layers must be a positive integer"):
+        replace(EncoderDecoderConfig(vocab_size=50), n_decoder_layers=0)
+
+
+def test_lm_max_len_defaults_to_seq_len():
+    assert lm(seq_len=64).max_len == 64
+    assert lm(seq_len=64, max_len=128).max_len == 128
+
+
+def test_bottleneck_warning():
+    assert "d_head=6 < seq_len=8" in lm().bottleneck_warning()
+    assert lm(d_head=8).bottleneck_warning() is None

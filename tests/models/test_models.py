@@ -1,0 +1,183 @@
+"""The three families: shapes, tying, parameter counts, causality, padding invariance, caches."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from fullrank.errors import DataError
+from fullrank.layers.embeddings import sinusoidal_table
+from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, EncoderDecoder,
+                             EncoderDecoderConfig, build_model)
+from tests.helpers import ODD
+
+V = 31
+
+
+def lm_config(**kw) -> DecoderLMConfig:
+    return DecoderLMConfig(**{**dict(vocab_size=V, n_layers=2, seq_len=16, **ODD), **kw})
+
+
+def ed_config(**kw) -> EncoderDecoderConfig:
+    return EncoderDecoderConfig(**{**dict(vocab_size=V, n_layers=2, n_decoder_layers=3,
+                                          max_len=32, seq_len=16, **ODD), **kw})
+
+
+def enc_config(**kw) -> EncoderConfig:
+    return EncoderConfig(**{**dict(vocab_size=V, n_layers=2, max_len=32, seq_len=16, **ODD), **kw})
+
+
+CONFIGS = [
+    lm_config(), lm_config(norm_first=True), lm_config(tie_embeddings=False),
+    lm_config(positions="learned", activation="gelu"), lm_config(bias=False),
+    ed_config(), ed_config(norm_first=True), ed_config(src_vocab_size=23),
+    ed_config(src_vocab_size=23, tie_embeddings=False), ed_config(positions="learned"),
+    enc_config(), enc_config(pretraining_heads=False), enc_config(tie_embeddings=False),
+    enc_config(norm_first=True),
+    DecoderLMConfig(vocab_size=V, d_model=20, n_heads=4, d_ff=8, n_layers=1, seq_len=8),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: type(c).__name__)
+def test_closed_form_parameter_count_matches_the_built_model(cfg):
+    model = build_model(cfg)
+    assert cfg.num_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_three_way_tying_with_a_shared_vocabulary():
+    model = EncoderDecoder(ed_config())
+    w = model.tgt_embed.token.weight
+    assert model.src_embed.token.weight is w
+    h = torch.randn(2, 3, 24)
+    torch.testing.assert_close(model.logits(h), h @ w.T)
+
+
+def test_two_way_tying_with_separate_vocabularies():
+    model = EncoderDecoder(ed_config(src_vocab_size=23))
+    assert model.src_embed.token.weight.shape == (23, 24)
+    assert model.src_embed.token.weight is not model.tgt_embed.token.weight
+    h = torch.randn(2, 3, 24)
+    torch.testing.assert_close(model.logits(h), h @ model.tgt_embed.token.weight.T)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = DecoderLM(lm_config(dropout=0.0)).eval()
+    tokens = torch.tensor([[3, 5, 7]])
+    expected = model.embed.token.weight[tokens] * math.sqrt(24) + sinusoidal_table(16, 24)[:3]
+    torch.testing.assert_close(model.embed(tokens), expected)
+
+
+def test_sinusoidal_table_follows_the_paper_formula():
+    table = sinusoidal_table(50, 7)  # odd width
+    pos, i = 13, 2
+    assert table[pos, 2 * i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / 7)), abs=1e-6)
+    assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / 7)), abs=1e-6)
+
+
+def test_too_long_input_is_one_clear_error():
+    model = DecoderLM(lm_config())
+    with pytest.raises(DataError, match="17 positions exceeds max_len=16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+# ------------------------------------------------------------------------------ causality
+def test_lm_is_causal():
+    model = DecoderLM(lm_config()).eval()
+    x = torch.randint(0, V, (3, 10))
+    y = x.clone()
+    y[:, 6] = (y[:, 6] + 1) % V
+    a, b = model(x), model(y)
+    torch.testing.assert_close(a[:, :6], b[:, :6])
+    assert not torch.allclose(a[:, 6:], b[:, 6:])
+
+
+def test_translation_decoder_is_causal():
+    model = EncoderDecoder(ed_config()).eval()
+    src, tgt = torch.randint(0, V, (3, 8)), torch.randint(0, V, (3, 9))
+    tgt2 = tgt.clone()
+    tgt2[:, 5:] = torch.randint(0, V, (3, 4))
+    a, b = model(src, tgt), model(src, tgt2)
+    torch.testing.assert_close(a[:, :5], b[:, :5])
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+# ----------------------------------------------------------------------- padding invariance
+def padded(n_real: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = torch.randint(0, V, (len(n_real), length))
+    keep = torch.arange(length)[None, :] < torch.tensor(n_real)[:, None]
+    return tokens, keep
+
+
+def scramble_padding(tokens: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    other = torch.randint(0, V, tokens.shape)
+    return torch.where(keep, tokens, other)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_encoder_ignores_padded_positions(fused):
+    model = Encoder(enc_config(fused_attention=fused)).eval()
+    tokens, keep = padded([9, 5, 1, 7], 9)
+    a = model(tokens, mask=keep)
+    b = model(scramble_padding(tokens, keep), mask=keep)
+    torch.testing.assert_close(a[keep], b[keep])
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_cross_attention_ignores_padded_source(fused):
+    model = EncoderDecoder(ed_config(fused_attention=fused)).eval()
+    src, src_keep = padded([8, 3, 6], 8)
+    tgt, tgt_keep = padded([5, 5, 2], 5)
+    a = model(src, tgt, src_mask=src_keep, tgt_mask=tgt_keep)
+    b = model(scramble_padding(src, src_keep), scramble_padding(tgt, tgt_keep), src_mask=src_keep,
+              tgt_mask=tgt_keep)
+    torch.testing.assert_close(a[tgt_keep], b[tgt_keep])
+    # and a padded batch equals each sentence alone
+    alone = model(src[1:2, :3], tgt[1:2, :5])
+    torch.testing.assert_close(a[1:2], alone, atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------ cached decoding
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_lm_cached_decoding_equals_full_recomputation(norm_first):
+    model = DecoderLM(lm_config(norm_first=norm_first)).eval()
+    x = torch.randint(0, V, (3, 12))
+    full = model(x)
+    cache = model.init_cache()
+    steps = [model.decode_step(x[:, :4], cache)]  # a prefix in one call, then one at a time
+    steps += [model.decode_step(x[:, t : t + 1], cache) for t in range(4, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == 12
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_translation_cached_decoding_equals_full_recomputation(norm_first):
+    model = EncoderDecoder(ed_config(norm_first=norm_first)).eval()
+    src, src_keep = padded([8, 3, 6], 8)
+    tgt = torch.randint(0, V, (3, 7))
+    full = model(src, tgt, src_mask=src_keep)
+    memory = model.encode(src, src_keep)
+    cache = model.init_cache()
+    steps = [model.decode_step(tgt[:, t : t + 1], memory, cache, src_mask=src_keep) for t in range(7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_reorder_follows_the_index():
+    model = EncoderDecoder(ed_config()).eval()
+    src = torch.randint(0, V, (3, 6))
+    tgt = torch.randint(0, V, (3, 5))
+    memory = model.encode(src)
+    cache = model.init_cache()
+    model.decode_step(tgt[:, :3], memory, cache)
+    index = torch.tensor([2, 0, 0])
+    cache.reorder(index)
+    step = model.decode_step(tgt[index, 3:5], memory[index], cache)
+    expected = model(src[index], tgt[index])[:, 3:5]
+    torch.testing.assert_close(step, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_float64_models_run():
+    model = DecoderLM(replace(lm_config(), dropout=0.0)).double().eval()
+    assert model(torch.randint(0, V, (2, 5))).dtype == torch.float64
