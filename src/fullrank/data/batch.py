@@ -1,0 +1,121 @@
+"""Typed batches: what every data source yields and every training step consumes.
+
+Shapes: ``B`` batch, ``T`` target length (an LM block holds ``T + 1`` tokens), ``S`` source length.
+Token ids are ``int64``; masks are ``bool`` with ``True`` = real token (the convention of
+:func:`fullrank.layers.masks.padding_mask`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass
+class LMBatch:
+    """``tokens`` ``(B, T+1)``: inputs are ``tokens[:, :-1]``, targets ``tokens[:, 1:]``."""
+
+    tokens: Tensor
+
+    def __post_init__(self) -> None:
+        if self.tokens.dim() != 2 or self.tokens.shape[1] < 2:
+            raise ValueError(f"LMBatch.tokens must be (B, T+1) with T >= 1, got {tuple(self.tokens.shape)}")
+
+    @property
+    def inputs(self) -> Tensor:
+        """``(B, T)`` the tokens the model reads."""
+        return self.tokens[:, :-1]
+
+    @property
+    def targets(self) -> Tensor:
+        """``(B, T)`` the tokens it predicts, one position ahead."""
+        return self.tokens[:, 1:]
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of target tokens, ``B·T``."""
+        return self.tokens.shape[0] * (self.tokens.shape[1] - 1)
+
+    def to(self, device: torch.device | str) -> LMBatch:
+        return LMBatch(self.tokens.to(device, non_blocking=True))
+
+
+@dataclass
+class Seq2SeqBatch:
+    """A padded batch of sentence pairs for the encoder-decoder.
+
+    ``src`` ``(B, S)`` source + EOS, ``tgt_in`` ``(B, T)`` BOS + target (the decoder input, shifted
+    right), ``tgt_out`` ``(B, T)`` target + EOS (what is predicted). Padding is ``pad_id``;
+    ``src_mask``/``tgt_mask`` are ``True`` at real positions.
+    """
+
+    src: Tensor
+    src_mask: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    tgt_mask: Tensor
+
+    def __post_init__(self) -> None:
+        if self.src.shape != self.src_mask.shape or self.src.dim() != 2:
+            raise ValueError(f"src {tuple(self.src.shape)} and src_mask {tuple(self.src_mask.shape)} "
+                             "must be the same (B, S)")
+        if not (self.tgt_in.shape == self.tgt_out.shape == self.tgt_mask.shape) or self.tgt_in.dim() != 2:
+            raise ValueError(f"tgt_in {tuple(self.tgt_in.shape)}, tgt_out {tuple(self.tgt_out.shape)} and "
+                             f"tgt_mask {tuple(self.tgt_mask.shape)} must be the same (B, T)")
+        if self.src.shape[0] != self.tgt_in.shape[0]:
+            raise ValueError(f"src has {self.src.shape[0]} rows but the target {self.tgt_in.shape[0]}")
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of real target tokens (EOS included), ``tgt_mask.sum()``."""
+        return int(self.tgt_mask.sum())
+
+    def to(self, device: torch.device | str) -> Seq2SeqBatch:
+        return Seq2SeqBatch(*(t.to(device, non_blocking=True) for t in
+                              (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask)))
+
+
+def pad_sequences(seqs: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Right-pad ``seqs`` into ``(B, L)`` int64 ids and a ``(B, L)`` bool mask (``True`` = real)."""
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    width = int(lengths.max()) if len(seqs) else 0
+    ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s)] = s
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def collate_pairs(src: Sequence[Sequence[int] | np.ndarray], tgt: Sequence[Sequence[int] | np.ndarray],
+                  *, pad_id: int, bos_id: int, eos_id: int) -> Seq2SeqBatch:
+    """Build a :class:`Seq2SeqBatch` from token ids without specials.
+
+    Source ``x`` becomes ``x + [EOS]`` (no BOS); target ``y`` gives ``tgt_in = [BOS] + y`` and
+    ``tgt_out = y + [EOS]``, both of length ``len(y) + 1``.
+    """
+    if len(src) != len(tgt):
+        raise ValueError(f"{len(src)} sources but {len(tgt)} targets")
+    b = len(src)
+    src_len = np.fromiter((len(x) + 1 for x in src), dtype=np.int64, count=b)  # + EOS
+    tgt_len = np.fromiter((len(y) + 1 for y in tgt), dtype=np.int64, count=b)  # + BOS / + EOS
+    s_max, t_max = (int(src_len.max()), int(tgt_len.max())) if b else (0, 0)
+    src_ids = np.full((b, s_max), pad_id, dtype=np.int64)
+    tgt_in = np.full((b, t_max), pad_id, dtype=np.int64)
+    tgt_out = np.full((b, t_max), pad_id, dtype=np.int64)
+    for row, (x, y) in enumerate(zip(src, tgt)):
+        n, m = len(x), len(y)
+        src_ids[row, :n] = x
+        src_ids[row, n] = eos_id
+        tgt_in[row, 0] = bos_id
+        tgt_in[row, 1: m + 1] = y
+        tgt_out[row, :m] = y
+        tgt_out[row, m] = eos_id
+    src_mask = np.arange(s_max)[None, :] < src_len[:, None]
+    tgt_mask = np.arange(t_max)[None, :] < tgt_len[:, None]
+    return Seq2SeqBatch(src=torch.from_numpy(src_ids), src_mask=torch.from_numpy(src_mask),
+                        tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
+                        tgt_mask=torch.from_numpy(tgt_mask))

@@ -1,0 +1,1 @@
+"""Tests of fullrank.data."""
