@@ -1,0 +1,312 @@
+"""Decoding speed: fullrank's beam search and greedy decoding against Hugging Face ``generate``.
+
+Both sides decode the same random sources with equally sized random-weight models — fullrank's
+``EncoderDecoder`` and a Hugging Face ``MarianMTModel`` configured to match it (post-LN, ReLU,
+sinusoidal positions, embeddings × √d_model, one shared embedding tied to the output
+projection) — in float32 on ``--threads`` CPU threads. EOS is suppressed so every sentence runs
+exactly ``--new-tokens`` steps (fullrank ``min_len``, HF ``min_new_tokens``), which makes the work
+of both sides identical whatever the weights.
+
+Each side runs in its own subprocess, and the subprocesses alternate A, B, A, B, … for
+``--rounds`` rounds, because these machines drift by up to ±25% from one minute to the next;
+each subprocess builds its model, decodes once untimed (warm-up), then times one decode per
+mode. The report gives medians over rounds, the ratio of medians and the median of the per-round
+ratios, as a Markdown table and JSON under ``bench/results/``.
+
+Before timing, fullrank's cached decoding is checked against its uncached reference decoder
+(which recomputes the whole target prefix at every step) on the same inputs: the outputs must be
+identical.
+
+Length penalty: fullrank scores ``log P / ((5 + |Y|)/6)^α`` (GNMT, [V17] §6.1); HF's
+``length_penalty=α`` divides by ``|Y|^α``. Both count EOS in ``|Y|``. With EOS suppressed every
+finished hypothesis has the same length, so the penalty is a common factor and both searches do
+the same work; the closest HF setting (``length_penalty=0.6``, ``early_stopping="never"``, the
+exact stopping bound fullrank uses) is what runs.
+
+Usage::
+
+    python bench/decode.py                      # the full benchmark (d_model 512, 6+6 layers)
+    python bench/decode.py --preset small --rounds 3   # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PAD, BOS, EOS = 0, 1, 2
+RESULTS = Path(__file__).resolve().parent / "results"
+MODES = ("beam", "greedy")
+
+PRESETS = {
+    # the issue's size: [V17] base widths with an 8000-token shared vocabulary
+    "base": dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, vocab_size=8000),
+    # a quick check that the script works
+    "small": dict(d_model=256, n_layers=3, n_heads=4, d_ff=1024, vocab_size=4000),
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything both sides share."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    vocab_size: int
+    batch: int = 16
+    src_len: int = 30
+    new_tokens: int = 50
+    beam: int = 4
+    alpha: float = 0.6
+    threads: int = 2
+    seed: int = 0
+
+
+def sources(s: Setup) -> torch.Tensor:
+    """The ``(batch, src_len)`` random source ids (no padding) both sides decode."""
+    gen = torch.Generator().manual_seed(s.seed)
+    return torch.randint(3, s.vocab_size, (s.batch, s.src_len), generator=gen)
+
+
+def trainable(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# --------------------------------------------------------------------------------- fullrank side
+def fullrank_model(s: Setup) -> torch.nn.Module:
+    from fullrank.models import EncoderDecoder, EncoderDecoderConfig
+
+    torch.manual_seed(s.seed)
+    cfg = EncoderDecoderConfig(vocab_size=s.vocab_size, d_model=s.d_model, n_heads=s.n_heads,
+                               d_ff=s.d_ff, n_layers=s.n_layers, dropout=0.0)
+    return EncoderDecoder(cfg).eval()
+
+
+def fullrank_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str,
+                    cached: bool = True) -> list[list[int]]:
+    from fullrank.inference import Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search
+
+    decoder = (Seq2SeqDecoder if cached else UncachedSeq2SeqDecoder)(model, src)
+    kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens,
+              min_len=s.new_tokens)
+    if mode == "greedy":
+        return greedy_search(decoder, **kw)
+    hyps = beam_search(decoder, beam_size=s.beam, alpha=s.alpha, **kw)
+    return [h[0].tokens for h in hyps]
+
+
+# ------------------------------------------------------------------------------ Hugging Face side
+def hf_model(s: Setup) -> torch.nn.Module:
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(s.seed)
+    cfg = MarianConfig(
+        vocab_size=s.vocab_size, d_model=s.d_model, encoder_layers=s.n_layers,
+        decoder_layers=s.n_layers, encoder_attention_heads=s.n_heads,
+        decoder_attention_heads=s.n_heads, encoder_ffn_dim=s.d_ff, decoder_ffn_dim=s.d_ff,
+        activation_function="relu", scale_embedding=True, max_position_embeddings=1024,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=None)
+    return MarianMTModel(cfg).eval()
+
+
+def hf_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) -> list[list[int]]:
+    from transformers import GenerationConfig
+
+    gen = GenerationConfig(
+        num_beams=s.beam if mode == "beam" else 1, length_penalty=s.alpha,
+        early_stopping="never", do_sample=False, max_new_tokens=s.new_tokens,
+        min_new_tokens=s.new_tokens, decoder_start_token_id=BOS, eos_token_id=EOS,
+        pad_token_id=PAD, forced_eos_token_id=None, use_cache=True)
+    with torch.inference_mode():
+        out = model.generate(input_ids=src, attention_mask=torch.ones_like(src, dtype=torch.bool),
+                             generation_config=gen)
+    return [row[1:] for row in out.tolist()]  # drop the decoder start token
+
+
+# ---------------------------------------------------------------------------------- subprocesses
+def worker(side: str, s: Setup) -> dict:
+    """Build one side's model, warm up untimed, then time one decode per mode."""
+    torch.set_num_threads(s.threads)
+    src = sources(s)
+    model = fullrank_model(s) if side == "fullrank" else hf_model(s)
+    decode = fullrank_decode if side == "fullrank" else hf_decode
+    out: dict = {"side": side, "params": trainable(model),
+                 "buffers": sum(b.numel() for b in model.buffers()),
+                 "frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
+                 "seconds": {}, "lengths": {}}
+    for mode in MODES:
+        decode(model, src, s, mode)  # warm-up, untimed
+        start = time.perf_counter()
+        tokens = decode(model, src, s, mode)
+        out["seconds"][mode] = time.perf_counter() - start
+        out["lengths"][mode] = sorted({len(t) for t in tokens})
+    return out
+
+
+def verify(s: Setup) -> dict:
+    """fullrank cached vs uncached reference decoding on the benchmark's inputs."""
+    torch.set_num_threads(s.threads)
+    src, model = sources(s), fullrank_model(s)
+    out = {}
+    for mode in MODES:
+        start = time.perf_counter()
+        cached = fullrank_decode(model, src, s, mode)
+        reference = fullrank_decode(model, src, s, mode, cached=False)
+        out[mode] = {"identical": cached == reference, "sentences": len(cached),
+                     "seconds": round(time.perf_counter() - start, 2)}
+    return out
+
+
+def spawn(job: str, s: Setup) -> dict:
+    cmd = [sys.executable, __file__, "--job", job, "--setup", json.dumps(dataclasses.asdict(s))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"{job} subprocess failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+# ---------------------------------------------------------------------------------------- report
+def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
+    by_side = {side: [r for r in runs if r["side"] == side] for side in ("fullrank", "hf")}
+    modes = {}
+    for mode in MODES:
+        rate = {side: [s.batch / r["seconds"][mode] for r in rs] for side, rs in by_side.items()}
+        paired = [a / b for a, b in zip(rate["fullrank"], rate["hf"])]
+        modes[mode] = {
+            "fullrank_sent_per_s": rate["fullrank"], "hf_sent_per_s": rate["hf"],
+            "fullrank_median": statistics.median(rate["fullrank"]),
+            "hf_median": statistics.median(rate["hf"]),
+            "ratio_of_medians": statistics.median(rate["fullrank"]) / statistics.median(rate["hf"]),
+            "median_paired_ratio": statistics.median(paired), "paired_ratios": paired,
+            "output_lengths": {side: rs[0]["lengths"][mode] for side, rs in by_side.items()},
+        }
+    import transformers
+
+    return {
+        "setup": dataclasses.asdict(s),
+        "params": {side: rs[0]["params"] for side, rs in by_side.items()},
+        "frozen_params": {side: rs[0]["frozen_params"] for side, rs in by_side.items()},
+        "buffers": {side: rs[0]["buffers"] for side, rs in by_side.items()},
+        "modes": modes,
+        "cached_equals_uncached": check,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+        "machine": {"processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count()},
+        "notes": [
+            "fullrank length penalty ((5+|Y|)/6)^alpha (GNMT); HF length_penalty=alpha divides by "
+            "|Y|^alpha. EOS is suppressed, so every hypothesis has the same length and the "
+            "penalty does not change the search; both use the exact stopping bound "
+            "(HF early_stopping='never').",
+            "HF Marian adds final_logits_bias (a (1, V) buffer) to the logits and keeps its "
+            "sinusoidal positions as a frozen parameter; fullrank keeps them as a buffer.",
+        ],
+    }
+
+
+def markdown(rep: dict) -> str:
+    s = rep["setup"]
+    lines = [
+        "# Decoding speed: fullrank vs Hugging Face `generate`",
+        "",
+        f"Model: d_model {s['d_model']}, {s['n_layers']}+{s['n_layers']} layers, {s['n_heads']} "
+        f"heads, d_ff {s['d_ff']}, shared vocabulary {s['vocab_size']}; trainable parameters "
+        f"fullrank {rep['params']['fullrank']:,}, HF Marian {rep['params']['hf']:,}. "
+        f"{s['batch']} sources of {s['src_len']} tokens, {s['new_tokens']} new tokens (EOS "
+        f"suppressed), beam {s['beam']} with α = {s['alpha']}, float32, {s['threads']} threads, "
+        f"one untimed warm-up per subprocess, {len(rep['modes']['beam']['paired_ratios'])} "
+        f"interleaved rounds.",
+        "",
+        "| mode | fullrank sent/s (median) | HF sent/s (median) | ratio of medians "
+        "| median paired ratio | per-round ratios |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode, m in rep["modes"].items():
+        per = ", ".join(f"{r:.2f}" for r in m["paired_ratios"])
+        lines.append(f"| {mode} | {m['fullrank_median']:.2f} | {m['hf_median']:.2f} | "
+                     f"{m['ratio_of_medians']:.2f}× | {m['median_paired_ratio']:.2f}× | {per} |")
+    check = rep["cached_equals_uncached"]
+    if check:
+        lines += ["", "fullrank cached = uncached reference decoder on these inputs: " + ", ".join(
+            f"{mode} {'identical' if c['identical'] else 'DIFFERENT'} ({c['sentences']} sentences)"
+            for mode, c in check.items()) + "."]
+    lines += ["", *[f"- {n}" for n in rep["notes"]],
+              f"- torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}, "
+              f"{rep['machine']['processor']} ({rep['machine']['cpu_count']} CPUs)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="base")
+    ap.add_argument("--d-model", type=int)
+    ap.add_argument("--n-layers", type=int)
+    ap.add_argument("--n-heads", type=int)
+    ap.add_argument("--d-ff", type=int)
+    ap.add_argument("--vocab-size", type=int)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--src-len", type=int, default=30)
+    ap.add_argument("--new-tokens", type=int, default=50)
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--alpha", type=float, default=0.6)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-verify", action="store_true", help="skip the cached = uncached check")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--job", choices=["fullrank", "hf", "verify"], help=argparse.SUPPRESS)
+    ap.add_argument("--setup", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.job:  # inside a subprocess
+        s = Setup(**json.loads(args.setup))
+        result = verify(s) if args.job == "verify" else worker(args.job, s)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+
+    dims = {**PRESETS[args.preset], **{k: v for k, v in dict(
+        d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, d_ff=args.d_ff,
+        vocab_size=args.vocab_size).items() if v is not None}}
+    s = Setup(**dims, batch=args.batch, src_len=args.src_len, new_tokens=args.new_tokens,
+              beam=args.beam, alpha=args.alpha, threads=args.threads)
+    print(f"setup: {s}", flush=True)
+    check = None
+    if not args.no_verify:
+        check = spawn("verify", s)
+        print(f"fullrank cached = uncached reference: {check}", flush=True)
+    runs = []
+    for r in range(args.rounds):
+        for side in ("fullrank", "hf"):  # A, B, A, B, ...
+            res = spawn(side, s)
+            runs.append(res)
+            times = ", ".join(f"{m} {s.batch / t:.2f} sent/s" for m, t in res["seconds"].items())
+            print(f"round {r + 1} {side:8s} params {res['params']:,}: {times}", flush=True)
+    rep = summarise(s, runs, check)
+    if rep["params"]["fullrank"] != rep["params"]["hf"]:
+        print(f"WARNING: parameter counts differ: {rep['params']}", flush=True)
+    md = markdown(rep)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"decode-{args.preset}" if dims == PRESETS[args.preset] else "decode-custom"
+    (args.out / f"{stem}.md").write_text(md)
+    (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=2) + "\n")
+    print(md)
+    print(f"wrote {args.out / stem}.md and .json")
+
+
+if __name__ == "__main__":
+    main()

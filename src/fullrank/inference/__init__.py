@@ -1,0 +1,35 @@
+"""Decoding: greedy and beam search for translation, sampling for language models.
+
+The search functions take a :class:`Decoder` (a step function with reorderable state), never a
+model class; adapters wrap the models' ``decode_step`` and key/value cache::
+
+    from fullrank.inference import Seq2SeqDecoder, beam_search, max_output_len
+
+    model.eval()
+    hyps = beam_search(Seq2SeqDecoder(model, src, src_mask), batch_size=len(src), beam_size=4,
+                       alpha=0.6, bos_id=bos, eos_id=eos, max_len=max_output_len(src_mask.sum(1)))
+    best = [h[0].tokens for h in hyps]
+
+    text = sample(LMDecoder(lm), prompt, max_new_tokens=200, temperature=0.8, top_k=40)
+"""
+
+from fullrank.inference.decoders import (Decoder, LMDecoder, Seq2SeqDecoder, UncachedLMDecoder,
+                                         UncachedSeq2SeqDecoder)
+from fullrank.inference.sampling import next_token, sample
+from fullrank.inference.search import (Hypothesis, beam_search, greedy_search, length_penalty,
+                                       max_output_len)
+
+__all__ = [
+    "Decoder",
+    "Hypothesis",
+    "LMDecoder",
+    "Seq2SeqDecoder",
+    "UncachedLMDecoder",
+    "UncachedSeq2SeqDecoder",
+    "beam_search",
+    "greedy_search",
+    "length_penalty",
+    "max_output_len",
+    "next_token",
+    "sample",
+]

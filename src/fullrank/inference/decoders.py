@@ -1,0 +1,221 @@
+"""Decoder state adapters: what the search functions call instead of a model.
+
+The search functions (:mod:`fullrank.inference.search`, :mod:`fullrank.inference.sampling`) know
+nothing of model classes (STYLE.md §3.11). They drive a :class:`Decoder` — an object that turns
+new tokens into next-token logits, advancing its own state, and that can reorder or prune the
+rows of that state when beam search reorders hypotheses or drops finished sentences. Adapters
+wrap a model's ``encode``/``decode_step``/``init_cache`` methods by duck typing:
+
+- :class:`Seq2SeqDecoder` — an encoder-decoder with a key/value cache. It encodes the source
+  once; cross-attention keys/values are projected from the encoder output on the first step and
+  then read from the cache.
+- :class:`UncachedSeq2SeqDecoder` — the reference: it keeps the whole target prefix and
+  recomputes the decoder over all of it at every step. Cached decoding is tested against it.
+- :class:`LMDecoder` and :class:`UncachedLMDecoder` — the same two for a decoder-only language
+  model.
+
+Shapes: ``B`` rows (sentences, or sentences × beams), ``S`` source length, ``T`` target length so
+far, ``t`` new tokens per step, ``D`` d_model, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from fullrank.errors import ConfigError
+from fullrank.layers.kv_cache import DecoderCache
+
+
+class Decoder(Protocol):
+    """Something that decodes: the interface of every search function.
+
+    Attributes:
+        device: where the search should create its token tensors.
+    """
+
+    device: torch.device
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Feed ``tokens (B, t)`` (the newest target tokens of each row) and return the logits
+        ``(B, t, V)`` of the token that follows each; advances the state by ``t`` positions."""
+        ...
+
+    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
+        """Keep rows ``index (B',)`` of all state, in that order (rows may repeat or vanish).
+
+        ``beams_only=True`` promises that ``index`` maps every row to a row decoding the same
+        source (beam search exchanging histories among one sentence's beams, with the number
+        of rows unchanged), so source-side state — encoder output, its mask and the
+        cross-attention keys/values — can stay as it is.
+        """
+        ...
+
+
+class Seq2SeqModel(Protocol):
+    """What :class:`Seq2SeqDecoder` needs of an encoder-decoder (``EncoderDecoder`` has it)."""
+
+    training: bool
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
+
+    def init_cache(self) -> DecoderCache: ...
+
+    def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
+                    src_mask: Tensor | None = None) -> Tensor: ...
+
+    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
+               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor: ...
+
+    def logits(self, h: Tensor) -> Tensor: ...
+
+
+class LanguageModel(Protocol):
+    """What :class:`LMDecoder` needs of a decoder-only model (``DecoderLM`` has it)."""
+
+    training: bool
+
+    def __call__(self, tokens: Tensor) -> Tensor: ...
+
+    def init_cache(self) -> DecoderCache: ...
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache, *,
+                    mask: Tensor | None = None) -> Tensor: ...
+
+
+def _check_eval(model: Seq2SeqModel | LanguageModel) -> None:
+    if model.training:
+        raise ConfigError("the model is in training mode (dropout active); call model.eval() "
+                          "before decoding")
+
+
+def _source(src: Tensor, src_mask: Tensor | None) -> Tensor | None:
+    """The source mask to pass on: ``None`` when nothing is padded (the unmasked, faster path)."""
+    if src_mask is None:
+        return None
+    if src_mask.shape != src.shape or src_mask.dtype != torch.bool:
+        raise ConfigError(f"src_mask must be a bool tensor of the source's shape {tuple(src.shape)}, "
+                          f"got {src_mask.dtype} {tuple(src_mask.shape)}")
+    return None if bool(src_mask.all()) else src_mask
+
+
+class Seq2SeqDecoder:
+    """Cached incremental decoding of an encoder-decoder over a batch of sources.
+
+    The source is encoded once, here. Beam search starts with one row per sentence and widens
+    to ``beam_size`` rows with :meth:`reorder` after the first step, so the first decoder step
+    and the cross-attention key/value projection run on ``B`` rows rather than ``B × beam``.
+
+    Args:
+        model: an encoder-decoder in eval mode (duck-typed, see :class:`Seq2SeqModel`).
+        src: source ids ``(B, S)``.
+        src_mask: ``(B, S)`` bool, ``True`` = real token; ``None`` = no padding.
+    """
+
+    @torch.inference_mode()
+    def __init__(self, model: Seq2SeqModel, src: Tensor, src_mask: Tensor | None = None) -> None:
+        _check_eval(model)
+        self.model = model
+        self.src_mask = _source(src, src_mask)                 # (B, S) or None
+        self.memory = model.encode(src, self.src_mask)         # (B, S, D)
+        self.cache = model.init_cache()
+        self.device = src.device
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → logits ``(B, t, V)``; appends to the self-attention cache."""
+        return self.model.decode_step(tokens, self.memory, self.cache, src_mask=self.src_mask)
+
+    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
+        """Keep rows ``index (B',)``; see :meth:`Decoder.reorder`."""
+        if beams_only:
+            # Beams of one sentence share the source: its cross-attention keys/values, memory
+            # and mask rows are already identical, so only the self-attention caches move.
+            for c in self.cache.self_attn:
+                c.reorder(index)
+            return
+        self.cache.reorder(index)
+        self.memory = self.memory.index_select(0, index)       # (B', S, D)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, index)  # (B', S)
+
+
+class UncachedSeq2SeqDecoder:
+    """Reference decoding without a target cache: every step runs the decoder over the whole
+    target prefix (BOS included) and returns the logits of the newest positions.
+
+    Quadratic in the output length; it exists to check :class:`Seq2SeqDecoder` (same outputs)
+    and to serve as the benchmark's reference. The source is encoded once, as for the cached one.
+    """
+
+    @torch.inference_mode()
+    def __init__(self, model: Seq2SeqModel, src: Tensor, src_mask: Tensor | None = None) -> None:
+        _check_eval(model)
+        self.model = model
+        self.src_mask = _source(src, src_mask)                          # (B, S) or None
+        self.memory = model.encode(src, self.src_mask)                  # (B, S, D)
+        self.prefix = src.new_empty(src.shape[0], 0)                     # (B, T)
+        self.device = src.device
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
+        self.prefix = torch.cat([self.prefix, tokens], dim=1)           # (B, T + t)
+        h = self.model.decode(self.prefix, self.memory, src_mask=self.src_mask)  # (B, T + t, D)
+        return self.model.logits(h[:, -tokens.shape[1]:])                # (B, t, V)
+
+    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
+        """Keep rows ``index (B',)`` of the prefix, memory and mask."""
+        self.prefix = self.prefix.index_select(0, index)
+        self.memory = self.memory.index_select(0, index)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, index)
+
+
+class LMDecoder:
+    """Cached incremental decoding of a decoder-only language model.
+
+    Rows must be aligned: every row's prompt has the same length (no padding), so positions
+    agree across the batch. The model's ``max_len`` bounds prompt plus generated tokens.
+    """
+
+    def __init__(self, model: LanguageModel, *, device: torch.device | str | None = None) -> None:
+        _check_eval(model)
+        self.model = model
+        self.cache = model.init_cache()
+        self.device = torch.device(device) if device is not None else _param_device(model)
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → logits ``(B, t, V)``; a prompt may be fed in one step."""
+        return self.model.decode_step(tokens, self.cache)
+
+    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
+        """Keep rows ``index (B',)`` of the cache."""
+        self.cache.reorder(index)
+
+
+class UncachedLMDecoder:
+    """Reference LM decoding: recomputes the model over the whole prefix at every step."""
+
+    def __init__(self, model: LanguageModel, *, device: torch.device | str | None = None) -> None:
+        _check_eval(model)
+        self.model = model
+        self.prefix: Tensor | None = None                                # (B, T)
+        self.device = torch.device(device) if device is not None else _param_device(model)
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
+        self.prefix = tokens if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
+        return self.model(self.prefix)[:, -tokens.shape[1]:]            # (B, t, V)
+
+    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
+        """Keep rows ``index (B',)`` of the prefix."""
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)
+
+
+def _param_device(model: object) -> torch.device:
+    """The device of the model's first parameter (CPU for a parameterless stand-in)."""
+    params = getattr(model, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return first.device if first is not None else torch.device("cpu")

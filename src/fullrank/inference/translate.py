@@ -1,0 +1,71 @@
+"""Translate lines of text: tokenize, sort by length, batch, beam search, detokenize, restore order.
+
+Sources are encoded as in training (tokens + EOS). Empty lines translate to empty lines. The
+maximum output length is ``a·|src| + b`` ([V17] §6.1: input length + 50), capped by the model's
+positional table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from fullrank.data.tokenizers import Tokenizer
+from fullrank.errors import DataError
+from fullrank.inference.decoders import Seq2SeqDecoder
+from fullrank.inference.search import beam_search, greedy_search, max_output_len
+
+
+@torch.inference_mode()
+def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, beam: int = 4,
+              alpha: float = 0.6, a: float = 1.0, b: int = 50, batch_size: int = 64,
+              n_best: int = 1, progress: bool = False) -> list[list[str]]:
+    """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
+
+    Args:
+        model: an encoder-decoder in eval mode (duck-typed: ``encode``/``decode_step``…, and a
+            ``config`` with ``max_len``).
+        tokenizer: the shared source/target tokenizer saved with the checkpoint.
+        lines: source sentences, one per entry.
+        beam: beam size ``k`` (1 = greedy search).
+        alpha: GNMT length-penalty exponent.
+        a, b: maximum output length ``a·|src| + b`` tokens.
+        batch_size: sentences per batch (sorted by length, so padding is small).
+        n_best: translations per line (``≤ beam``).
+        progress: show a progress bar over batches.
+    """
+    max_len = model.config.max_len  # type: ignore[union-attr]
+    device = next(model.parameters()).device
+    encoded = tokenizer.encode_batch([line.strip() for line in lines])
+    results: list[list[str]] = [[""] * n_best for _ in lines]
+    todo = [i for i, ids in enumerate(encoded) if ids]
+    for i in todo:
+        if len(encoded[i]) + 1 > max_len:
+            raise DataError(f"line {i + 1}: {len(encoded[i]) + 1} source tokens exceed the "
+                            f"model's max_len={max_len}; split the line")
+    todo.sort(key=lambda i: -len(encoded[i]))
+    batches = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
+    for batch in tqdm(batches, disable=not progress, desc="translate", unit="batch"):
+        seqs = [encoded[i] + [tokenizer.eos_id] for i in batch]
+        width = max(len(s) for s in seqs)
+        src = torch.full((len(seqs), width), tokenizer.pad_id, dtype=torch.long)
+        for r, s in enumerate(seqs):
+            src[r, : len(s)] = torch.tensor(s)
+        src_mask = src != tokenizer.pad_id
+        src, src_mask = src.to(device), src_mask.to(device)
+        lengths = max_output_len([len(s) - 1 for s in seqs], a=a, b=b).clamp(max=max_len - 1)
+        decoder = Seq2SeqDecoder(model, src, src_mask)  # type: ignore[arg-type]
+        if beam == 1:
+            outs = greedy_search(decoder, batch_size=len(seqs), bos_id=tokenizer.bos_id,
+                                 eos_id=tokenizer.eos_id, max_len=lengths)
+            for i, ids in zip(batch, outs):
+                results[i] = [tokenizer.decode(ids)] * n_best
+            continue
+        hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=tokenizer.bos_id,
+                           eos_id=tokenizer.eos_id, max_len=lengths, alpha=alpha, n_best=n_best)
+        for i, sentence in zip(batch, hyps):
+            results[i] = [tokenizer.decode(h.tokens) for h in sentence]
+    return results
