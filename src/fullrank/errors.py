@@ -28,6 +28,15 @@ class CheckpointError(FullrankError, ValueError):
 
 
 def closest(name: str, choices: Iterable[str]) -> str:
-    """Return ``" (did you mean 'x'?)"`` for the closest of ``choices`` to ``name``, or ``""``."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean '{match[0]}'?)" if match else ""
+    """Return ``" (did you mean 'x'?)"`` for the closest of ``choices`` to ``name``, or ``""``.
+
+    Similarity is difflib's ratio, raised to 0.9 when one name is a whole ``_``-separated word of
+    the other (``lr_rate`` → ``lr``).
+    """
+    def score(choice: str) -> float:
+        ratio = difflib.SequenceMatcher(None, name.lower(), choice.lower()).ratio()
+        words = (set(name.lower().split("_")), set(choice.lower().split("_")))
+        return max(ratio, 0.9 if choice.lower() in words[0] or name.lower() in words[1] else 0.0)
+
+    best = max(choices, key=score, default=None)
+    return f" (did you mean '{best}'?)" if best is not None and score(best) >= 0.5 else ""

@@ -10,13 +10,22 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from fullrank.cli import info
+from fullrank.cli import eval as eval_cmd
+from fullrank.cli import average, bleu, generate, grid, info, plot, train, translate
 from fullrank.errors import FullrankError
 
 # name → (module's add_arguments, module's run, one-line help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int], str]] = {
     "info": (info.add_arguments, info.run, info.HELP),
+    "train": (train.add_arguments, train.run, train.HELP),
+    "eval": (eval_cmd.add_arguments, eval_cmd.run, eval_cmd.HELP),
+    "generate": (generate.add_arguments, generate.run, generate.HELP),
+    "plot": (plot.add_arguments, plot.run, plot.HELP),
+    "translate": (translate.add_arguments, translate.run, translate.HELP),
+    "average": (average.add_arguments, average.run, average.HELP),
+    "bleu": (bleu.add_arguments, bleu.run, bleu.HELP),
+    "grid": (grid.add_arguments, grid.run, grid.HELP),
 }
 
 
@@ -31,7 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may also come after options (`train cfg --resume a.b=1`)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return COMMANDS[args.command][1](args)
     except FullrankError as e:

@@ -1,0 +1,49 @@
+"""``fullrank eval CKPT --data FILE``: exact per-token perplexity of a language model."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from fullrank.data.corpus import tokenize_file
+from fullrank.data.lm import LMBlocks
+from fullrank.data.tokenizers import ensure_vocab_matches
+from fullrank.errors import CheckpointError
+from fullrank.training.checkpoints import load_checkpoint
+from fullrank.training.distributed import pick_device
+from fullrank.training.tasks import LanguageModeling
+
+HELP = "Perplexity of a language-model checkpoint on a text file (every token, exactly once)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
+    p.add_argument("--data", required=True, help="text file to evaluate on")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--cache-dir", default=None,
+                   help="token cache directory (default: a temporary one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    device = pick_device(args.device)
+    ckpt = load_checkpoint(args.checkpoint, device=device)
+    if ckpt.task != "lm" or ckpt.tokenizer is None:
+        raise CheckpointError(f"{ckpt.path}: `fullrank eval` needs a language-model checkpoint "
+                              f"with its tokenizer (this one has task={ckpt.task!r})")
+    ensure_vocab_matches(ckpt.tokenizer, ckpt.config.vocab_size, str(ckpt.path))
+    eos_per_line = bool(ckpt.meta.get("data", {}).get("eos_per_line", False))
+    with tempfile.TemporaryDirectory() as tmp:
+        ids = tokenize_file(args.data, ckpt.tokenizer, args.cache_dir or Path(tmp),
+                            eos_per_line=eos_per_line)
+        blocks = LMBlocks(ids, seq_len=ckpt.config.seq_len, batch_size=args.batch_size,
+                          name=str(args.data))
+        result = LanguageModeling().evaluate(ckpt.model, blocks.eval_batches(args.batch_size),
+                                             device)
+    Console(highlight=False).print(
+        f"{args.data}: loss {result['loss']:.4f} nats/token · perplexity {result['ppl']:.2f} "
+        f"· {result['tokens']:,} tokens · {ckpt.path}")
+    return 0

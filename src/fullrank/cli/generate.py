@@ -1,0 +1,35 @@
+"""``fullrank generate CKPT --prompt …``: sample text from a language-model checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+
+from fullrank.errors import CheckpointError
+from fullrank.recipes.lm import generate_text
+from fullrank.training.checkpoints import load_checkpoint
+from fullrank.training.distributed import pick_device
+
+HELP = "Sample a continuation of a prompt from a language-model checkpoint."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="0 = greedy; higher = more random")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_new_tokens < 0 or args.temperature < 0 or (args.top_k is not None and args.top_k < 1):
+        raise CheckpointError("--max-new-tokens and --temperature must be >= 0 and --top-k >= 1")
+    ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
+    if ckpt.task != "lm" or ckpt.tokenizer is None:
+        raise CheckpointError(f"{ckpt.path}: `fullrank generate` needs a language-model "
+                              f"checkpoint with its tokenizer (this one has task={ckpt.task!r})")
+    print(generate_text(ckpt.model, ckpt.tokenizer, args.prompt, args.max_new_tokens,
+                        args.temperature, args.top_k, seed=args.seed))
+    return 0

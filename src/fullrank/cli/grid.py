@@ -1,0 +1,39 @@
+"""``fullrank grid configs/mt/table3 --rows A B``: run rows of a grid and tabulate them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from fullrank.recipes.grid import COLUMNS, run_grid
+from fullrank.recipes.mt import run_mt
+
+HELP = "Run chosen rows of a folder of experiment files (e.g. [V17] Table 3) and tabulate them."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", help="folder of experiment files, e.g. configs/mt/table3")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="overrides applied to every row, e.g. train.steps=2000")
+    p.add_argument("--rows", nargs="*", default=["all"],
+                   help="row names or groups (A = every A_ row); default: all")
+    p.add_argument("--out", default=None, help="where table.md/table.csv go (default: runs/<folder>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    out = Path(args.out) if args.out else Path("runs") / folder.name
+    lines = run_grid(folder, args.rows, args.overrides,
+                     lambda exp: run_mt(exp, resume="auto", progress=not args.quiet), out)
+    table = Table(title=f"{folder.name} ({out / 'table.md'})")
+    shown = [c for c in COLUMNS if c != "paper_row"]
+    for c in shown:
+        table.add_column(c, justify="right")
+    for line in lines:
+        table.add_row(*("" if line[c] is None else str(line[c]) for c in shown))
+    Console().print(table)
+    return 0

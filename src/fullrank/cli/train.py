@@ -1,0 +1,43 @@
+"""``fullrank train CONFIG [key=value …] [--resume]``: run an experiment file."""
+
+from __future__ import annotations
+
+import argparse
+
+from fullrank.errors import ConfigError
+from fullrank.recipes.config import load_experiment
+from fullrank.recipes.lm import run_lm
+from fullrank.recipes.mt import run_mt
+
+HELP = "Train a model from an experiment file (YAML/TOML), with dotted key=value overrides."
+
+# the recipe of each task
+RECIPES = {"lm": run_lm, "mt": run_mt}
+RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
+                "never": "never"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="experiment file, e.g. configs/lm/shakespeare_char.yaml")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="overrides such as train.steps=500 model.d_head=64; "
+                        "resume=auto continues the run if it has a checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run from its latest checkpoint, exactly")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    resume = "always" if args.resume else "never"
+    overrides = []
+    for item in args.overrides:
+        if item.startswith("resume="):
+            word = item.split("=", 1)[1]
+            if word not in RESUME_WORDS:
+                raise ConfigError(f"'{item}': resume must be auto, true or false")
+            resume = RESUME_WORDS[word]
+        else:
+            overrides.append(item)
+    exp = load_experiment(args.config, overrides)
+    RECIPES[exp.task](exp, resume=resume, progress=not args.quiet)
+    return 0

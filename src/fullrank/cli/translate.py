@@ -1,0 +1,51 @@
+"""``fullrank translate CKPT [--beam 4 --alpha 0.6 …] < input > output``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fullrank.data.text import read_lines
+from fullrank.errors import CheckpointError, ConfigError
+from fullrank.inference.translate import translate
+from fullrank.training.checkpoints import load_checkpoint
+from fullrank.training.distributed import pick_device
+
+HELP = "Translate lines from stdin (or --input) with beam search; one output line per input line."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
+    p.add_argument("--input", "-i", default=None, help="file to translate (default: stdin)")
+    p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
+    p.add_argument("--beam", type=int, default=4, help="beam size k; 1 = greedy ([V17]: 4)")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty α ([V17]: 0.6)")
+    p.add_argument("--max-len-a", type=float, default=1.0, help="max output length a·|src| + b")
+    p.add_argument("--max-len-b", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    p.add_argument("--n-best", type=int, default=1,
+                   help="print the n best translations of each line, tab-separated")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.beam < 1 or args.batch_size < 1 or not 1 <= args.n_best <= args.beam:
+        raise ConfigError("--beam and --batch-size must be >= 1 and 1 <= --n-best <= --beam")
+    ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
+    if ckpt.task != "mt" or ckpt.tokenizer is None:
+        raise CheckpointError(f"{ckpt.path}: `fullrank translate` needs a translation checkpoint "
+                              f"with its tokenizer (this one has task={ckpt.task!r})")
+    if args.input:
+        lines = read_lines(args.input, allow_blank=True)
+    else:
+        lines = sys.stdin.read().splitlines()
+    outputs = translate(ckpt.model, ckpt.tokenizer, lines, beam=args.beam, alpha=args.alpha,
+                        a=args.max_len_a, b=args.max_len_b, batch_size=args.batch_size,
+                        n_best=args.n_best, progress=args.input is not None)
+    text = "".join("\t".join(o) + "\n" for o in outputs)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0

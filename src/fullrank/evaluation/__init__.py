@@ -1,0 +1,1 @@
+"""Evaluation metrics: BLEU and chrF through sacrebleu (never re-implemented)."""

@@ -1,0 +1,1 @@
+"""Recipes: experiment files turned into runs (tokenizer, data, model, training, report)."""

@@ -1,0 +1,273 @@
+"""Experiment files: YAML or TOML → validated dataclasses, with ``dotted.key=value`` overrides.
+
+Flow (STYLE.md §3.5): dataclass defaults → file → overrides. Parsing and type validation are
+pydantic's; an unknown key is rejected by name with the closest valid key, a wrong type or value
+by name with what is expected — always one line. The resolved config is saved with every run.
+
+An experiment file has the sections ``name``, ``task``, ``model`` (fields of the task's model
+config, optionally starting from ``preset: NAME``; ``vocab_size`` comes from the tokenizer),
+``data``, ``train``, ``sample`` (language models) and ``decode`` (translation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from fullrank.data.tokenizers import TokenizerKind
+from fullrank.errors import ConfigError, FullrankError, closest
+from fullrank.models import FAMILIES, ModelConfig, config_to_dict
+from fullrank.models.decoder_lm import DecoderLMConfig
+from fullrank.models.encoder_decoder import EncoderDecoderConfig
+from fullrank.models.presets import preset
+from fullrank.training.config import TrainConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+Task = Literal["lm", "mt"]
+# the model family each task trains
+TASK_MODELS: dict[str, type] = {"lm": DecoderLMConfig, "mt": EncoderDecoderConfig}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Where the data is and how it is tokenised.
+
+    Relative paths are joined to ``root``, which is itself relative to the working directory.
+    For ``task: mt`` the ``train``/``valid``/``test`` entries are file prefixes: the files are
+    ``PREFIX.SRC_LANG`` and ``PREFIX.TGT_LANG``.
+
+    Attributes:
+        root: directory the other paths are relative to (e.g. ``../shared/data``).
+        train, valid, test: files (LM) or file prefixes (MT).
+        tokenizer: ``char``, ``bpe``, ``word`` or ``wordpiece``.
+        vocab_size: vocabulary size to train (``None``: every symbol, for char/word).
+        tokenizer_file: use this ``tokenizer.json`` instead of training one.
+        eos_per_line: end every line with ``</s>`` (word-level LM corpora such as PTB).
+        cache_dir: where tokenised corpora are cached.
+        src_lang, tgt_lang: translation direction (``en``, ``de``).
+        max_tokens: translation batch budget in tokens ([V17] §5.1).
+        max_len: translation pairs longer than this (in tokens) are dropped and counted.
+    """
+
+    root: str = "."
+    train: str
+    valid: str | None = None
+    test: str | None = None
+    tokenizer: TokenizerKind = "char"
+    vocab_size: int | None = None
+    tokenizer_file: str | None = None
+    eos_per_line: bool = False
+    cache_dir: str = ".cache/fullrank"
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    max_tokens: int = 4096
+    max_len: int = 128
+
+    def path(self, name: str) -> Path:
+        """``root / name`` (absolute names stay as they are)."""
+        return Path(self.root) / name
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleConfig:
+    """The text sample printed at the end of a language-model run."""
+
+    prompt: str = "\n"
+    max_new_tokens: int = 300
+    temperature: float = 0.8
+    top_k: int | None = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeConfig:
+    """How a translation run is evaluated at the end ([V17] §6.1).
+
+    Attributes:
+        beam, alpha: beam size and GNMT length-penalty exponent (paper: 4 and 0.6).
+        a, b: maximum output length ``a·|src| + b`` (paper: input length + 50).
+        batch_size: sentences decoded together.
+        average_last: also evaluate the average of the last K checkpoints (0 = no averaging).
+        splits: which of ``valid``/``test`` to translate and score.
+    """
+
+    beam: int = 4
+    alpha: float = 0.6
+    a: float = 1.0
+    b: int = 50
+    batch_size: int = 64
+    average_last: int = 5
+    splits: tuple[str, ...] = ("valid", "test")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    """One experiment: what to train, on what, how. ``model`` holds the model section as written
+    (validated against the task's model config); :meth:`model_config` completes it."""
+
+    name: str
+    task: Task = "lm"
+    model: dict[str, Any] = field(default_factory=dict)
+    data: DataConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    out_dir: str = "runs"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.name
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The model config with ``vocab_size`` from the tokenizer."""
+        return build_model_config(self.task, self.model, vocab_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# unknown keys are errors, in every section (pydantic reads this attribute of a dataclass)
+for _cls in (DataConfig, SampleConfig, DecodeConfig, ExperimentConfig, TrainConfig,
+             *(cfg for cfg, _ in FAMILIES.values())):
+    _cls.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
+
+
+def build_model_config(task: str, section: dict[str, Any], vocab_size: int) -> ModelConfig:
+    """The task's model config from a ``model`` section (``preset`` first, then the fields)."""
+    fields = dict(section)
+    cls = TASK_MODELS[task]
+    base: dict[str, Any] = {}
+    if "preset" in fields:
+        start = preset(str(fields.pop("preset")))
+        if type(start) is not cls:
+            raise ConfigError(f"model.preset is a {type(start).__name__}, but task '{task}' "
+                              f"trains a {cls.__name__}")
+        base = dataclasses.asdict(start)
+    merged = {**base, **fields, "vocab_size": fields.get("vocab_size", vocab_size)}
+    try:
+        return TypeAdapter(cls).validate_python(merged)
+    except ValidationError as e:
+        raise ConfigError(_describe(e, cls, prefix="model")) from None
+
+
+# --------------------------------------------------------------------------------- errors
+def _field_type(cls: Any, name: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    return hints.get(name)
+
+
+def _describe(error: ValidationError, root: Any, prefix: str = "") -> str:
+    """The first pydantic error as one line: the dotted key, what is wrong, the closest key."""
+    first = error.errors()[0]
+    loc = [str(p) for p in first["loc"]]
+    dotted = ".".join([prefix, *loc] if prefix else loc)
+    if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        owner: Any = root
+        for part in loc[:-1]:
+            owner = _field_type(owner, part) if dataclasses.is_dataclass(owner) else None
+        names = [f.name for f in dataclasses.fields(owner)] if dataclasses.is_dataclass(owner) else []
+        return f"unknown key '{dotted}'{closest(loc[-1], names)}"
+    if first["type"] == "missing" or first["type"] == "missing_argument":
+        return f"missing key '{dotted}'"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "value_error":  # our own validation: already names the field
+        return msg
+    return f"{dotted}: {msg} (got {first.get('input')!r})"
+
+
+# --------------------------------------------------------------------------------- loading
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, section by section (nested mappings merge, the rest replaces)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Parse a YAML or TOML file into a dict; one-line errors for missing/invalid files.
+
+    ``extends: OTHER_FILE`` (relative to this file) starts from that file's contents, so a
+    variant states only what it changes.
+    """
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:
+        detail = " ".join(str(e).split())
+        raise ConfigError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'} "
+                          f"({detail})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (name, task, model, data, "
+                          f"train), got {type(data).__name__}")
+    if "extends" in data:
+        parent = (path.parent / str(data.pop("extends"))).resolve()
+        if parent in _seen:
+            raise ConfigError(f"{path}: 'extends' loops back to {parent}")
+        data = _merge(read_file(parent, (*_seen, path.resolve())), data)
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` strings (values parsed as YAML: ``3``, ``0.1``, ``null``, ``true``)."""
+    out = dict(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value "
+                              f"(e.g. train.steps=100)")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            node[part] = dict(child) if isinstance(child, dict) else {}
+            node = node[part]
+        node[parts[-1]] = value
+    return out
+
+
+def parse_experiment(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    """Validate a dict into an :class:`ExperimentConfig` (the model section too)."""
+    try:
+        exp = TypeAdapter(ExperimentConfig).validate_python(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_describe(e, ExperimentConfig)}") from None
+    try:  # check the model section now, with a stand-in vocabulary size
+        build_model_config(exp.task, exp.model, exp.model.get("vocab_size", 1) or 1)
+    except FullrankError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return exp
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read, override and validate an experiment file."""
+    path = Path(path)
+    return parse_experiment(apply_overrides(read_file(path), overrides or []), str(path))
+
+
+def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) -> None:
+    """Write the resolved experiment (model section complete) as YAML."""
+    data = exp.to_dict()
+    model = config_to_dict(model_config)
+    model.pop("family")
+    data["model"] = model
+    data["train"]["betas"] = list(data["train"]["betas"])
+    data["decode"]["splits"] = list(data["decode"]["splits"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

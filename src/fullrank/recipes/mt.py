@@ -1,0 +1,162 @@
+"""The translation recipe ([V17] §5–6): shared BPE → token-bucketed batches → ``EncoderDecoder``
+with label smoothing and the Noam schedule → beam search on the last checkpoint and on the
+average of the last K → sacreBLEU, chrF and tokenized lowercased BLEU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from torch import nn
+
+from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
+from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
+from fullrank.errors import ConfigError
+from fullrank.evaluation.bleu import score
+from fullrank.inference.translate import translate
+from fullrank.models import build_model
+from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
+from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
+from fullrank.training.averaging import average_checkpoints, last_checkpoints
+from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
+from fullrank.training.distributed import DistInfo, setup, teardown
+from fullrank.training.loop import RunOutput, train
+from fullrank.training.metrics import plot_run
+from fullrank.training.tasks import Translation
+
+
+def pair_files(data: DataConfig, prefix: str) -> tuple[Path, Path]:
+    """``(PREFIX.SRC_LANG, PREFIX.TGT_LANG)`` under ``data.root``."""
+    if not data.src_lang or not data.tgt_lang:
+        raise ConfigError("task 'mt' needs data.src_lang and data.tgt_lang (e.g. en and de)")
+    return data.path(f"{prefix}.{data.src_lang}"), data.path(f"{prefix}.{data.tgt_lang}")
+
+
+def load_split(data: DataConfig, prefix: str, tok: Tokenizer) -> tuple[list[tuple[str, str]], EncodedPairs]:
+    pairs = read_parallel(*pair_files(data, prefix))
+    return pairs, encode_pairs(pairs, tok, max_len=data.max_len)
+
+
+def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]],
+                  decode: DecodeConfig, out_file: Path, progress: bool) -> dict[str, Any]:
+    """Translate the sources of ``pairs``, write the output, and score it against the targets."""
+    start = time.perf_counter()
+    hyps = [h[0] for h in translate(model, tok, [s for s, _ in pairs], beam=decode.beam,
+                                    alpha=decode.alpha, a=decode.a, b=decode.b,
+                                    batch_size=decode.batch_size, progress=progress)]
+    seconds = time.perf_counter() - start
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    report = score(hyps, [t for _, t in pairs])
+    return {**dataclasses.asdict(report), "sentences_per_s": len(pairs) / seconds,
+            "output": str(out_file)}
+
+
+def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
+           console: Console | None = None) -> RunReport:
+    """Train and evaluate a translation model as ``exp`` describes."""
+    console = console or Console(highlight=False)
+    cfg, data = exp.train, exp.data
+    dist: DistInfo = setup(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    run_dir = exp.run_dir
+    start = find_resume_point(run_dir, resume)
+    tok = prepare_tokenizer(exp, list(pair_files(data, data.train)), run_dir, dist,
+                            resuming=start is not None)
+    model_cfg = exp.model_config(tok.vocab_size)
+    ensure_vocab_matches(tok, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
+    _, train_pairs = load_split(data, data.train, tok)
+    valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
+    test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(model_cfg)
+    torch.manual_seed(cfg.seed + dist.rank)
+    n_params = sum(p.numel() for p in model.parameters())
+    batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
+                              bos_id=tok.bos_id, eos_id=tok.eos_id, seed=cfg.seed,
+                              world=dist.world)
+    task = Translation(tok.pad_id, cfg.label_smoothing)
+    valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
+                                    bos_id=tok.bos_id, eos_id=tok.eos_id,
+                                    shuffle=False) if valid_pairs else None
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        assert valid_batches is not None
+        return task.evaluate(m, (valid_batches.get(0, i) for i in range(len(valid_batches))),
+                             dist.device, limit=cfg.eval_batches)
+
+    if dist.is_main:
+        save_resolved(exp, model_cfg, run_dir / "config.yaml")
+        dh, dv = model_cfg.head_sizes
+        console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · "
+                      f"{model_cfg.n_layers}+{model_cfg.decoder_layers} layers · d_model "
+                      f"{model_cfg.d_model} · {model_cfg.n_heads} heads × d_head {dh} (d_value "
+                      f"{dv}) · shared {tok.kind} vocabulary of {tok.vocab_size}")
+        console.print(f"data: {len(train_pairs):,} training pairs "
+                      f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
+                      f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch, padding "
+                      f"{100 * batches.padding_ratio():.1f}%"
+                      + (f" · resuming from {start.name}" if start else ""))
+    out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
+    result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
+                   progress=progress, evaluate=evaluate if valid_batches else None)
+    report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
+                       checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
+    report.extra["dropped_pairs"] = train_pairs.n_dropped
+    if dist.is_main:
+        if valid_batches is not None:
+            report.valid = task.evaluate(model.eval(), (valid_batches.get(0, i)
+                                                        for i in range(len(valid_batches))),
+                                         dist.device)
+            console.print(f"valid: loss {report.valid['loss']:.4f} · perplexity "
+                          f"{report.valid['ppl']:.2f}")
+        report.extra["bleu"] = final_bleu(exp, run_dir, model, tok, valid_raw, test_raw,
+                                          progress, console)
+        report.extra["curves"] = str(plot_run(run_dir))
+        report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")
+        console.print(f"trained {result.state.step} steps in {result.seconds / 60:.1f} min; "
+                      f"results in {run_dir / 'results.json'}")
+    teardown()
+    return report
+
+
+def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Tokenizer,
+               valid_raw: list[tuple[str, str]], test_raw: list[tuple[str, str]],
+               progress: bool, console: Console) -> dict[str, Any]:
+    """BLEU of the last checkpoint and of the average of the last K, on the configured splits."""
+    decode = exp.decode
+    models: dict[str, nn.Module] = {"last": model.eval()}
+    k = decode.average_last
+    if k > 1:
+        try:
+            found = last_checkpoints(run_dir, k)
+        except Exception as e:  # fewer checkpoints than K: say so, score the last one only
+            console.print(f"[yellow]no averaging:[/yellow] {e}")
+        else:
+            avg = average_checkpoints(found, run_dir / f"averaged-last{k}")
+            models[f"avg{k}"] = load_checkpoint(avg, device=next(model.parameters()).device).model
+    splits = {"valid": valid_raw, "test": test_raw}
+    results: dict[str, Any] = {}
+    for split in decode.splits:
+        if not splits.get(split):
+            continue
+        for name, m in models.items():
+            out_file = run_dir / "translations" / f"{split}.{name}.{exp.data.tgt_lang}"
+            r = evaluate_bleu(m, tok, splits[split], decode, out_file, progress)
+            results[f"{split}.{name}"] = r
+            console.print(f"{split} ({name}) beam {decode.beam}, α {decode.alpha}: "
+                          f"sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
+                          f"lowercased BLEU {r['tokenized_lowercased']:.2f} "
+                          f"({r['sentences_per_s']:.1f} sentences/s)")
+    if results:
+        console.print(f"sacreBLEU signature: {next(iter(results.values()))['signature']}")
+    return results

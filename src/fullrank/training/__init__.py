@@ -1,0 +1,1 @@
+"""Training: one readable loop, schedules, losses, optimiser, checkpoints, distributed, metrics."""

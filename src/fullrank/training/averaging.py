@@ -1,0 +1,59 @@
+"""Checkpoint averaging ([V17] §6.1: the last 5 checkpoints of a base model).
+
+The elementwise mean of the saved parameters. Tied matrices are stored once in a checkpoint, so
+they are averaged once; the result is written as an ordinary checkpoint (same config and
+tokenizer), loadable like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from fullrank.errors import CheckpointError
+from fullrank.training.checkpoints import (MODEL_FILE, load_checkpoint, read_safetensors,
+                                           resolve, step_dirs, write_checkpoint)
+
+
+def last_checkpoints(run_dir: Path, k: int) -> list[Path]:
+    """The last ``k`` complete checkpoints of a run directory, oldest first."""
+    found = step_dirs(Path(run_dir) / "checkpoints") or step_dirs(Path(run_dir))
+    if len(found) < k:
+        raise CheckpointError(f"{run_dir}: {len(found)} checkpoints, fewer than --last {k}; "
+                              f"keep more with train.keep_last")
+    return found[-k:]
+
+
+@torch.no_grad()
+def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
+    """Average the weights of ``paths`` (same architecture) into a checkpoint at ``out``."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    dirs = [resolve(p) for p in paths]
+    first = load_checkpoint(dirs[0])
+    total: dict[str, torch.Tensor] | None = None
+    for d in dirs:
+        tensors, _ = read_safetensors(d / MODEL_FILE)
+        if total is None:
+            total = {k: v.double() for k, v in tensors.items()}
+            continue
+        if tensors.keys() != total.keys():
+            diff = sorted(set(tensors) ^ set(total))[0]
+            raise CheckpointError(f"{d / MODEL_FILE}: tensor '{diff}' is not in every checkpoint; "
+                                  f"only checkpoints of one architecture can be averaged")
+        for k, v in tensors.items():
+            if v.shape != total[k].shape:
+                raise CheckpointError(f"{d / MODEL_FILE}: tensor '{k}' has shape "
+                                      f"{tuple(v.shape)}, not {tuple(total[k].shape)}")
+            total[k] += v.double()
+    assert total is not None
+    model = first.model
+    state = model.state_dict()
+    # write the mean into the model (each stored tensor once; aliases share its storage)
+    for k, v in total.items():
+        state[k].copy_((v / len(dirs)).to(state[k].dtype))
+    meta = {k: v for k, v in first.meta.items() if k not in ("format", "model", "optimizer")}
+    meta["averaged"] = [str(d) for d in dirs]
+    return write_checkpoint(Path(out), model, first.config, first.tokenizer, meta)

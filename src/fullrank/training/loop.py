@@ -1,0 +1,211 @@
+"""The training loop: one readable function for every model family.
+
+``train`` receives a model, a :class:`~fullrank.training.tasks.Task` (how a batch becomes a
+loss), a :class:`BatchSource` (global batch ``index`` of ``epoch``, a pure function of the
+seed — so the loop's position is just two integers) and a :class:`TrainConfig`. It handles
+gradient accumulation, data parallelism (DDP), bf16 autocast, ``torch.compile``, clipping, the
+learning-rate schedule, periodic evaluation, metrics and atomic checkpoints, and resumes
+exactly from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from fullrank.data.tokenizers import Tokenizer
+from fullrank.models import ModelConfig
+from fullrank.training.checkpoints import load_training_state, save_training_checkpoint
+from fullrank.training.config import TrainConfig
+from fullrank.training.distributed import DistInfo, all_reduce_sum, barrier
+from fullrank.training.metrics import MetricsLogger
+from fullrank.training.optim import make_optimizer
+from fullrank.training.schedules import make_schedule
+from fullrank.training.tasks import Task
+
+
+class BatchSource(Protocol):
+    """Deterministic batches: ``get(epoch, index, rank, world)`` is this rank's share of global
+    batch ``index`` of ``epoch``; ``len()`` is the number of global batches per epoch."""
+
+    def __len__(self) -> int: ...
+
+    def get(self, epoch: int, index: int, *, rank: int = 0, world: int = 1) -> Any: ...
+
+
+@dataclass
+class LoopState:
+    """Where training is: optimizer steps taken, the next batch, and target tokens seen."""
+
+    step: int = 0
+    epoch: int = 0
+    index: int = 0
+    tokens: int = 0
+
+    def next_batch(self, epoch_length: int) -> tuple[int, int]:
+        """Return the position of the next global batch and advance past it."""
+        pos = (self.epoch, self.index)
+        self.index += 1
+        if self.index >= epoch_length:
+            self.epoch, self.index = self.epoch + 1, 0
+        return pos
+
+
+@dataclass
+class RunOutput:
+    """Where a run writes: its directory, and what every checkpoint carries besides weights."""
+
+    run_dir: Path
+    model_config: ModelConfig
+    tokenizer: Tokenizer | None
+    meta: dict[str, Any]  # e.g. {"task": "lm", "experiment": {...}}
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+
+@dataclass
+class TrainResult:
+    state: LoopState
+    last_eval: dict[str, float] | None
+    checkpoint: Path | None
+    seconds: float
+
+
+def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
+          dist: DistInfo, out: RunOutput | None = None,
+          evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+          resume_from: Path | None = None, progress: bool = True,
+          stop_at: int | None = None) -> TrainResult:
+    """Train ``model`` for ``cfg.steps`` optimizer steps.
+
+    Args:
+        model: the unwrapped model; it is moved to ``dist.device`` and trained in place.
+        task: turns a batch into summed token losses.
+        data: the training batches.
+        cfg: the training settings.
+        dist: rank, world size and device (:func:`fullrank.training.distributed.setup`).
+        out: where metrics and checkpoints go (rank 0 writes); ``None`` writes nothing.
+        evaluate: ``model → {"loss": …, "ppl": …}`` on validation data, run by rank 0 every
+            ``cfg.eval_every`` steps and at the end.
+        resume_from: a checkpoint directory to continue from exactly (weights, optimizer,
+            RNG, data position).
+        progress: show a progress bar (rank 0).
+        stop_at: stop (evaluate and save) after this step, as a pre-empted job would; the
+            schedule still follows ``cfg.steps``, so resuming continues the same run.
+    """
+    start = time.perf_counter()
+    time_limit = 60 * cfg.max_minutes if cfg.max_minutes is not None else None
+    raw = model.to(dist.device)
+    optimizer = make_optimizer(raw, cfg, fused=dist.device.type == "cuda")
+    state = LoopState()
+    if resume_from is not None:
+        meta = load_training_state(resume_from, raw, optimizer)
+        state = LoopState(**meta["loop"])
+    net: nn.Module = DistributedDataParallel(raw) if dist.distributed else raw
+    if cfg.compile:
+        net = torch.compile(net)
+    schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
+    writes = out is not None and dist.is_main
+    metrics = MetricsLogger(out.run_dir, resume_step=state.step, enabled=writes) if out else None
+    bar = tqdm(total=cfg.steps, initial=state.step, disable=not (progress and dist.is_main),
+               dynamic_ncols=True, desc="train", unit="step")
+    # training loss since the last log line, on this rank (a device tensor: no sync per step)
+    window_nll, window_tokens, window_t0 = torch.zeros((), device=dist.device), 0, time.perf_counter()
+    last_eval: dict[str, float] | None = None
+    checkpoint: Path | None = None
+
+    def save() -> Path | None:
+        if not writes:
+            return None
+        assert out is not None
+        meta = {**out.meta, "loop": dataclasses.asdict(state), "train": dataclasses.asdict(cfg)}
+        return save_training_checkpoint(out.checkpoints, state.step, raw, out.model_config,
+                                        out.tokenizer, optimizer, meta, cfg.keep_last)
+
+    def run_eval() -> dict[str, float] | None:
+        if evaluate is None or not dist.is_main:
+            return None
+        raw.eval()
+        with torch.no_grad(), _autocast(dist.device, cfg.precision):
+            result = evaluate(raw)
+        raw.train()
+        if metrics:
+            metrics.log(state.step, "valid", **result)
+        return result
+
+    raw.train()
+    while state.step < cfg.steps:
+        lr = schedule(state.step + 1)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # this rank's micro-batches for the step (token counts taken on the CPU, before the
+        # copy to the device, so that counting never waits for the accelerator)
+        cpu_batches = [data.get(*state.next_batch(len(data)), rank=dist.rank, world=dist.world)
+                       for _ in range(cfg.grad_accum)]
+        n_local = sum(b.n_tokens for b in cpu_batches)
+        n_global = float(all_reduce_sum(torch.tensor(float(n_local)), dist))
+        # DDP averages gradients over ranks; scaling by world/n_global makes the result the
+        # gradient of (global summed loss) / (global token count), as one big batch would give.
+        scale = dist.world / n_global
+        for i, batch in enumerate(cpu_batches):
+            batch = batch.to(dist.device)
+            sync = i == len(cpu_batches) - 1 or not isinstance(net, DistributedDataParallel)
+            with (contextlib.nullcontext() if sync else net.no_sync()):  # type: ignore[operator]
+                with _autocast(dist.device, cfg.precision):
+                    result = task.loss(net, batch)
+                (result.loss * scale).backward()
+            window_nll += result.nll
+        window_tokens += n_local
+        if cfg.clip_grad is not None:
+            torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.clip_grad)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state.step += 1
+        state.tokens += int(n_global)
+        bar.update(1)
+
+        if state.step % cfg.log_every == 0 or state.step == cfg.steps:
+            elapsed = time.perf_counter() - window_t0
+            loss = float(window_nll) / max(window_tokens, 1)  # this rank's batches
+            tok_s = window_tokens * dist.world / max(elapsed, 1e-9)
+            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+            if metrics:
+                metrics.log(state.step, "train", loss=loss, ppl=math.exp(min(loss, 50.0)), lr=lr,
+                            tokens_per_s=tok_s, epoch=state.epoch,
+                            elapsed_s=time.perf_counter() - start)
+            window_nll, window_tokens, window_t0 = torch.zeros((), device=dist.device), 0, time.perf_counter()
+        out_of_time = state.step == stop_at
+        if time_limit is not None:  # every rank must stop at the same step: agree on it
+            late = torch.tensor(float(time.perf_counter() - start > time_limit))
+            out_of_time = out_of_time or float(all_reduce_sum(late, dist)) > 0
+        last = state.step == cfg.steps or out_of_time
+        if state.step % cfg.eval_every == 0 or last:
+            last_eval = run_eval() or last_eval
+        if state.step % cfg.save_every == 0 or last:
+            checkpoint = save() or checkpoint
+            barrier(dist)
+        if out_of_time:
+            break
+    bar.close()
+    if metrics:
+        metrics.close()
+    return TrainResult(state, last_eval, checkpoint, time.perf_counter() - start)

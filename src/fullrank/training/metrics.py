@@ -1,0 +1,86 @@
+"""Metrics: one JSON line per record in ``metrics.jsonl`` and TensorBoard event files in ``tb/``,
+and the loss/perplexity curves as a PNG."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from fullrank.errors import DataError
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsLogger:
+    """Appends ``{"step", "split", …}`` records; on resume, drops records past the checkpoint's
+    step (work that the killed run did after its last save) so the curves have no doubles."""
+
+    def __init__(self, run_dir: Path, *, resume_step: int = 0, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.path = run_dir / METRICS_FILE
+        self._tb = None
+        if not enabled:
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
+
+        self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=resume_step + 1 if resume_step else None)
+
+    def log(self, step: int, split: str, **values: Any) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, "split": split, **values}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for k, v in values.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(f"{split}/{k}", v, step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise DataError(f"{path}: no metrics file; is {run_dir} a run directory of `fullrank train`?")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+    """Loss (train and validation) and validation perplexity against step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(run_dir)
+    out = out or Path(run_dir) / "curves.png"
+    fig, (ax_loss, ax_ppl) = plt.subplots(1, 2, figsize=(11, 4))
+    for split, style in (("train", "-"), ("valid", "o-")):
+        rows = [r for r in records if r["split"] == split and "loss" in r]
+        if rows:
+            ax_loss.plot([r["step"] for r in rows], [r["loss"] for r in rows], style,
+                         label=f"{split} loss", markersize=3)
+        rows = [r for r in records if r["split"] == split and "ppl" in r]
+        if rows and split == "valid":
+            ax_ppl.plot([r["step"] for r in rows], [r["ppl"] for r in rows], style,
+                        color="C1", label="valid perplexity", markersize=3)
+    ax_loss.set(xlabel="step", ylabel="loss (nats per token)", title="loss")
+    ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
+    for ax in (ax_loss, ax_ppl):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(Path(run_dir).resolve().name)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

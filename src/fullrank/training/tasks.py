@@ -1,0 +1,84 @@
+"""Task losses: how a batch turns into a summed token loss, for each kind of training.
+
+The training loop knows only :class:`Task`; it never names a model class. A task calls the model
+by its documented signature (duck typing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from fullrank.data.batch import LMBatch, Seq2SeqBatch
+from fullrank.training.losses import TokenLoss, label_smoothed_cross_entropy
+
+
+class Task(Protocol):
+    def loss(self, model: nn.Module, batch: Any) -> TokenLoss:
+        """Summed loss, summed NLL and the number of target tokens of ``batch``."""
+        ...
+
+
+def perplexity_report(nll_sum: float, n_tokens: int) -> dict[str, float]:
+    """``{"loss": nats per token, "ppl": exp(loss), "tokens": n}``."""
+    loss = nll_sum / max(n_tokens, 1)
+    return {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": n_tokens}
+
+
+class LanguageModeling:
+    """Next-token prediction: ``model(tokens[:, :-1]) → (B, T, V)`` against ``tokens[:, 1:]``."""
+
+    def __init__(self, label_smoothing: float = 0.0) -> None:
+        self.label_smoothing = label_smoothing
+
+    def loss(self, model: nn.Module, batch: LMBatch) -> TokenLoss:
+        logits = model(batch.tokens[:, :-1])  # (B, T, V)
+        return label_smoothed_cross_entropy(logits, batch.tokens[:, 1:],
+                                            epsilon=self.label_smoothing)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, batches: Iterable[LMBatch], device: torch.device,
+                 limit: int | None = None) -> dict[str, float]:
+        """Exact per-token NLL and perplexity over ``batches`` (no smoothing)."""
+        nll, n = 0.0, 0
+        for i, batch in enumerate(batches):
+            if limit is not None and i >= limit:
+                break
+            batch = batch.to(device)
+            out = label_smoothed_cross_entropy(model(batch.tokens[:, :-1]), batch.tokens[:, 1:])
+            nll += float(out.nll)
+            n += int(out.n_tokens)
+        return perplexity_report(nll, n)
+
+
+class Translation:
+    """Teacher-forced translation: ``model(src, tgt_in, src_mask=, tgt_mask=)`` against
+    ``tgt_out``, label-smoothed ([V17] §5.4), padding ignored."""
+
+    def __init__(self, pad_id: int, label_smoothing: float = 0.1) -> None:
+        self.pad_id, self.label_smoothing = pad_id, label_smoothing
+
+    def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
+        logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
+        return label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=self.label_smoothing,
+                                            ignore_index=self.pad_id)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, batches: Iterable[Seq2SeqBatch], device: torch.device,
+                 limit: int | None = None) -> dict[str, float]:
+        """Per-token NLL and perplexity of the references (no smoothing)."""
+        nll, n = 0.0, 0
+        for i, batch in enumerate(batches):
+            if limit is not None and i >= limit:
+                break
+            batch = batch.to(device)
+            logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
+                           tgt_mask=batch.tgt_mask)
+            out = label_smoothed_cross_entropy(logits, batch.tgt_out, ignore_index=self.pad_id)
+            nll += float(out.nll)
+            n += int(out.n_tokens)
+        return perplexity_report(nll, n)

@@ -1,0 +1,134 @@
+"""`fullrank train / eval / generate / plot` end to end, exact resume after SIGKILL, and DDP."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from fullrank.cli import main
+from tests.e2e.lm_fixture import tiny_experiment
+
+FULLRANK = [sys.executable, "-m", "fullrank"]
+
+
+def test_train_eval_generate_plot(tmp_path, capsys):
+    cfg = tiny_experiment(tmp_path)
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "valid: loss" in out and "sample" in out
+    run = tmp_path / "runs" / "tiny"
+    for name in ("config.yaml", "tokenizer.json", "metrics.jsonl", "curves.png", "sample.txt",
+                 "results.json", "checkpoints/latest", "tb"):
+        assert (run / name).exists(), name
+    results = json.loads((run / "results.json").read_text())
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {r["split"] for r in records} == {"train", "valid"}
+    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6, 8, 10, 12]
+
+    assert main(["eval", str(run), "--data", str(tmp_path / "valid.txt")]) == 0
+    line = capsys.readouterr().out
+    assert f"perplexity {results['valid']['ppl']:.2f}" in line  # the same exact evaluation
+
+    assert main(["generate", str(run), "--prompt", "KING", "--max-new-tokens", "30",
+                 "--temperature", "0"]) == 0
+    text = capsys.readouterr().out
+    # 30 new tokens; an undertrained model may pick special tokens, which decoding drops
+    assert text.startswith("KING") and 4 < len(text.rstrip("\n")) <= 34
+    assert main(["plot", str(run), "-o", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+
+    # a second run into the same directory without --resume is refused: nothing is overwritten
+    assert main(["train", str(cfg), "--quiet"]) == 2
+    assert "already holds a checkpoint" in capsys.readouterr().err
+    # resume=auto on a finished run: nothing more to train, reports again
+    assert main(["train", str(cfg), "--quiet", "resume=auto"]) == 0
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
+    cfg = tiny_experiment(tmp_path)
+    assert main(["train", str(cfg), "data.train=missing.txt"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "missing.txt" in err and err.count("\n") == 0
+    (tmp_path / "empty.txt").write_text("")
+    assert main(["train", str(cfg), "data.train=empty.txt"]) == 2
+    assert "empty" in capsys.readouterr().err
+    (tmp_path / "short.txt").write_text("abc\n")
+    assert main(["train", str(cfg), "data.train=short.txt", "name=short"]) == 2
+    err = capsys.readouterr().err
+    assert "shorter than one block" in err and "17" in err
+    (tmp_path / "bad.txt").write_bytes(b"good line\nbad \xff\xfe line\n")
+    assert main(["train", str(cfg), "data.train=bad.txt", "name=bad"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.txt:2" in err and "UTF-8" in err
+    assert main(["train", str(cfg), "--resume", "name=never_ran"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert main(["train", str(cfg), "train.stepz=3"]) == 2
+    assert "did you mean 'steps'" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "nowhere"), "--data", str(cfg)]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
+
+
+def final_weights(run: Path) -> dict:
+    ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    return load_file(str(ckpt / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(tmp_path):
+    steps = 30
+    straight_dir, killed_dir = tmp_path / "a", tmp_path / "b"
+    straight_dir.mkdir(), killed_dir.mkdir()
+    subprocess.run([*FULLRANK, "train", str(tiny_experiment(straight_dir, steps=steps, save_every=3)),
+                    "--quiet"], check=True, capture_output=True)
+    cfg = tiny_experiment(killed_dir, steps=steps, save_every=3)
+    kill_after = random.Random().randint(4, steps - 6)
+    proc = subprocess.Popen([*FULLRANK, "train", str(cfg), "--quiet"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics = killed_dir / "runs" / "tiny" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        done = [json.loads(x)["step"] for x in metrics.read_text().splitlines()] if metrics.exists() else []
+        if done and max(done) >= kill_after:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    subprocess.run([*FULLRANK, "train", str(cfg), "--quiet", "--resume"], check=True,
+                   capture_output=True)
+    a, b = final_weights(straight_dir / "runs" / "tiny"), final_weights(killed_dir / "runs" / "tiny")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert (a[k] == b[k]).all(), f"{k} differs after resuming from a kill at step {kill_after}"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this Python")
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # eps=1 keeps Adam's update linear in the gradient (with 1e-9 a zero gradient's rounding
+    # noise, e.g. the key bias's, becomes a full ±lr step); batch 4 = 2 ranks × 2 rows
+    args = ["--quiet", "train.eps=1.0"]
+    subprocess.run([*FULLRANK, "train", str(tiny_experiment(one, steps=6, dropout=0.0)), *args],
+                   check=True, capture_output=True, env=env)
+    subprocess.run([torchrun, "--nproc_per_node=2", "--master_port", str(29500 + os.getpid() % 1000),
+                    "-m", "fullrank", "train", str(tiny_experiment(two, steps=6, dropout=0.0)),
+                    *args], check=True, capture_output=True, env=env)
+    a, b = final_weights(one / "runs" / "tiny"), final_weights(two / "runs" / "tiny")
+    for k in a:
+        assert (a[k] - b[k]).abs().max() < 1e-5, k

@@ -1,0 +1,105 @@
+"""Experiment files: every shipped config loads; unknown keys and wrong types are one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fullrank.errors import ConfigError
+from fullrank.recipes.config import apply_overrides, load_experiment
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml")) + \
+    sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[2])))
+def test_every_shipped_config_loads(path):
+    exp = load_experiment(path)
+    cfg = exp.model_config(vocab_size=100)
+    assert cfg.num_params() > 0 and exp.train.steps > 0
+
+
+def test_shipped_configs_exist():
+    assert len(CONFIGS) >= 1
+
+
+def write(tmp_path: Path, text: str, suffix: str = ".yaml") -> Path:
+    p = tmp_path / f"exp{suffix}"
+    p.write_text(text)
+    return p
+
+
+BASE = """
+name: t
+task: lm
+model: {d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, seq_len: 16}
+data: {train: train.txt}
+train: {steps: 10, lr: 0.001, schedule: cosine, warmup: 2}
+"""
+
+
+def test_unknown_key_suggests_the_closest(tmp_path):
+    path = write(tmp_path, BASE.replace("lr: 0.001", "lr_rate: 0.001"))
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.lr_rate' \(did you mean 'lr'\?\)") as e:
+        load_experiment(path)
+    assert "did you mean 'lr'" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match=r"unknown key 'model\.d_heads' \(did you mean 'd_head'"):
+        load_experiment(write(tmp_path, BASE.replace("n_layers: 1", "d_heads: 8")))
+    with pytest.raises(ConfigError, match=r"unknown key 'dat' \(did you mean 'data'"):
+        load_experiment(write(tmp_path, BASE + "dat: {}\n"))
+
+
+def test_wrong_type_and_value_name_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"train\.steps: .*integer.*'ten'"):
+        load_experiment(write(tmp_path, BASE.replace("steps: 10", "steps: ten")))
+    with pytest.raises(ConfigError, match=r"train\.steps must be a positive integer, got -1"):
+        load_experiment(write(tmp_path, BASE.replace("steps: 10", "steps: -1")))
+    with pytest.raises(ConfigError, match=r"n_heads=3 does not divide d_model=32.*set d_head"):
+        load_experiment(write(tmp_path, BASE.replace("n_heads: 4", "n_heads: 3")))
+    with pytest.raises(ConfigError, match=r"data\.tokenizer: .*'char'"):
+        load_experiment(write(tmp_path, BASE.replace("{train: train.txt}",
+                                                     "{train: train.txt, tokenizer: chars}")))
+
+
+def test_overrides_and_toml(tmp_path):
+    exp = load_experiment(write(tmp_path, BASE), ["train.steps=7", "model.d_head=24",
+                                                  "model.n_heads=3", "data.valid=v.txt"])
+    assert exp.train.steps == 7 and exp.data.valid == "v.txt"
+    assert exp.model_config(50).head_sizes == (24, 24)
+    toml = write(tmp_path, '''
+name = "t"
+task = "lm"
+[model]
+d_model = 32
+n_heads = 4
+n_layers = 1
+d_ff = 64
+seq_len = 16
+[data]
+train = "train.txt"
+[train]
+steps = 5
+''', ".toml")
+    assert load_experiment(toml).train.steps == 5
+    with pytest.raises(ConfigError, match="must look like section.key=value"):
+        apply_overrides({}, ["steps"])
+
+
+def test_presets_in_experiments(tmp_path):
+    exp = load_experiment(write(tmp_path, BASE.replace(
+        "{d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, seq_len: 16}",
+        "{preset: b20_lm_fixed_h8, n_layers: 2}")))
+    cfg = exp.model_config(1000)
+    assert (cfg.d_model, cfg.n_heads, cfg.head_sizes, cfg.n_layers, cfg.vocab_size) == \
+        (256, 8, (32, 32), 2, 1000)
+    with pytest.raises(ConfigError, match="model.preset is a EncoderDecoderConfig"):
+        load_experiment(write(tmp_path, BASE.replace(
+            "{d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, seq_len: 16}", "{preset: aiayn_base}")))
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_experiment(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_experiment(write(tmp_path, "name: [unclosed"))

@@ -1,0 +1,49 @@
+"""Checkpoint averaging: the elementwise mean, tied weights averaged once, loadable."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fullrank.errors import CheckpointError
+from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
+from fullrank.training.averaging import average_checkpoints, last_checkpoints
+from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
+
+CFG = EncoderDecoderConfig(vocab_size=19, d_model=12, n_heads=3, d_head=5, d_ff=20, n_layers=1,
+                           max_len=16, seq_len=8)
+
+
+def saved(tmp_path, i: int) -> tuple[EncoderDecoder, object]:
+    torch.manual_seed(i)
+    model = EncoderDecoder(CFG)
+    path = write_checkpoint(tmp_path / "run" / "checkpoints" / f"step-{i:08d}", model, CFG, None,
+                            {"task": "mt"})
+    return model, path
+
+
+def test_average_of_three_with_three_way_tied_embeddings(tmp_path):
+    models, paths = zip(*(saved(tmp_path, i) for i in (1, 2, 3)))
+    out = average_checkpoints(list(paths), tmp_path / "avg")
+    avg = load_checkpoint(out).model
+    for name, p in avg.named_parameters():
+        expected = sum(dict(m.named_parameters())[name] for m in models) / 3
+        torch.testing.assert_close(p, expected, msg=name)
+    # the shared matrix is still one tensor, equal to the mean of the three shared matrices
+    assert avg.src_embed.token.weight is avg.tgt_embed.token.weight
+    mean = sum(m.tgt_embed.token.weight for m in models) / 3
+    torch.testing.assert_close(avg.tgt_embed.token.weight, mean)
+    assert load_checkpoint(out).meta["averaged"][0].endswith("step-00000001")
+
+
+def test_last_k_and_architecture_mismatch(tmp_path):
+    for i in (1, 2, 3, 4):
+        saved(tmp_path, i)
+    assert [p.name for p in last_checkpoints(tmp_path / "run", 2)] == ["step-00000003", "step-00000004"]
+    with pytest.raises(CheckpointError, match="fewer than --last 9"):
+        last_checkpoints(tmp_path / "run", 9)
+    lm_cfg = DecoderLMConfig(vocab_size=19, d_model=12, n_heads=3, d_ff=20, n_layers=1, seq_len=8)
+    other = write_checkpoint(tmp_path / "lm", DecoderLM(lm_cfg), lm_cfg, None, {"task": "lm"})
+    with pytest.raises(CheckpointError, match="not in every checkpoint"):
+        average_checkpoints([tmp_path / "run" / "checkpoints" / "step-00000001", other],
+                            tmp_path / "bad")

@@ -1,0 +1,155 @@
+"""Checkpoints: round trip, atomicity, pruning, and one-line errors for bad files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fullrank.errors import CheckpointError
+from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
+from fullrank.training.checkpoints import (MODEL_FILE, latest_checkpoint, load_checkpoint,
+                                           load_training_state, load_weights,
+                                           save_training_checkpoint, save_weights, step_dirs,
+                                           write_checkpoint)
+from fullrank.training.config import TrainConfig
+from fullrank.training.optim import make_optimizer
+
+
+def tiny_lm(**kw) -> tuple[DecoderLM, DecoderLMConfig]:
+    cfg = DecoderLMConfig(**{**dict(vocab_size=13, d_model=16, n_heads=2, d_head=5, d_ff=24,
+                                    n_layers=2, seq_len=8), **kw})
+    return DecoderLM(cfg), cfg
+
+
+def test_weights_round_trip_with_tied_embeddings(tmp_path):
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=17, d_model=12, n_heads=3, d_ff=20,
+                                                n_layers=1, max_len=16, seq_len=8))
+    save_weights(model, tmp_path / MODEL_FILE)
+    other = EncoderDecoder(model.config)
+    load_weights(other, tmp_path / MODEL_FILE)
+    for (n, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
+        assert torch.equal(a, b), n
+    # tied: still one tensor after loading
+    assert other.src_embed.token.weight is other.tgt_embed.token.weight
+
+
+def test_training_state_round_trip_restores_optimizer_and_rng(tmp_path):
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+    model(torch.randint(0, 13, (2, 8))).sum().backward()
+    opt.step()
+    torch.manual_seed(123)
+    path = save_training_checkpoint(tmp_path, 1, model, cfg, None, opt, {"loop": {}}, keep_last=3)
+    expected_rand = torch.rand(3)
+    model2, _ = tiny_lm()
+    opt2 = make_optimizer(model2, TrainConfig())
+    torch.manual_seed(999)
+    load_training_state(path, model2, opt2)
+    assert torch.equal(torch.rand(3), expected_rand)
+    s1, s2 = opt.state_dict(), opt2.state_dict()
+    for pid in s1["state"]:
+        for k in s1["state"][pid]:
+            assert torch.equal(s1["state"][pid][k], s2["state"][pid][k])
+
+
+def test_latest_pointer_pruning_and_stale_temporaries(tmp_path):
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+    (tmp_path / ".step-00000009.tmp-1234").mkdir()  # a save killed half-way
+    for step in range(1, 6):
+        save_training_checkpoint(tmp_path, step, model, cfg, None, opt, {}, keep_last=2)
+    assert [p.name for p in step_dirs(tmp_path)] == ["step-00000004", "step-00000005"]
+    assert latest_checkpoint(tmp_path).name == "step-00000005"
+    assert not list(tmp_path.glob(".step-*"))
+    (tmp_path / "latest").write_text("step-00000099")  # stale pointer: fall back to newest
+    assert latest_checkpoint(tmp_path).name == "step-00000005"
+
+
+def test_truncated_file_is_one_line_naming_it(tmp_path):
+    model, cfg = tiny_lm()
+    path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
+    data = (path / MODEL_FILE).read_bytes()
+    (path / MODEL_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors "
+                                              r"file .*truncated or corrupt") as info:
+        load_checkpoint(path)
+    assert "\n" not in str(info.value)
+    (path / MODEL_FILE).write_bytes(b"garbage" * 10)
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(path)
+
+
+def test_other_architecture_names_the_first_mismatched_tensor(tmp_path):
+    model, cfg = tiny_lm(d_head=5)
+    save_weights(model, tmp_path / MODEL_FILE)
+    other, _ = tiny_lm(d_head=7)
+    with pytest.raises(CheckpointError,
+                       match=r"tensor 'layers\.0\.self_attn\.qkv_proj\.weight' has shape "
+                             r"\(30, 16\) but the model expects \(42, 16\)"):
+        load_weights(other, tmp_path / MODEL_FILE)
+    deeper, _ = tiny_lm(n_layers=3)
+    with pytest.raises(CheckpointError, match=r"tensor 'layers\.2\..*' is missing"):
+        load_weights(deeper, tmp_path / MODEL_FILE)
+
+
+def test_missing_and_non_checkpoint_paths(tmp_path):
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="no complete checkpoint found"):
+        load_checkpoint(tmp_path)
+
+
+def test_load_checkpoint_builds_the_model(tmp_path):
+    model, cfg = tiny_lm()
+    write_checkpoint(tmp_path / "run" / "checkpoints" / "step-00000001", model, cfg, None,
+                     {"task": "lm"})
+    ckpt = load_checkpoint(tmp_path / "run")  # a run directory resolves to its latest
+    assert ckpt.config == cfg and not ckpt.model.training
+    x = torch.randint(0, 13, (1, 8))
+    torch.testing.assert_close(ckpt.model(x), model.eval()(x))
+
+
+KILL_WHILE_SAVING = textwrap.dedent("""
+    import sys, torch
+    from pathlib import Path
+    from fullrank.models import DecoderLM, DecoderLMConfig
+    from fullrank.training.checkpoints import save_training_checkpoint
+    from fullrank.training.config import TrainConfig
+    from fullrank.training.optim import make_optimizer
+    cfg = DecoderLMConfig(vocab_size=5000, d_model=256, n_heads=4, d_ff=512, n_layers=2, seq_len=8)
+    model = DecoderLM(cfg)
+    opt = make_optimizer(model, TrainConfig())
+    model(torch.randint(0, 5000, (1, 8))).sum().backward()
+    opt.step()
+    root = Path(sys.argv[1])
+    step = 0
+    while True:
+        step += 1
+        save_training_checkpoint(root, step, model, cfg, None, opt, {"loop": {}}, keep_last=2)
+        print(step, flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_sigkill_during_saves_always_leaves_a_loadable_checkpoint(tmp_path):
+    script = tmp_path / "saver.py"
+    script.write_text(KILL_WHILE_SAVING)
+    for attempt in range(3):
+        root = tmp_path / f"root{attempt}"
+        proc = subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE,
+                                text=True)
+        for _ in range(2 + attempt):
+            proc.stdout.readline()  # at least one complete save
+        time.sleep(0.05 * attempt)  # land somewhere inside a later save
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        ckpt = load_checkpoint(root)
+        assert ckpt.meta["step"] >= 1
