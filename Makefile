@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/fullrank info aiayn_base
+	$(BIN)/fullrank train configs/lm/shakespeare_char.yaml resume=auto
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
