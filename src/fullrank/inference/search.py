@@ -197,7 +197,6 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         top_tok = top_idx % vocab                                 # (N, 2K) token it appends
         last = limit <= t + 1                                     # (N,) at maximum length
         ending = (top_tok == eos_id) | last[:, None]              # (N, 2K) leave the beam
-        top_seq = None
         # --- candidates that end (EOS, or maximum length) among the K best join the finished set
         finish = ending & (torch.arange(2 * k, device=dev) < k)   # (N, 2K)
         new_score = (top_lp / length_penalty(t + 1.0, alpha)).masked_fill(~finish, NEG_INF)  # (N, 2K)
