@@ -20,13 +20,30 @@ precision when the target is reachable) or by Adam then L-BFGS for larger layers
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from fullrank.errors import ConfigError
+
+
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch single-threaded inside the block, restoring the thread count after.
+
+    The fits here multiply matrices of a few dozen rows thousands of times; intra-op threads
+    cost more than they give at that size (on a busy 2-core machine a fit ran 7× slower with
+    2 threads than with 1).
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -222,3 +239,77 @@ def fit_layer(x: Tensor, y: Tensor, x_test: Tensor, y_test: Tensor, *, n_heads: 
             best = fit
     assert best is not None
     return best
+
+
+FIT_TOL = 1e-3  # relative residual below which a fit counts as "fits" (optimiser precision)
+
+
+@dataclass(frozen=True)
+class MultiHeadRow:
+    """One ``h``: the standard-rule layer (``d_head = d/h``) and the fixed-head layer
+    (``d_head = n``) fitted to a random fixed-head target with ``h`` heads of size ``n``.
+
+    ``standard_contains_target`` is whether an exact representation exists by zero-padding the
+    target's heads (``d/h ≥ n``); the fixed-head layer always contains the target.
+    """
+
+    n_heads: int
+    d_model: int
+    n: int
+    n_train: int
+    standard: LayerFit | None  # None where h does not divide d_model
+    fixed: LayerFit
+
+    @property
+    def standard_contains_target(self) -> bool:
+        return self.d_model // self.n_heads >= self.n
+
+    @property
+    def standard_fits(self) -> bool | None:
+        return None if self.standard is None else self.standard.train_residual <= FIT_TOL
+
+    @property
+    def fixed_fits(self) -> bool:
+        return self.fixed.train_residual <= FIT_TOL
+
+
+def multihead_experiment(*, d_model: int = 16, n: int = 4, heads: tuple[int, ...] = (1, 2, 4, 8, 16),
+                         samples_per_param: float = 6.0, n_test: int = 64, restarts: int = 3,
+                         max_iter: int = 1000, qk_scale: float = 2.0,
+                         seed: int = 0) -> list[MultiHeadRow]:
+    """Standard-rule heads against fixed-size heads as ``h`` grows, at fixed ``d_model``.
+
+    For each ``h``: a target layer of ``h`` random heads of size ``n`` (attention sharpened by
+    ``qk_scale``), random inputs ``X (N, d_model, n)`` (paper's columns) with ``N`` chosen so the
+    residual count is ``samples_per_param`` times the larger layer's parameter count, then
+    Adam + L-BFGS fits (``restarts`` starts) of (a) ``h`` heads of ``d_model/h`` and (b) ``h``
+    heads of ``n``. The standard layer can fit when ``d_model/h ≥ n`` and cannot beyond.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    with single_thread():
+        for h in heads:
+            rows.append(_multihead_row(h, d_model=d_model, n=n, samples_per_param=samples_per_param,
+                                       n_test=n_test, restarts=restarts, max_iter=max_iter,
+                                       qk_scale=qk_scale, gen=gen))
+    return rows
+
+
+def _multihead_row(h: int, *, d_model: int, n: int, samples_per_param: float, n_test: int,
+                   restarts: int, max_iter: int, qk_scale: float,
+                   gen: torch.Generator) -> MultiHeadRow:
+    """One ``h`` of :func:`multihead_experiment`."""
+    target = HeadWeights.random(d_model, h, n, generator=gen, qk_scale=qk_scale)
+    n_params = 4 * d_model * h * max(n, d_model // h)
+    n_train = max(32, math.ceil(samples_per_param * n_params / (d_model * n)))
+    x = torch.randn(n_train, d_model, n, generator=gen, dtype=torch.float64)
+    x_test = torch.randn(n_test, d_model, n, generator=gen, dtype=torch.float64)
+    y, y_test = layer_output(target, x), layer_output(target, x_test)
+    common = dict(restarts=restarts, method="adam_lbfgs", max_iter=max_iter, generator=gen)
+    standard = None
+    if d_model % h == 0:
+        standard = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d_model // h,
+                             **common)  # type: ignore[arg-type]
+    fixed = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=n, **common)  # type: ignore[arg-type]
+    return MultiHeadRow(n_heads=h, d_model=d_model, n=n, n_train=n_train, standard=standard,
+                        fixed=fixed)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fullrank.analysis.multihead import HeadWeights, LayerFit, fit_layer, layer_output
+from fullrank.analysis.multihead import HeadWeights, LayerFit, fit_layer, layer_output, single_thread
 from fullrank.errors import ConfigError
 
 FITS_TOL = 1e-6  # relative residual of a fit that "reaches" the target
@@ -109,8 +109,9 @@ def theorem2_experiment(configs: tuple[tuple[int, int, int], ...] = ((8, 4, 4), 
         x_test = torch.randn(n_test, d, n, generator=gen, dtype=torch.float64)
         y, y_test = layer_output(wit.weights, x), layer_output(wit.weights, x_test)
         common = dict(restarts=restarts, max_iter=max_iter, generator=gen)
-        standard = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d // h, **common)
-        fixed = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d_p, **common)
+        with single_thread():
+            standard = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d // h, **common)
+            fixed = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d_p, **common)
         rows.append(Theorem2Row(d=d, d_p=d_p, n_heads=h, n=n, rank_u=wit.rank_u,
                                 rank_v_o=wit.rank_v_o, standard=standard, fixed=fixed))
     return rows

@@ -11,13 +11,15 @@ import sys
 from collections.abc import Callable, Sequence
 
 from fullrank.cli import eval as eval_cmd
-from fullrank.cli import average, bleu, generate, grid, info, plot, train, translate
+from fullrank.cli import advise, average, bleu, bottleneck, generate, grid, info, plot, train, translate
 from fullrank.errors import FullrankError
 
 # name → (module's add_arguments, module's run, one-line help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int], str]] = {
     "info": (info.add_arguments, info.run, info.HELP),
+    "bottleneck": (bottleneck.add_arguments, bottleneck.run, bottleneck.HELP),
+    "advise": (advise.add_arguments, advise.run, advise.HELP),
     "train": (train.add_arguments, train.run, train.HELP),
     "eval": (eval_cmd.add_arguments, eval_cmd.run, eval_cmd.HELP),
     "generate": (generate.add_arguments, generate.run, generate.HELP),
