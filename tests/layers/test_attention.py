@@ -173,3 +173,22 @@ def test_gradients_flow_to_every_projection():
     (mha(x).sum() + mha(x, mem).sum()).backward()
     for name, p in mha.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_fused_path_never_allocates_the_full_score_tensor():
+    """On the fused path no allocation reaches B·H·T·S floats (the explicit path does)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    b, h, n, dh = 2, 4, 512, 16
+    mha = MultiHeadAttention(h * dh, h).eval()
+    x = torch.randn(b, n, h * dh)
+    scores_bytes = b * h * n * n * 4
+
+    def largest_allocation(fused: bool) -> int:
+        mha.core.fused = fused
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            mha(x, is_causal=True)
+        return max(e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 0)
+
+    assert largest_allocation(False) >= scores_bytes  # the explicit path materialises them
+    assert largest_allocation(True) < scores_bytes / 4

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from fullrank.models import DecoderLM, DecoderLMConfig
 from fullrank.training.config import TrainConfig
-from fullrank.training.losses import label_smoothed_cross_entropy
+from fullrank.training.losses import label_smoothed_cross_entropy, linear_cross_entropy
 from fullrank.training.optim import make_optimizer, parameter_groups
 from fullrank.training.schedules import cosine, linear, make_schedule, noam, rsqrt
 
@@ -26,10 +26,42 @@ def test_label_smoothing_matches_torch_cross_entropy(eps):
     ref = F.cross_entropy(logits.reshape(-1, 13), target.reshape(-1), ignore_index=0,
                           label_smoothing=eps, reduction="mean")
     assert int(out.n_tokens) == int((target != 0).sum())
-    torch.testing.assert_close(out.loss / out.n_tokens, ref.float(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out.loss / out.n_tokens, ref, rtol=1e-12, atol=1e-12)
     ref_nll = F.cross_entropy(logits.reshape(-1, 13), target.reshape(-1), ignore_index=0,
                               reduction="sum")
-    torch.testing.assert_close(out.nll, ref_nll.float(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out.nll, ref_nll, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("eps,ignore", [(0.0, None), (0.1, 0), (0.2, 3)])
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_rows):
+    h = torch.randn(3, 11, 24, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(37, 24, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 37, (3, 11))
+    target[1, 5:] = 0
+    fused = linear_cross_entropy(h, w, target, epsilon=eps, ignore_index=ignore,
+                                 chunk_bytes=chunk_rows * 37 * 8)
+    (0.3 * fused.loss).backward()
+    grads = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    plain = label_smoothed_cross_entropy(h @ w.T, target, epsilon=eps, ignore_index=ignore)
+    (0.3 * plain.loss).backward()
+    torch.testing.assert_close(fused.loss, plain.loss, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fused.nll, plain.nll, rtol=1e-12, atol=1e-12)
+    assert int(fused.n_tokens) == int(plain.n_tokens)
+    torch.testing.assert_close(grads[0], h.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grads[1], w.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_path_in_float32_and_without_grad():
+    h = torch.randn(64, 32, requires_grad=True)
+    w = torch.randn(500, 32, requires_grad=True)
+    t = torch.randint(0, 500, (64,))
+    fused = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=10 * 500 * 4)
+    plain = label_smoothed_cross_entropy(h @ w.T, t, epsilon=0.1)
+    torch.testing.assert_close(fused.loss, plain.loss, rtol=1e-5, atol=1e-4)
+    with torch.no_grad():
+        assert linear_cross_entropy(h, w, t).loss.grad_fn is None
 
 
 def test_padding_positions_get_no_gradient():

@@ -80,16 +80,24 @@ class DecoderLM(nn.Module):
                       cache=cache.self_attn[i] if cache is not None else None)
         return self.final_norm(x) if self.final_norm is not None else x
 
+    @property
+    def output_weight(self) -> Tensor:
+        """``(V, D)``: the output projection's matrix (the token embedding when tied)."""
+        return self.lm_head.weight if self.lm_head is not None else self.embed.token.weight
+
     def logits(self, h: Tensor) -> Tensor:
         """``(B, T, D) → (B, T, V)``: the output projection (tied to the token embedding)."""
-        if self.lm_head is not None:
-            return self.lm_head(h)
-        return F.linear(h, self.embed.token.weight)
+        return F.linear(h, self.output_weight)
 
     def forward(self, tokens: Tensor, *, mask: Tensor | None = None,
-                cache: DecoderCache | None = None) -> Tensor:
-        """``tokens (B, T) → logits (B, T, V)``; see :meth:`hidden` for ``mask`` and ``cache``."""
-        return self.logits(self.hidden(tokens, mask=mask, cache=cache))
+                cache: DecoderCache | None = None, hidden_only: bool = False) -> Tensor:
+        """``tokens (B, T) → logits (B, T, V)``; see :meth:`hidden` for ``mask`` and ``cache``.
+
+        ``hidden_only`` returns the final hidden states ``(B, T, D)`` instead, for a loss that
+        applies :attr:`output_weight` itself (the fused cross-entropy of training).
+        """
+        h = self.hidden(tokens, mask=mask, cache=cache)
+        return h if hidden_only else self.logits(h)
 
     def init_cache(self) -> DecoderCache:
         return DecoderCache.empty(len(self.layers), cross=False)

@@ -116,17 +116,22 @@ class EncoderDecoder(nn.Module):
                       cross_cache=cache.cross_attn[i] if cache is not None else None)
         return self.decoder_norm(x) if self.decoder_norm is not None else x
 
+    @property
+    def output_weight(self) -> Tensor:
+        """``(V, D)``: the pre-softmax projection's matrix (the shared embedding when tied)."""
+        return self.out_proj.weight if self.out_proj is not None else self.tgt_embed.token.weight
+
     def logits(self, h: Tensor) -> Tensor:
         """``(B, T, D) → (B, T, V)``; the pre-softmax projection, tied to the embedding."""
-        if self.out_proj is not None:
-            return self.out_proj(h)
-        return F.linear(h, self.tgt_embed.token.weight)
+        return F.linear(h, self.output_weight)
 
     def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None) -> Tensor:
-        """``src (B, S)``, ``tgt (B, T)`` → logits ``(B, T, V)``."""
+                tgt_mask: Tensor | None = None, hidden_only: bool = False) -> Tensor:
+        """``src (B, S)``, ``tgt (B, T)`` → logits ``(B, T, V)`` (``hidden_only``: the decoder's
+        final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight`)."""
         memory = self.encode(src, src_mask)
-        return self.logits(self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask))
+        h = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        return h if hidden_only else self.logits(h)
 
     def init_cache(self) -> DecoderCache:
         return DecoderCache.empty(len(self.decoder), cross=True)

@@ -41,6 +41,8 @@ class TrainConfig:
         threads: CPU threads for PyTorch (``0`` = leave PyTorch's default).
         max_minutes: stop (evaluate, save) after this much wall time; the schedule still
             follows ``steps``. ``None`` = no limit.
+        fast_matmul: route CPU float32 matrix multiplies through oneDNN (faster here, float32
+            accuracy kept; see :mod:`fullrank.training.perf`). No effect on GPUs.
     """
 
     steps: int = 1000
@@ -67,6 +69,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 0
     max_minutes: float | None = None
+    fast_matmul: bool = True
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "save_every",

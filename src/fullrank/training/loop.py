@@ -31,6 +31,7 @@ from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo, all_reduce_sum, barrier
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
+from fullrank.training.perf import fast_matmul
 from fullrank.training.schedules import make_schedule
 from fullrank.training.tasks import Task
 
@@ -95,7 +96,8 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
           evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           resume_from: Path | None = None, progress: bool = True,
           stop_at: int | None = None) -> TrainResult:
-    """Train ``model`` for ``cfg.steps`` optimizer steps.
+    """Train ``model`` for ``cfg.steps`` optimizer steps (CPU matrix multiplies on oneDNN when
+    ``cfg.fast_matmul``).
 
     Args:
         model: the unwrapped model; it is moved to ``dist.device`` and trained in place.
@@ -112,10 +114,19 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         stop_at: stop (evaluate and save) after this step, as a pre-empted job would; the
             schedule still follows ``cfg.steps``, so resuming continues the same run.
     """
+    with fast_matmul(cfg.fast_matmul and dist.device.type == "cpu"):
+        return _train(model, task, data, cfg, dist=dist, out=out, evaluate=evaluate,
+                      resume_from=resume_from, progress=progress, stop_at=stop_at)
+
+
+def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
+           dist: DistInfo, out: RunOutput | None, evaluate: Callable[[nn.Module], dict[str, float]] | None,
+           resume_from: Path | None, progress: bool, stop_at: int | None) -> TrainResult:
+    """The body of :func:`train`."""
     start = time.perf_counter()
     time_limit = 60 * cfg.max_minutes if cfg.max_minutes is not None else None
     raw = model.to(dist.device)
-    optimizer = make_optimizer(raw, cfg, fused=dist.device.type == "cuda")
+    optimizer = make_optimizer(raw, cfg, fused=True)
     state = LoopState()
     if resume_from is not None:
         meta = load_training_state(resume_from, raw, optimizer)

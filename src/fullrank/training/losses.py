@@ -31,7 +31,9 @@ def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, *, epsilon: flo
     """
     logits = logits.reshape(-1, logits.shape[-1])
     target = target.reshape(-1)
-    logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+    if logits.dtype in (torch.float16, torch.bfloat16):  # softmax of half types in float32
+        logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1)  # (N, V)
     keep = target != ignore_index if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)
     safe_target = torch.where(keep, target, torch.zeros_like(target))
     nll = -logp.gather(1, safe_target[:, None]).squeeze(1)  # (N,)
@@ -43,3 +45,73 @@ def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, *, epsilon: flo
     else:
         loss = nll.sum()
     return TokenLoss(loss=loss, nll=nll.sum().detach(), n_tokens=keep.sum())
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Output projection + label-smoothed cross-entropy, chunk by chunk, gradients included.
+
+    The ``(N, V)`` logits are never materialised: each chunk of rows computes its logits, its
+    loss, and at once the gradient ``softmax − target`` and its products with ``weight`` and
+    ``h``, while the chunk is still in cache. The backward pass only scales the stored gradients.
+    """
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, epsilon: float,  # type: ignore[override]
+                ignore_index: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
+        n, v = h.shape[0], weight.shape[0]
+        grad_h = torch.empty_like(h)
+        grad_w = torch.zeros_like(weight)
+        loss = h.new_zeros(())
+        nll_total = h.new_zeros(())
+        count = target.new_zeros(())
+        for s in range(0, n, chunk):
+            hc, tc = h[s : s + chunk], target[s : s + chunk]
+            keep = tc != ignore_index
+            safe = torch.where(keep, tc, torch.zeros_like(tc))[:, None]
+            logits = hc @ weight.T  # (c, V)
+            lse = torch.logsumexp(logits, dim=-1)  # (c,)
+            nll = (lse - logits.gather(1, safe).squeeze(1)) * keep
+            nll_total += nll.sum()
+            if epsilon > 0.0:
+                smooth = (lse - logits.mean(dim=-1)) * keep  # −mean_v log p_v
+                loss += (1.0 - epsilon) * nll.sum() + epsilon * smooth.sum()
+            else:
+                loss += nll.sum()
+            count += keep.sum()
+            # d loss / d logits = softmax − (1−ε)·onehot − ε/V, zero on ignored rows
+            grad = logits.sub_(lse[:, None]).exp_()
+            grad.scatter_add_(1, safe, torch.full_like(safe, -(1.0 - epsilon), dtype=grad.dtype))
+            if epsilon > 0.0:
+                grad.sub_(epsilon / v)
+            grad.mul_(keep[:, None])
+            torch.mm(grad, weight, out=grad_h[s : s + chunk])
+            grad_w.addmm_(grad.T, hc)
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.mark_non_differentiable(nll_total, count)
+        return loss, nll_total, count
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _nll: Tensor, _count: Tensor):  # type: ignore[override]
+        grad_h, grad_w = ctx.saved_tensors
+        return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
+
+
+def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, *, epsilon: float = 0.0,
+                         ignore_index: int | None = None, chunk_bytes: int = 8 << 20) -> TokenLoss:
+    """:func:`label_smoothed_cross_entropy` of the logits ``h @ weightᵀ``, without building them.
+
+    ``h (…, D)``, ``weight (V, D)``, ``target (…)``. When gradients are needed (and no autocast
+    is active) the fused, chunked path runs: chunks of ``chunk_bytes`` of logits, the gradient
+    computed while the chunk is in cache — less memory traffic than logits, log-softmax and
+    their backward as separate passes. Otherwise the plain path.
+    """
+    grad_needed = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    if not grad_needed or torch.is_autocast_enabled(h.device.type) or h.dtype != weight.dtype:
+        return label_smoothed_cross_entropy(h @ weight.T, target, epsilon=epsilon,
+                                            ignore_index=ignore_index)
+    flat_h = h.reshape(-1, h.shape[-1])
+    chunk = max(16, chunk_bytes // (weight.shape[0] * weight.element_size()))
+    loss, nll, count = _ChunkedLinearCrossEntropy.apply(
+        flat_h, weight, target.reshape(-1), epsilon,
+        -100 if ignore_index is None else ignore_index, chunk)
+    return TokenLoss(loss=loss, nll=nll, n_tokens=count)

@@ -26,7 +26,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, *, fused: bool = False) -> torch.optim.Optimizer:
     """Adam ([V17] §5.3: β = (0.9, 0.98), ε = 1e-9) or AdamW; the rate is set each step by the
-    schedule. ``fused`` uses the fused CUDA kernel where available."""
+    schedule. ``fused`` uses PyTorch's fused kernel (CPU and CUDA): one pass over all tensors."""
     groups = parameter_groups(model, cfg.weight_decay if cfg.optimizer == "adamw" else 0.0)
     kwargs = dict(lr=0.0, betas=cfg.betas, eps=cfg.eps)
     if fused:

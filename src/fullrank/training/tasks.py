@@ -1,7 +1,9 @@
 """Task losses: how a batch turns into a summed token loss, for each kind of training.
 
 The training loop knows only :class:`Task`; it never names a model class. A task calls the model
-by its documented signature (duck typing).
+by its documented signature (duck typing): ``model(…, hidden_only=True)`` for the final hidden
+states and ``output_weight`` for the output projection, so that the loss can fuse the projection
+with the cross-entropy (:func:`~fullrank.training.losses.linear_cross_entropy`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ import torch
 from torch import nn
 
 from fullrank.data.batch import LMBatch, Seq2SeqBatch
-from fullrank.training.losses import TokenLoss, label_smoothed_cross_entropy
+from fullrank.training.losses import TokenLoss, label_smoothed_cross_entropy, linear_cross_entropy
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside DDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
 
 
 class Task(Protocol):
@@ -36,9 +47,9 @@ class LanguageModeling:
         self.label_smoothing = label_smoothing
 
     def loss(self, model: nn.Module, batch: LMBatch) -> TokenLoss:
-        logits = model(batch.tokens[:, :-1])  # (B, T, V)
-        return label_smoothed_cross_entropy(logits, batch.tokens[:, 1:],
-                                            epsilon=self.label_smoothing)
+        h = model(batch.tokens[:, :-1], hidden_only=True)  # (B, T, D)
+        return linear_cross_entropy(h, unwrap(model).output_weight, batch.tokens[:, 1:],
+                                    epsilon=self.label_smoothing)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, batches: Iterable[LMBatch], device: torch.device,
@@ -63,9 +74,10 @@ class Translation:
         self.pad_id, self.label_smoothing = pad_id, label_smoothing
 
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
-        logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
-        return label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=self.label_smoothing,
-                                            ignore_index=self.pad_id)
+        h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
+                  hidden_only=True)  # (B, T, D)
+        return linear_cross_entropy(h, unwrap(model).output_weight, batch.tgt_out,
+                                    epsilon=self.label_smoothing, ignore_index=self.pad_id)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, batches: Iterable[Seq2SeqBatch], device: torch.device,

@@ -1,0 +1,62 @@
+"""The fast CPU matmul setting keeps float32 accuracy (against float64), and is scoped."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fullrank.models import DecoderLM, DecoderLMConfig
+from fullrank.training.perf import fast_matmul, fast_matmul_available
+
+pytestmark = pytest.mark.skipif(not fast_matmul_available(), reason="no oneDNN in this PyTorch")
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x.detach().double() - ref.detach()).abs().max() / ref.detach().abs().max())
+
+
+@pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (64, 512, 2048), (2048, 256, 8192)])
+def test_matmul_error_against_float64_is_float32_level(m, k, n):
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    ref = a.double() @ b.double()
+    default = rel_err(a @ b, ref)
+    with fast_matmul():
+        fast = rel_err(a @ b, ref)
+        fast_linear = rel_err(torch.nn.functional.linear(a, b.T.contiguous()), ref)
+    # float32 rounding is ~6e-8 per operation; bfloat16 would be ~4e-3
+    assert fast < 1e-5 and fast_linear < 1e-5
+    assert fast < 8 * default + 1e-7
+
+
+def test_model_outputs_and_gradients_against_float64():
+    torch.manual_seed(0)
+    cfg = DecoderLMConfig(vocab_size=1000, d_model=256, n_heads=8, d_ff=1024, n_layers=2,
+                          seq_len=128, dropout=0.0)
+    model = DecoderLM(cfg)
+    ref_model = DecoderLM(cfg).double()
+    ref_model.load_state_dict(model.state_dict())
+    x = torch.randint(0, 1000, (4, 128))
+    ref = ref_model(x)
+    ref.square().mean().backward()
+    ref_grad = ref_model.embed.token.weight.grad
+
+    def run() -> tuple[float, float]:
+        model.zero_grad()
+        out = model(x)
+        out.square().mean().backward()
+        return rel_err(out, ref), rel_err(model.embed.token.weight.grad, ref_grad)
+
+    default = run()
+    with fast_matmul():
+        fast = run()
+    assert fast[0] < 1e-5 and fast[1] < 1e-4
+    assert fast[0] < 8 * default[0] + 1e-7 and fast[1] < 8 * default[1] + 1e-7
+
+
+def test_setting_is_restored():
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    with fast_matmul():
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
+    with fast_matmul(enabled=False):
+        assert torch.backends.mkldnn.matmul.fp32_precision == before
