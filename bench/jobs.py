@@ -276,7 +276,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     torch.set_num_threads(spec.get("threads", 2))
     if spec["impl"] == "fullrank":
-        from fullrank.training.perf import apply_fast_defaults
+        from fullrank.runtime import apply_fast_defaults
 
         apply_fast_defaults()
     print(json.dumps(JOBS[spec["workload"]](spec)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 
@@ -26,6 +27,7 @@ class KVCache:
     def __init__(self) -> None:
         self._k: Tensor | None = None
         self._v: Tensor | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None  # reorder's second buffer pair
         self.length = 0
 
     @property
@@ -46,7 +48,7 @@ class KVCache:
 
     def store(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Replace the contents with ``k`` ``(B, H, L, Dh)`` and ``v`` ``(B, H, L, Dv)``."""
-        self._k, self._v, self.length = k, v, k.shape[2]
+        self._k, self._v, self.length, self._spare = k, v, k.shape[2], None
         return k, v
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -56,7 +58,7 @@ class KVCache:
         new_len = self.length + k.shape[2]
         capacity = self._k.shape[2]
         if new_len > capacity:
-            capacity = max(new_len, 2 * capacity)
+            capacity = max(new_len, 2 * capacity, 16)
             self._k = self._grow(self._k, capacity)
             self._v = self._grow(self._v, capacity)
         self._k[:, :, self.length : new_len] = k
@@ -71,11 +73,26 @@ class KVCache:
         return out
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` in that order (beam search's reorder-by-index)."""
+        """Keep batch rows ``index`` ``(B',)`` in that order (beam search's reorder-by-index).
+
+        Only the filled ``L`` positions are copied, into a second pair of buffers of the same
+        capacity that is then swapped in (beam search reorders at every step: no allocation,
+        and the next :meth:`append` has room).
+        """
         if self._k is None or self._v is None:
             return
-        self._k = self._k[:, :, : self.length].index_select(0, index)
-        self._v = self._v[:, :, : self.length].index_select(0, index)
+        k, v, n = self._k, self._v, self.length
+        if k.requires_grad or v.requires_grad:  # under autograd: plain copies (out= can't)
+            self._k, self._v = k[:, :, :n].index_select(0, index), v[:, :, :n].index_select(0, index)
+            return
+        shape_k = (index.numel(), *k.shape[1:])
+        spare = self._spare
+        if spare is None or spare[0].shape != shape_k or spare[1].shape[0] != index.numel():
+            spare = (k.new_empty(shape_k), v.new_empty((index.numel(), *v.shape[1:])))
+        torch.index_select(k[:, :, :n], 0, index, out=spare[0][:, :, :n])
+        torch.index_select(v[:, :, :n], 0, index, out=spare[1][:, :, :n])
+        self._k, self._v = spare
+        self._spare = (k, v) if k.shape[0] == index.numel() else None
 
 
 @dataclass

@@ -22,6 +22,7 @@ from fullrank.inference.sampling import sample
 from fullrank.models import build_model
 from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
 from fullrank.recipes.config import ExperimentConfig, save_resolved
+from fullrank.runtime import fast_matmul
 from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, barrier, setup, teardown
 from fullrank.training.loop import RunOutput, train
@@ -125,6 +126,12 @@ def generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_t
     The model sees at most ``seq_len`` positions, so a long sample is drawn in windows: when the
     context is full, decoding restarts (a fresh cache) from the last ``seq_len // 2`` tokens.
     """
+    with fast_matmul():
+        return _generate_text(model, tok, prompt, max_new_tokens, temperature, top_k, seed)
+
+
+def _generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_tokens: int,
+                   temperature: float, top_k: int | None, seed: int) -> str:
     seq_len = model.config.seq_len  # type: ignore[union-attr]
     device = next(model.parameters()).device
     tokens = tok.encode(prompt) or [tok.bos_id]

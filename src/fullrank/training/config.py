@@ -42,7 +42,7 @@ class TrainConfig:
         max_minutes: stop (evaluate, save) after this much wall time; the schedule still
             follows ``steps``. ``None`` = no limit.
         fast_matmul: route CPU float32 matrix multiplies through oneDNN (faster here, float32
-            accuracy kept; see :mod:`fullrank.training.perf`). No effect on GPUs.
+            accuracy kept; see :mod:`fullrank.runtime`). No effect on GPUs.
     """
 
     steps: int = 1000

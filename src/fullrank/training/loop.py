@@ -31,7 +31,7 @@ from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo, all_reduce_sum, barrier
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
-from fullrank.training.perf import fast_matmul
+from fullrank.runtime import fast_matmul
 from fullrank.training.schedules import make_schedule
 from fullrank.training.tasks import Task
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fullrank.models import DecoderLM, DecoderLMConfig
-from fullrank.training.perf import fast_matmul, fast_matmul_available
+from fullrank.runtime import fast_matmul, fast_matmul_available
 
 pytestmark = pytest.mark.skipif(not fast_matmul_available(), reason="no oneDNN in this PyTorch")
 

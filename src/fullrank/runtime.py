@@ -6,7 +6,7 @@ on the AVX-512-BF16 CPUs this project is measured on (AMD EPYC) computes them fa
 keeping float32-level accuracy: the error against float64 stays within a small factor of the
 default path's (``tests/training/test_perf.py`` checks matrix products, a model's outputs and
 its gradients against float64). fullrank turns it on while it trains and decodes
-(``train.fast_matmul``, on by default) and restores the previous value afterwards; nothing
+(``train.fast_matmul``, on by default; decoding too) and restores the previous value afterwards; nothing
 changes on GPUs (no TF32: that would trade accuracy).
 """
 
