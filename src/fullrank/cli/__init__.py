@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from fullrank.cli import eval as eval_cmd
-from fullrank.cli import advise, average, bleu, bottleneck, generate, grid, info, plot, train, translate
+from fullrank.cli import (advise, attention, average, bleu, bottleneck, generate, grid, heads, info,
+                          plot, train, translate, widen)
 from fullrank.errors import FullrankError
 
 # name → (module's add_arguments, module's run, one-line help)
@@ -28,6 +29,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "average": (average.add_arguments, average.run, average.HELP),
     "bleu": (bleu.add_arguments, bleu.run, bleu.HELP),
     "grid": (grid.add_arguments, grid.run, grid.HELP),
+    "heads": (heads.add_arguments, heads.run, heads.HELP),
+    "widen": (widen.add_arguments, widen.run, widen.HELP),
+    "attention": (attention.add_arguments, attention.run, attention.HELP),
 }
 
 

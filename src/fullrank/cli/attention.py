@@ -1,0 +1,78 @@
+"""``fullrank attention CKPT --text "…" -o FILE.png``: per-head attention maps ([V17] Figs 3–5)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from fullrank.analysis.capture import capture_attention
+from fullrank.analysis.inputs import lm_batch, mt_batch, token_strings
+from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
+from fullrank.errors import CheckpointError, ConfigError
+from fullrank.inference.translate import translate
+from fullrank.training.checkpoints import load_checkpoint
+
+HELP = ("Draw per-head attention maps (one colour per head) and the 'from one token' view of "
+        "[V17] Figures 3–5, for a sentence; the model runs on its fused path meanwhile.")
+VIEWS = ("encoder", "decoder", "cross")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
+    p.add_argument("--text", required=True, help="the sentence (the source, for translation)")
+    p.add_argument("--target", default=None,
+                   help="translation: the target to teacher-force (default: the model's greedy "
+                        "translation)")
+    p.add_argument("--view", choices=VIEWS, default="encoder",
+                   help="translation: encoder self-, decoder self- or cross-attention (a "
+                        "language model has only its own self-attention)")
+    p.add_argument("--layer", type=int, default=None,
+                   help="layer index (default: the last but one, as [V17]'s layer 5 of 6)")
+    p.add_argument("--heads", type=int, nargs="*", default=None, help="heads to draw (default all)")
+    p.add_argument("--query", type=int, default=None,
+                   help="token index for the 'from one token' view (default: every token)")
+    p.add_argument("-o", "--output", required=True,
+                   help="PNG of the per-head maps; the line view goes to OUTPUT-lines.png")
+
+
+def run(args: argparse.Namespace) -> int:
+    ckpt = load_checkpoint(args.checkpoint)
+    tok, cfg = ckpt.tokenizer, ckpt.config
+    if tok is None:
+        raise CheckpointError(f"{ckpt.path}: no tokenizer.json in this checkpoint")
+    if ckpt.task == "mt":
+        target = args.target or translate(ckpt.model, tok, [args.text], beam=1)[0][0]
+        batch = mt_batch(tok, [args.text], [target], max_len=cfg.max_len)
+        n_layers = cfg.n_layers if args.view == "encoder" else cfg.decoder_layers
+        prefix = {"encoder": "encoder.{}.self_attn", "decoder": "decoder.{}.self_attn",
+                  "cross": "decoder.{}.cross_attn"}[args.view]
+        src_strings = token_strings(tok, batch.tokens[0].tolist())
+        tgt_strings = token_strings(tok, batch.tgt[0].tolist())
+        queries = src_strings if args.view == "encoder" else tgt_strings
+        keys = tgt_strings if args.view == "decoder" else src_strings
+    else:
+        batch = lm_batch(tok, args.text, seq_len=cfg.seq_len, n_sequences=1, eos_per_line=False)
+        n_layers, prefix = cfg.n_layers, "layers.{}.self_attn"
+        queries = keys = token_strings(tok, batch.tokens[0].tolist())
+    layer = n_layers - 2 if args.layer is None and n_layers > 1 else (args.layer or 0)
+    if not 0 <= layer < n_layers:
+        raise ConfigError(f"--layer {layer} is out of range: this model has layers 0..{n_layers - 1}")
+    name = prefix.format(layer)
+    model = ckpt.model
+    with torch.no_grad(), capture_attention(model) as rec:
+        if ckpt.task == "mt":
+            model(batch.tokens, batch.tgt, src_mask=batch.mask, tgt_mask=batch.tgt_mask)
+        else:
+            model(batch.tokens, mask=batch.mask)
+    probs = rec.by_name()[name][0].probs[0]  # (H, T, S) of the one sentence
+    out = Path(args.output)
+    title = f"{name} — {cfg.n_heads} heads of d_head {cfg.head_sizes[0]}"
+    plot_attention_maps(probs, queries, keys, out, heads=args.heads, title=title)
+    lines = out.with_name(out.stem + "-lines" + out.suffix)
+    where = "" if args.query is None else f" from '{queries[args.query]}'"
+    plot_attention_lines(probs, queries, keys, lines, query=args.query, heads=args.heads,
+                         title=title + where)
+    print(f"{name}: maps {out}, lines {lines}" + (f" (target: {target})" if ckpt.task == "mt" else ""))
+    return 0

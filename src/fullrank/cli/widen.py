@@ -1,0 +1,56 @@
+"""``fullrank widen CKPT --d-head 128 -o OUT``: the same function with wider heads."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import torch
+
+from fullrank.analysis.widen import widen
+from fullrank.models import config_to_dict
+from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
+
+HELP = ("Turn a checkpoint into one with larger heads (d_head, d_value) whose outputs are "
+        "unchanged, to continue training with wider heads ([B20] fixed head size).")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
+    p.add_argument("--d-head", type=int, required=True, help="new query/key size per head")
+    p.add_argument("--d-value", type=int, default=None,
+                   help="new value size per head (default: follows d_head if it did)")
+    p.add_argument("--zero-init", action="store_true",
+                   help="zero every new weight (they then receive no gradient; default: new "
+                        "query and value rows are random, new key rows and output columns zero)")
+    p.add_argument("-o", "--output", required=True, help="directory of the new checkpoint")
+
+
+def run(args: argparse.Namespace) -> int:
+    ckpt = load_checkpoint(args.checkpoint)
+    model = widen(ckpt.model, args.d_head, args.d_value, zero_init=args.zero_init)
+    meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "model", "optimizer", "loop")}
+    if "experiment" in meta:  # keep the stored experiment consistent with the new model
+        meta["experiment"] = copy.deepcopy(meta["experiment"])
+        model_fields = config_to_dict(model.config)
+        model_fields.pop("family")
+        meta["experiment"]["model"] = model_fields
+    meta["widened_from"] = str(ckpt.path)
+    out = write_checkpoint(args.output, model, model.config, ckpt.tokenizer, meta)
+    check = _max_difference(ckpt.model, model)
+    old, new = ckpt.config.head_sizes, model.config.head_sizes
+    print(f"widened heads d_head/d_value {old[0]}/{old[1]} → {new[0]}/{new[1]}: "
+          f"{ckpt.config.num_params():,} → {model.config.num_params():,} parameters; "
+          f"max |output difference| on a random batch {check:.2e}; written to {out}")
+    return 0
+
+
+@torch.no_grad()
+def _max_difference(old: torch.nn.Module, new: torch.nn.Module) -> float:
+    """Largest output difference of the two models on one random batch."""
+    cfg = old.config
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (2, min(cfg.seq_len, 16)), generator=gen)
+    if hasattr(old, "encode"):
+        return float((old(x, x) - new(x, x)).abs().max())
+    return float((old(x) - new(x)).abs().max())
