@@ -32,3 +32,23 @@ def test_python_dash_m_entry_point():
     out = subprocess.run([sys.executable, "-m", "fullrank", "info", "--list"], capture_output=True,
                          text=True, check=True).stdout
     assert "aiayn_table3_B_dk16" in out and "b20_bert_table2a_h32" in out
+
+
+def test_info_warns_when_heads_leave_the_fused_kernels(capsys):
+    assert main(["info", "b20_lm_fixed_h8"]) == 0
+    assert "FlashAttention" not in capsys.readouterr().out
+    from fullrank.models.presets import b20_lm_fixed
+
+    assert "query-chunked path" in b20_lm_fixed(8, d_head=512).kernel_warning()
+
+
+def test_info_reads_experiment_files(capsys):
+    from pathlib import Path
+
+    cfg = Path(__file__).resolve().parents[2] / "configs" / "mt" / "multi30k_en_de.yaml"
+    assert main(["info", str(cfg)]) == 0
+    assert "EncoderDecoderConfig" in capsys.readouterr().out
+    lm = cfg.parents[1] / "lm" / "ptb_fixed.yaml"
+    assert main(["info", str(lm)]) == 2
+    assert "pass --vocab-size" in capsys.readouterr().err
+    assert main(["info", str(lm), "--vocab-size", "10002"]) == 0

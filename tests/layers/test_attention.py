@@ -192,3 +192,44 @@ def test_fused_path_never_allocates_the_full_score_tensor():
 
     assert largest_allocation(False) >= scores_bytes  # the explicit path materialises them
     assert largest_allocation(True) < scores_bytes / 4
+
+
+@pytest.mark.parametrize("case", ["causal", "padding", "cross"])
+def test_chunked_attention_equals_attend_with_gradients(case):
+    from fullrank.layers.attention import chunked_attention
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 37, 300, dtype=torch.float64, requires_grad=True)  # d_head > 256
+    k = torch.randn(2, 3, 37 if case != "cross" else 23, 300, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 3, k.shape[2], 7, dtype=torch.float64, requires_grad=True)
+    keep = torch.rand(2, k.shape[2]) > 0.3
+    keep[:, 0] = True
+    mask = padding_mask(keep) if case != "causal" else None
+    kw = dict(mask=mask, is_causal=case == "causal")
+    ref = attend(q, k, v, **kw)
+    out = chunked_attention(q, k, v, chunk=8, **kw)
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(ref)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), g)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_chunked_attention_memory_is_linear_in_length():
+    """Peak memory of forward+backward grows ~linearly with n (quadratically for attend)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from fullrank.layers.attention import chunked_attention
+
+    def peak(fn, n: int) -> int:
+        q, k, v = (torch.randn(1, 2, n, 32, requires_grad=True) for _ in range(3))
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn(q, k, v).sum().backward()
+        return max(e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 0)
+
+    chunked = lambda q, k, v: chunked_attention(q, k, v, is_causal=True, chunk=64)  # noqa: E731
+    explicit = lambda q, k, v: attend(q, k, v, is_causal=True)  # noqa: E731
+    assert peak(chunked, 2048) < 3 * peak(chunked, 1024)          # ~2× for 2× the length
+    assert peak(explicit, 2048) > 3.5 * peak(explicit, 1024)     # ~4×: the n² scores
+    assert peak(chunked, 2048) < peak(explicit, 2048) / 8

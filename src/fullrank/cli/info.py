@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from fullrank.errors import ConfigError
 from fullrank.models.config import TransformerConfig
 from fullrank.models.presets import PRESETS, preset
+from fullrank.recipes.config import load_experiment
 
 HELP = "Summarise a model: parameters by component, head sizes, FLOPs per token, warnings."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", help="a preset name (see --list)")
+    p.add_argument("name", nargs="?",
+                   help="a preset name (see --list) or an experiment file (configs/…yaml)")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="vocabulary size for an experiment file whose tokenizer sets it")
     p.add_argument("--list", action="store_true", help="list the preset names and exit")
     p.add_argument("--seq-len", type=int, default=None,
                    help="sequence length n for FLOPs and the d_head < n check (default: the config's)")
@@ -52,9 +58,22 @@ def render(name: str, cfg: TransformerConfig, console: Console) -> None:
     flops = cfg.flops_per_token()
     console.print(f"  FLOPs per token at n={cfg.seq_len}: forward {human(flops['forward'])}, "
                   f"training (3×) {human(flops['train'])}")
-    warning = cfg.bottleneck_warning()
-    if warning:
-        console.print(f"  [yellow]warning:[/yellow] {warning}")
+    for warning in (cfg.bottleneck_warning(), cfg.kernel_warning()):
+        if warning:
+            console.print(f"  [yellow]warning:[/yellow] {warning}")
+
+
+def load(name: str, vocab_size: int | None) -> TransformerConfig:
+    """A preset by name, or the model of an experiment file."""
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml", ".toml"):
+        return preset(name)
+    exp = load_experiment(path)
+    vocab = vocab_size or exp.model.get("vocab_size") or exp.data.vocab_size
+    if vocab is None:
+        raise ConfigError(f"{path}: its vocabulary size comes from the {exp.data.tokenizer} "
+                          f"tokenizer trained on the data; pass --vocab-size N")
+    return exp.model_config(int(vocab))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         for name in PRESETS:
             console.print(name)
         return 0
-    cfg = preset(args.name)
+    cfg = load(args.name, args.vocab_size)
     if args.seq_len is not None:
         cfg = replace(cfg, seq_len=args.seq_len, max_len=max(cfg.max_len, args.seq_len))
     render(args.name, cfg, console)

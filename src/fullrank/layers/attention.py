@@ -19,6 +19,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor, nn
 
 from fullrank.errors import ConfigError
@@ -84,14 +85,54 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_ca
     return (out, probs) if return_probs else out
 
 
+# FlashAttention (CUDA) accepts head sizes up to this; larger ones take the chunked path below.
+FUSED_MAX_HEAD = 256
+
+
+def chunked_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
+                      is_causal: bool = False, dropout_p: float = 0.0,
+                      chunk: int = 256) -> Tensor:
+    """:func:`attend` over blocks of ``chunk`` queries, each block checkpointed.
+
+    The forward pass holds one block's ``(B, H, chunk, S)`` scores at a time and the backward
+    pass recomputes them, so memory grows linearly with the sequence length whatever the head
+    size — the path for head sizes that no fused kernel accepts (``d_head > 256`` on CUDA,
+    [B20]'s ``d_head = n`` at ``n ≥ 512``). Same results as :func:`attend`.
+
+    Shapes as :func:`attend`: ``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` →
+    ``(B, H, T, Dv)``; ``mask`` broadcastable to ``(B, H, T, S)``.
+    """
+    t, s = q.shape[-2], k.shape[-2]
+    grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    blocks = []
+    for start in range(0, t, chunk):
+        qc = q[:, :, start:start + chunk]                              # (B, H, c, Dh)
+        mc = mask[..., start:start + chunk, :] if mask is not None and mask.shape[-2] > 1 else mask
+        if is_causal:  # this block's rows of the causal mask only: (c, S), never (T, S)
+            mc = combine(mc, causal_mask(qc.shape[-2], s, offset=start, device=q.device))
+        if grad:
+            blocks.append(torch.utils.checkpoint.checkpoint(
+                _attend_block, qc, k, v, mc, dropout_p, use_reentrant=False))
+        else:
+            blocks.append(_attend_block(qc, k, v, mc, dropout_p))
+    return torch.cat(blocks, dim=-2)                                    # (B, H, T, Dv)
+
+
+def _attend_block(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    out = attend(q, k, v, mask=mask, dropout_p=dropout_p)
+    assert isinstance(out, Tensor)
+    return out
+
+
 class ScaledDotProduct(nn.Module):
     """The parameter-free core of attention: ``(q, k, v) → softmax(q kᵀ/√Dh) v``.
 
     It is a module of its own so that diagnostics can observe ``q``, ``k`` and the mask with a
     forward hook (:func:`fullrank.analysis` captures) while the model runs on the fused path.
     ``fused=True`` calls :func:`torch.nn.functional.scaled_dot_product_attention` (FlashAttention
-    or the memory-efficient kernel where available, never materialising ``(B, H, T, S)`` scores);
-    ``fused=False`` calls :func:`attend`.
+    or the memory-efficient kernel where available, never materialising ``(B, H, T, S)`` scores;
+    on CUDA, head sizes above :data:`FUSED_MAX_HEAD` go to :func:`chunked_attention` instead,
+    which keeps memory linear in the length); ``fused=False`` calls :func:`attend`.
     """
 
     def __init__(self, *, fused: bool = True) -> None:
@@ -101,6 +142,8 @@ class ScaledDotProduct(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                 is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
         """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``."""
+        if self.fused and q.is_cuda and q.shape[-1] > FUSED_MAX_HEAD:
+            return chunked_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         if self.fused:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                                   is_causal=is_causal)

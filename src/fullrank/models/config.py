@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from fullrank.blocks import BlockSpec
 from fullrank.errors import ConfigError
-from fullrank.layers.attention import resolve_head_sizes
+from fullrank.layers.attention import FUSED_MAX_HEAD, resolve_head_sizes
 from fullrank.layers.embeddings import PositionKind
 from fullrank.layers.feedforward import Activation
 
@@ -187,6 +187,16 @@ class TransformerConfig:
     def flops_per_token(self) -> dict[str, int]:
         """Forward and training (3× forward) FLOPs per token at ``seq_len``."""
         raise NotImplementedError
+
+    def kernel_warning(self) -> str | None:
+        """Head sizes that leave PyTorch's fused (FlashAttention) kernels on CUDA."""
+        dh, dv = self.head_sizes
+        if max(dh, dv) > FUSED_MAX_HEAD:
+            return (f"d_head={dh}, d_value={dv}: above {FUSED_MAX_HEAD}, no fused "
+                    f"scaled_dot_product_attention kernel (FlashAttention) accepts these heads on "
+                    f"CUDA; fullrank runs them through its query-chunked path there (memory linear "
+                    f"in n, slower). CPUs are unaffected.")
+        return None
 
     def bottleneck_warning(self) -> str | None:
         """The [B20] low-rank condition: a head of size ``d_head < n`` cannot express every
