@@ -24,5 +24,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
+# side-by-side benchmarks against the peers (installs them first; about half an hour on 2 cores)
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/run.py
+	$(BIN)/python bench/scaling.py
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -56,7 +56,8 @@ def lm_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
 
         model = DecoderLM(DecoderLMConfig(vocab_size=v, d_model=d, n_heads=h, d_ff=f, n_layers=L,
                                           seq_len=t, dropout=0.0, norm_first=True,
-                                          activation="gelu", positions="learned"))
+                                          activation="gelu", positions="learned",
+                                          d_head=s.get("d_head")))
         task = LanguageModeling()  # what `fullrank train` runs: the fused output cross-entropy
         return model, lambda m, x: _mean(task.loss(m, LMBatch(x)))
     if impl == "hf":
@@ -104,7 +105,7 @@ class TorchLM(nn.Module):
 
 
 def lm_job(spec: dict[str, Any]) -> dict[str, Any]:
-    s = LM_SIZES[spec["size"]]
+    s = LM_SIZES[spec["size"]] if "size" in spec else spec["shape"]
     torch.manual_seed(0)
     model, loss_fn = lm_model(spec["impl"], s)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -116,15 +117,19 @@ def lm_job(spec: dict[str, Any]) -> dict[str, Any]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    rss_before = peak_rss_mb()
     times = timed(step, spec)
     tokens = s["batch"] * s["seq"]
+    inner = s["heads"] * s.get("d_head", s["d"] // s["heads"])
     flops = 6 * non_embedding_matmul_params(s) * tokens + 6 * s["vocab"] * s["d"] * tokens \
-        + 3 * 2 * 2 * s["layers"] * s["batch"] * s["seq"] ** 2 * s["d"]  # attention (full n²)
-    return result(spec, model, times, tokens, "tokens/s", flops)
+        + 3 * 2 * 2 * s["layers"] * s["batch"] * s["seq"] ** 2 * inner  # attention (full n²)
+    return {**result(spec, model, times, tokens, "tokens/s", flops),
+            "step_rss_mb": peak_rss_mb() - rss_before}
 
 
 def non_embedding_matmul_params(s: dict[str, int]) -> int:
-    return s["layers"] * (4 * s["d"] * s["d"] + 2 * s["d"] * s["d_ff"])
+    inner = s["heads"] * s.get("d_head", s["d"] // s["heads"])
+    return s["layers"] * (4 * s["d"] * inner + 2 * s["d"] * s["d_ff"])
 
 
 # ------------------------------------------------------------------------------ encoder-decoder

@@ -1,7 +1,9 @@
-"""State-dict mappings from Hugging Face ``transformers`` checkpoints to fullrank models.
+"""State-dict mappings between Hugging Face ``transformers`` models and fullrank models.
 
 Only tensors are exchanged: no ``transformers`` import is needed here. A user loads the Hugging
-Face weights with ``safetensors`` (never by unpickling) and passes the dict.
+Face weights with ``safetensors`` (never by unpickling) and passes the dict. BERT maps into
+:class:`Encoder`; an :class:`EncoderDecoder` maps out to Marian (``MarianMTModel``), used by the
+parity test and the decoding benchmark.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import torch
 from torch import Tensor
 
 from fullrank.errors import CheckpointError
+from fullrank.layers.embeddings import sinusoidal_table
 from fullrank.models.encoder import EncoderConfig
+from fullrank.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 
 
 def bert_config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> EncoderConfig:
@@ -73,4 +77,73 @@ def bert_state_dict_from_hf(hf: Mapping[str, Tensor], n_layers: int) -> dict[str
             out[f"nsp.{p}"] = get(f"cls.seq_relationship.{p}")
         out["mlm.bias"] = get("cls.predictions.bias")
         out["mlm.embedding.weight"] = out["embed.token.weight"]
+    return out
+
+
+def marian_config_kwargs(config: EncoderDecoderConfig, *, pad_id: int, bos_id: int,
+                         eos_id: int) -> dict[str, Any]:
+    """``MarianConfig`` arguments for the same architecture as ``config`` (a [V17] model:
+    post-LN, ReLU, embeddings × √d_model, one shared embedding). Standard-rule heads only:
+    Marian has no free head size."""
+    dh, dv = config.head_sizes
+    if not config.standard_rule or dh != dv:
+        raise CheckpointError("Marian needs d_head = d_value = d_model / n_heads; this model's "
+                              f"heads are d_head={dh}, d_value={dv} with d_model={config.d_model}")
+    if not config.shared_vocab or not config.tie_embeddings or config.norm_first \
+            or config.activation != "relu" or config.positions != "sinusoidal":
+        raise CheckpointError("Marian conversion needs a shared, tied vocabulary, post-LN, ReLU "
+                              "and sinusoidal positions")
+    return dict(vocab_size=config.vocab_size, d_model=config.d_model,
+                encoder_layers=config.n_layers, decoder_layers=config.decoder_layers,
+                encoder_attention_heads=config.n_heads, decoder_attention_heads=config.n_heads,
+                encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff,
+                activation_function="relu", scale_embedding=True,
+                max_position_embeddings=config.max_len, dropout=0.0, attention_dropout=0.0,
+                activation_dropout=0.0, share_encoder_decoder_embeddings=True,
+                tie_word_embeddings=True, pad_token_id=pad_id, decoder_start_token_id=bos_id,
+                eos_token_id=eos_id, forced_eos_token_id=None)
+
+
+def marian_state_dict(model: EncoderDecoder) -> dict[str, Tensor]:
+    """The state dict of a ``MarianMTModel`` computing the same function as ``model``.
+
+    Marian's sinusoidal table puts the sines in the first half of each vector and the cosines in
+    the second; [V17]'s interleaves them, so the table is written out explicitly.
+    """
+    c = model.config
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    emb = sd["tgt_embed.token.weight"]
+    table = sinusoidal_table(c.max_len, c.d_model)
+    out: dict[str, Tensor] = {
+        "model.shared.weight": emb, "model.encoder.embed_tokens.weight": emb,
+        "model.decoder.embed_tokens.weight": emb, "lm_head.weight": emb,
+        "model.encoder.embed_positions.weight": table,
+        "model.decoder.embed_positions.weight": table,
+        "final_logits_bias": torch.zeros(1, c.vocab_size),
+    }
+
+    def attention(src: str, dst: str) -> None:
+        w, b = sd[f"{src}.qkv_proj.weight"], sd[f"{src}.qkv_proj.bias"]
+        for name, part_w, part_b in zip(("q", "k", "v"), w.chunk(3), b.chunk(3)):
+            out[f"{dst}.{name}_proj.weight"], out[f"{dst}.{name}_proj.bias"] = part_w, part_b
+        out[f"{dst}.out_proj.weight"] = sd[f"{src}.out_proj.weight"]
+        out[f"{dst}.out_proj.bias"] = sd[f"{src}.out_proj.bias"]
+
+    def common(src: str, dst: str, norms: dict[str, str]) -> None:
+        for p in ("weight", "bias"):
+            out[f"{dst}.fc1.{p}"] = sd[f"{src}.ffn.fc1.{p}"]
+            out[f"{dst}.fc2.{p}"] = sd[f"{src}.ffn.fc2.{p}"]
+            for ours, theirs in norms.items():
+                out[f"{dst}.{theirs}.{p}"] = sd[f"{src}.{ours}.{p}"]
+
+    for i in range(c.n_layers):
+        src, dst = f"encoder.{i}", f"model.encoder.layers.{i}"
+        attention(f"{src}.self_attn", f"{dst}.self_attn")
+        common(src, dst, {"attn_norm": "self_attn_layer_norm", "ffn_norm": "final_layer_norm"})
+    for i in range(c.decoder_layers):
+        src, dst = f"decoder.{i}", f"model.decoder.layers.{i}"
+        attention(f"{src}.self_attn", f"{dst}.self_attn")
+        attention(f"{src}.cross_attn", f"{dst}.encoder_attn")
+        common(src, dst, {"attn_norm": "self_attn_layer_norm", "cross_norm": "encoder_attn_layer_norm",
+                          "ffn_norm": "final_layer_norm"})
     return out

@@ -1,0 +1,136 @@
+"""The benchmark suite: fullrank against its peers, side by side, interleaved in rounds.
+
+    python bench/run.py                    # everything (about half an hour on 2 CPU cores)
+    python bench/run.py --only lm_s attention --rounds 3
+
+Workloads (float32, 2 threads, dropout 0, warm-up steps untimed):
+
+- ``lm_s``/``lm_m`` — LM training step (forward + backward + AdamW), S: vocab 8192, d_model 256,
+  4 layers, 8 heads, d_ff 1024, seq 256, batch 8; M: vocab 32000, d_model 512, 6 layers,
+  8 heads, d_ff 2048, seq 256, batch 4. Peers: Hugging Face GPT-2, x-transformers, and
+  ``torch.nn.TransformerEncoder`` (a GPT-2-shaped model: pre-LN, GELU, learned positions, tied).
+- ``encdec`` — encoder-decoder training step: d_model 256, 3+3 layers, 4 heads, d_ff 1024,
+  shared vocab 8000, 32+32 tokens, batch 32. Peers: Hugging Face Marian, x-transformers
+  ``XTransformer``, ``torch.nn.Transformer``.
+- ``attention`` — scaled dot-product attention alone, forward + backward, batch 8, seq 256,
+  ``(n_heads, d_head)`` ∈ {(8,32), (16,32), (32,32), (8,64), (8,128), (8,256)}.
+- ``matmul`` — the ceiling: a 2048² matrix multiply, forward + backward, measured the same way
+  in every round; every GFLOP/s figure is also given as a fraction of it.
+- ``decode`` — beam 4 and greedy decoding against Hugging Face ``generate`` (``bench/decode.py``).
+
+``fullrank`` runs with its defaults (oneDNN float32 matmuls, :mod:`fullrank.runtime`);
+``fullrank_same`` with PyTorch's defaults, the peers' settings. Results: a Markdown table and
+JSON per workload under ``bench/results/``, and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import RESULTS, interleaved, machine, median, paired_ratio, write  # noqa: E402
+
+PEERS = {"lm": ["hf", "xt", "torch"], "encdec": ["hf", "xt", "torch"]}
+IMPL_NAMES = {"fullrank": "fullrank (defaults)", "fullrank_same": "fullrank (PyTorch defaults)",
+              "hf": "Hugging Face transformers", "xt": "x-transformers", "torch": "torch.nn",
+              "explicit": "fullrank explicit attend()"}
+ATTENTION_SHAPES = [(8, 32), (16, 32), (32, 32), (8, 64), (8, 128), (8, 256)]
+
+
+def specs_for(workload: str, threads: int, steps: int) -> dict[str, dict[str, Any]]:
+    base = {"threads": threads, "steps": steps, "warmup": 3}
+    matmul = {"matmul": {**base, "workload": "matmul", "impl": "torch"}}
+    if workload in ("lm_s", "lm_m"):
+        size = workload[-1].upper()
+        impls = ["fullrank", "fullrank_same", *PEERS["lm"]]
+        return {**matmul, **{i: {**base, "workload": "lm", "impl": i, "size": size} for i in impls}}
+    if workload == "encdec":
+        impls = ["fullrank", "fullrank_same", *PEERS["encdec"]]
+        return {**matmul, **{i: {**base, "workload": "encdec", "impl": i} for i in impls}}
+    if workload == "attention":
+        out = dict(matmul)
+        for h, dh in ATTENTION_SHAPES:
+            for impl in ("fullrank", "explicit"):
+                out[f"{impl} h={h} d_head={dh}"] = {**base, "workload": "attention", "impl": impl,
+                                                     "heads": h, "d_head": dh}
+        return out
+    raise ValueError(workload)
+
+
+def table(workload: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, dict]:
+    """Markdown rows: medians, GFLOP/s, share of the matmul ceiling, memory, ratio to peers."""
+    ceiling = median(results["matmul"], "gflops")
+    names = [n for n in results if n != "matmul"]
+    peers = [n for n in names if n in ("hf", "xt", "torch")]
+    best_peer = max(peers, key=lambda n: median(results[n]) or 0) if peers else None
+    rows, data = [], {"ceiling_gflops": ceiling, "rows": {}}
+    unit = next((r["unit"] for n in names for r in results[n] if "unit" in r), "")
+    lines = [f"| implementation | params | median {unit} | step ms | GFLOP/s | % of matmul ceiling "
+             f"| peak RSS MB | vs best peer (paired) |", "|---|---|---|---|---|---|---|---|"]
+    for n in names:
+        res = results[n]
+        value, gflops = median(res), median(res, "gflops")
+        if value is None:
+            err = next((r["error"] for r in res if "error" in r), "failed")
+            lines.append(f"| {IMPL_NAMES.get(n, n)} | — | error: {err} | | | | | |")
+            continue
+        ratio = paired_ratio(res, results[best_peer]) if best_peer and n not in peers else None
+        params = next((r.get("params", 0) for r in res if "error" not in r), 0)
+        row = {"value": value, "step_ms": median(res, "step_ms"), "gflops": gflops,
+               "ceiling_share": gflops / ceiling if ceiling else None, "params": params,
+               "peak_rss_mb": median(res, "peak_rss_mb"), "ratio_vs_best_peer": ratio,
+               "rounds": [r.get("value") for r in res]}
+        data["rows"][n] = row
+        lines.append(f"| {IMPL_NAMES.get(n, n)} | {params:,} | {value:,.0f} | {row['step_ms']:.1f} "
+                     f"| {gflops:.1f} | {100 * row['ceiling_share']:.0f}% | "
+                     f"{row['peak_rss_mb']:.0f} | {'' if ratio is None else f'{ratio:.2f}×'} |")
+    data["best_peer"] = best_peer
+    head = (f"## {workload}\n\nmatmul ceiling (2048², forward + backward, same rounds): "
+            f"{ceiling:.1f} GFLOP/s. Best peer: {IMPL_NAMES.get(best_peer, best_peer)}.\n\n"
+            if best_peer else f"## {workload}\n\nmatmul ceiling: {ceiling:.1f} GFLOP/s.\n\n")
+    return head + "\n".join(lines) + "\n", data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="*", default=["lm_s", "lm_m", "encdec", "attention", "decode"])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per job")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    info = machine()
+    print(f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
+          f"transformers {info['transformers']} · x-transformers {info['x_transformers']}")
+    sections, everything = [], {"machine": info, "workloads": {}}
+    for workload in args.only:
+        print(f"\n== {workload} ({args.rounds} interleaved rounds)")
+        if workload == "decode":
+            subprocess.run([sys.executable, str(Path(__file__).with_name("decode.py")),
+                            "--rounds", str(args.rounds), "--threads", str(args.threads)],
+                           check=False)
+            decode_md = RESULTS / "decode-multi30k.md"
+            if decode_md.exists():
+                sections.append(decode_md.read_text())
+            continue
+        results = interleaved(specs_for(workload, args.threads, args.steps), args.rounds)
+        md, data = table(workload, results)
+        everything["workloads"][workload] = {"table": data, "raw": results}
+        write(workload, md, {"machine": info, **data, "raw": results})
+        sections.append(md)
+        print(md)
+    summary = (f"# fullrank benchmarks\n\n{info.get('cpu')}, {info['cpu_count']} CPUs, "
+               f"{args.threads} threads, float32; torch {info['torch']}, transformers "
+               f"{info['transformers']}, x-transformers {info['x_transformers']}; {info['date']}. "
+               f"Ratios are medians of per-round ratios (throughput, > 1 = fullrank faster).\n\n"
+               + "\n".join(sections))
+    write("summary", summary, everything)
+    print(f"\nwrote {RESULTS / 'summary.md'}")
+
+
+if __name__ == "__main__":
+    main()
