@@ -79,3 +79,28 @@ def test_resume_continues_bitwise_identically(tmp_path):
     run(resumed, cfg, out=out, resume_from=ckpt)
     for name, a in weights(straight).items():
         assert torch.equal(weights(resumed)[name], a), name
+
+
+def test_bf16_autocast_trains_on_cpu():
+    model = make_model()
+    data = LMBlocks(np.tile(np.arange(23, dtype=np.uint16), 200), seq_len=12, batch_size=8)
+    task = LanguageModeling()
+    before = task.evaluate(model, data.eval_batches(), torch.device("cpu"))
+    cfg = TrainConfig(steps=30, batch_size=8, lr=3e-3, schedule="constant", warmup=5,
+                      optimizer="adamw", precision="bf16")
+    result = train(model, task, data, cfg, dist=CPU, progress=False)
+    assert result.state.step == 30
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
+    after = task.evaluate(model, data.eval_batches(), torch.device("cpu"))
+    assert after["loss"] < 0.7 * before["loss"]
+
+
+@pytest.mark.slow
+def test_torch_compile_option_matches_eager():
+    eager, compiled = make_model(), make_model()
+    cfg = dict(steps=3, batch_size=4, lr=1e-3, schedule="constant", warmup=1, optimizer="adamw",
+               eps=1.0)
+    run(eager, TrainConfig(**cfg))
+    run(compiled, TrainConfig(**cfg, compile=True))
+    for name, a in weights(eager).items():
+        torch.testing.assert_close(weights(compiled)[name], a, rtol=1e-4, atol=1e-5)

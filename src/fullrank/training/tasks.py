@@ -8,6 +8,7 @@ with the cross-entropy (:func:`~fullrank.training.losses.linear_cross_entropy`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from fullrank.data.batch import LMBatch, Seq2SeqBatch
-from fullrank.training.losses import TokenLoss, label_smoothed_cross_entropy, linear_cross_entropy
+from fullrank.training.losses import TokenLoss, linear_cross_entropy
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -40,6 +41,19 @@ def perplexity_report(nll_sum: float, n_tokens: int) -> dict[str, float]:
     return {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": n_tokens}
 
 
+@torch.no_grad()
+def evaluate(task: Task, model: nn.Module, batches: Iterable[Any], device: torch.device,
+             limit: int | None = None) -> dict[str, float]:
+    """Per-token NLL (the unsmoothed part of ``task.loss``) and perplexity over at most
+    ``limit`` of ``batches``."""
+    nll, n = 0.0, 0
+    for batch in itertools.islice(batches, limit):
+        out = task.loss(model, batch.to(device))
+        nll += float(out.nll)
+        n += int(out.n_tokens)
+    return perplexity_report(nll, n)
+
+
 class LanguageModeling:
     """Next-token prediction: ``model(tokens[:, :-1]) → (B, T, V)`` against ``tokens[:, 1:]``."""
 
@@ -51,19 +65,10 @@ class LanguageModeling:
         return linear_cross_entropy(h, unwrap(model).output_weight, batch.tokens[:, 1:],
                                     epsilon=self.label_smoothing)
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, batches: Iterable[LMBatch], device: torch.device,
                  limit: int | None = None) -> dict[str, float]:
         """Exact per-token NLL and perplexity over ``batches`` (no smoothing)."""
-        nll, n = 0.0, 0
-        for i, batch in enumerate(batches):
-            if limit is not None and i >= limit:
-                break
-            batch = batch.to(device)
-            out = label_smoothed_cross_entropy(model(batch.tokens[:, :-1]), batch.tokens[:, 1:])
-            nll += float(out.nll)
-            n += int(out.n_tokens)
-        return perplexity_report(nll, n)
+        return evaluate(self, model, batches, device, limit)
 
 
 class Translation:
@@ -79,18 +84,7 @@ class Translation:
         return linear_cross_entropy(h, unwrap(model).output_weight, batch.tgt_out,
                                     epsilon=self.label_smoothing, ignore_index=self.pad_id)
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, batches: Iterable[Seq2SeqBatch], device: torch.device,
                  limit: int | None = None) -> dict[str, float]:
         """Per-token NLL and perplexity of the references (no smoothing)."""
-        nll, n = 0.0, 0
-        for i, batch in enumerate(batches):
-            if limit is not None and i >= limit:
-                break
-            batch = batch.to(device)
-            logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
-                           tgt_mask=batch.tgt_mask)
-            out = label_smoothed_cross_entropy(logits, batch.tgt_out, ignore_index=self.pad_id)
-            nll += float(out.nll)
-            n += int(out.n_tokens)
-        return perplexity_report(nll, n)
+        return evaluate(self, model, batches, device, limit)
