@@ -47,12 +47,14 @@ class BatchSource(Protocol):
 
 @dataclass
 class LoopState:
-    """Where training is: optimizer steps taken, the next batch, and target tokens seen."""
+    """Where training is: optimizer steps taken, the next batch, target tokens seen, and
+    seconds spent training (carried across resumes, so ``max_minutes`` bounds the whole run)."""
 
     step: int = 0
     epoch: int = 0
     index: int = 0
     tokens: int = 0
+    elapsed_s: float = 0.0
 
     def next_batch(self, epoch_length: int) -> tuple[int, int]:
         """Return the position of the next global batch and advance past it."""
@@ -131,6 +133,7 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     if resume_from is not None:
         meta = load_training_state(resume_from, raw, optimizer)
         state = LoopState(**meta["loop"])
+        start -= state.elapsed_s  # the time budget and logged times count earlier sessions
     net: nn.Module = DistributedDataParallel(raw) if dist.distributed else raw
     if cfg.compile:
         net = torch.compile(net)
@@ -148,6 +151,7 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         if not writes:
             return None
         assert out is not None
+        state.elapsed_s = time.perf_counter() - start
         meta = {**out.meta, "loop": dataclasses.asdict(state), "train": dataclasses.asdict(cfg)}
         return save_training_checkpoint(out.checkpoints, state.step, raw, out.model_config,
                                         out.tokenizer, optimizer, meta, cfg.keep_last)
