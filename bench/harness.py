@@ -8,6 +8,7 @@ of medians. A job is ``python bench/jobs.py '<json spec>'``, which prints one JS
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -76,10 +77,10 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    for pkg in ("transformers", "x_transformers"):
+    for pkg in ("transformers", "x-transformers"):  # distribution names (no __version__ in x_transformers)
         try:
-            info[pkg] = __import__(pkg).__version__
-        except Exception:  # noqa: BLE001 - a missing peer is reported, not fatal
+            info[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:  # a missing peer is reported, not fatal
             info[pkg] = None
     return info
 

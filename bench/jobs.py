@@ -168,7 +168,7 @@ def encdec_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
 
         model = XTransformer(dim=d, enc_num_tokens=v, enc_depth=L, enc_heads=h,
                              enc_max_seq_len=s["src"], dec_num_tokens=v, dec_depth=L,
-                             dec_heads=h, dec_max_seq_len=s["tgt"], tie_token_emb=True,
+                             dec_heads=h, dec_max_seq_len=s["tgt"] + 1, tie_token_emb=True,  # it shifts tgt itself
                              enc_attn_dim_head=d // h, dec_attn_dim_head=d // h,
                              enc_ff_mult=f // d, dec_ff_mult=f // d)
         return model, lambda m, src, tgt: m(src, tgt)

@@ -105,7 +105,7 @@ def main() -> None:
     args = ap.parse_args()
     info = machine()
     print(f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
-          f"transformers {info['transformers']} · x-transformers {info['x_transformers']}")
+          f"transformers {info['transformers']} · x-transformers {info['x-transformers']}")
     sections, everything = [], {"machine": info, "workloads": {}}
     for workload in args.only:
         print(f"\n== {workload} ({args.rounds} interleaved rounds)")
@@ -125,7 +125,7 @@ def main() -> None:
         print(md)
     summary = (f"# fullrank benchmarks\n\n{info.get('cpu')}, {info['cpu_count']} CPUs, "
                f"{args.threads} threads, float32; torch {info['torch']}, transformers "
-               f"{info['transformers']}, x-transformers {info['x_transformers']}; {info['date']}. "
+               f"{info['transformers']}, x-transformers {info['x-transformers']}; {info['date']}. "
                f"Ratios are medians of per-round ratios (throughput, > 1 = fullrank faster).\n\n"
                + "\n".join(sections))
     write("summary", summary, everything)
