@@ -23,10 +23,7 @@ def lm_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mt_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mt")
-    for split, n, seed in (("train", 300, 0), ("val", 20, 1)):
-        src, tgt = write_corpus(tmp, n, seed)
-        (tmp / f"{split}.en").write_text("\n".join(src) + "\n")
-        (tmp / f"{split}.de").write_text("\n".join(tgt) + "\n")
+    write_corpus(tmp, (("train", 300, 0), ("val", 20, 1)))
     cfg = tmp / "mt.yaml"
     cfg.write_text(f"""
 name: mt

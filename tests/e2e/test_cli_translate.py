@@ -10,21 +10,19 @@ from fullrank.cli import main
 WORDS = "the a man woman dog cat sees runs big small red blue house car".split()
 
 
-def write_corpus(root, n: int, seed: int) -> None:
-    rng = random.Random(seed)
-    src, tgt = [], []
-    for _ in range(n):
-        s = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
-        src.append(" ".join(s))
-        tgt.append(" ".join(reversed(s)))  # "translation" = word reversal
-    return src, tgt
+def write_corpus(root, splits) -> None:
+    """Write ``root/{split}.en`` and ``.de`` for each ``(split, n_pairs, seed)``: random word
+    sequences and their reversal (the "translation")."""
+    for split, n, seed in splits:
+        rng = random.Random(seed)
+        src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(n)]
+        tgt = [" ".join(reversed(s.split())) for s in src]
+        (root / f"{split}.en").write_text("\n".join(src) + "\n")
+        (root / f"{split}.de").write_text("\n".join(tgt) + "\n")
 
 
 def test_train_translate_average_bleu(tmp_path, capsys):
-    for split, n, seed in (("train", 600, 0), ("val", 40, 1), ("test", 30, 2)):
-        src, tgt = write_corpus(tmp_path, n, seed)
-        (tmp_path / f"{split}.en").write_text("\n".join(src) + "\n")
-        (tmp_path / f"{split}.de").write_text("\n".join(tgt) + "\n")
+    write_corpus(tmp_path, (("train", 600, 0), ("val", 40, 1), ("test", 30, 2)))
     cfg = tmp_path / "mt.yaml"
     cfg.write_text(f"""
 name: tiny_mt

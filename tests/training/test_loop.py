@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -46,16 +48,20 @@ def test_gradient_accumulation_equals_one_large_batch(clip):
         torch.testing.assert_close(weights(small)[name], a, rtol=1e-5, atol=1e-6)
 
 
-def test_training_lowers_the_loss():
-    model = make_model()
+def train_on_a_cycle(model, **cfg):
+    """Train ``model`` on the repeating sequence 0..22; return (loss before, loss after, result)."""
     data = LMBlocks(np.tile(np.arange(23, dtype=np.uint16), 200), seq_len=12, batch_size=8)
     task = LanguageModeling()
-    before = task.evaluate(model, data.eval_batches(), torch.device("cpu"))
-    cfg = TrainConfig(steps=40, batch_size=8, lr=3e-3, schedule="constant", warmup=5,
-                      optimizer="adamw")
-    train(model, task, data, cfg, dist=CPU, progress=False)
-    after = task.evaluate(model, data.eval_batches(), torch.device("cpu"))
-    assert after["loss"] < 0.5 * before["loss"]
+    before = task.evaluate(model, data.eval_batches(), torch.device("cpu"))["loss"]
+    config = TrainConfig(batch_size=8, lr=3e-3, schedule="constant", warmup=5, optimizer="adamw",
+                         **cfg)
+    result = train(model, task, data, config, dist=CPU, progress=False)
+    return before, task.evaluate(model, data.eval_batches(), torch.device("cpu"))["loss"], result
+
+
+def test_training_lowers_the_loss():
+    before, after, _ = train_on_a_cycle(make_model(), steps=40)
+    assert after < 0.5 * before
 
 
 def test_resume_continues_bitwise_identically(tmp_path):
@@ -83,16 +89,10 @@ def test_resume_continues_bitwise_identically(tmp_path):
 
 def test_bf16_autocast_trains_on_cpu():
     model = make_model()
-    data = LMBlocks(np.tile(np.arange(23, dtype=np.uint16), 200), seq_len=12, batch_size=8)
-    task = LanguageModeling()
-    before = task.evaluate(model, data.eval_batches(), torch.device("cpu"))
-    cfg = TrainConfig(steps=30, batch_size=8, lr=3e-3, schedule="constant", warmup=5,
-                      optimizer="adamw", precision="bf16")
-    result = train(model, task, data, cfg, dist=CPU, progress=False)
+    before, after, result = train_on_a_cycle(model, steps=30, precision="bf16")
     assert result.state.step == 30
     assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
-    after = task.evaluate(model, data.eval_batches(), torch.device("cpu"))
-    assert after["loss"] < 0.7 * before["loss"]
+    assert after < 0.7 * before
 
 
 @pytest.mark.slow
@@ -109,8 +109,6 @@ def test_torch_compile_option_matches_eager():
 def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     # A run that already spent its whole budget before the checkpoint stops at the first step
     # after resuming, and the logged elapsed time continues from the checkpoint's.
-    import json
-
     cfg = TrainConfig(steps=6, batch_size=4, lr=1e-3, schedule="constant", warmup=1,
                       save_every=2, log_every=1, optimizer="adamw", max_minutes=1.0)
     out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
