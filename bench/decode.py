@@ -1,17 +1,26 @@
 """Decoding speed: fullrank's beam search and greedy decoding against Hugging Face ``generate``.
 
-Both sides decode the same random sources with equally sized random-weight models — fullrank's
-``EncoderDecoder`` and a Hugging Face ``MarianMTModel`` configured to match it (post-LN, ReLU,
-sinusoidal positions, embeddings × √d_model, one shared embedding tied to the output
-projection) — in float32 on ``--threads`` CPU threads. EOS is suppressed so every sentence runs
-exactly ``--new-tokens`` steps (fullrank ``min_len``, HF ``min_new_tokens``), which makes the work
-of both sides identical whatever the weights.
+Both sides decode the same random sources with the same random-weight model: fullrank's
+``EncoderDecoder``, and a Hugging Face ``MarianMTModel`` built from it by
+:mod:`fullrank.models.convert_hf` (post-LN, ReLU, sinusoidal positions, embeddings × √d_model,
+one shared embedding tied to the output projection; the weights copied), in float32 on
+``--threads`` CPU threads, so the report can say whether the two produce the same outputs. EOS
+is suppressed so every sentence runs exactly ``--new-tokens`` steps (fullrank ``min_len``, HF
+``min_new_tokens``), which makes the work of both sides identical.
 
 Each side runs in its own subprocess, and the subprocesses alternate A, B, A, B, … for
 ``--rounds`` rounds, because these machines drift by up to ±25% from one minute to the next;
 each subprocess builds its model, decodes once untimed (warm-up), then times one decode per
 mode. The report gives medians over rounds, the ratio of medians and the median of the per-round
 ratios, as a Markdown table and JSON under ``bench/results/``.
+
+Each fullrank subprocess also times the **floor**: the matrix multiplies that one cached decoder
+step cannot avoid (per layer the self-attention q/k/v and output projections, the
+cross-attention query and output projections, the two feed-forward layers; then the output
+projection to the vocabulary), on random matrices of the same shapes and the same number of rows
+(``batch × beam`` for beam search, ``batch`` for greedy), repeated for every step, under the
+same CPU matrix-multiply setting. Attention itself, softmax, the encoder and the search are left
+out, so no decoder can beat it; the report gives each side's speed as a fraction of it.
 
 Before timing, fullrank's cached decoding is checked against its uncached reference decoder
 (which recomputes the whole target prefix at every step) on the same inputs: the outputs must be
@@ -115,18 +124,17 @@ def fullrank_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: s
 
 # ------------------------------------------------------------------------------ Hugging Face side
 def hf_model(s: Setup) -> torch.nn.Module:
+    """A ``MarianMTModel`` computing the same function as :func:`fullrank_model` (its weights
+    copied over), so both sides decode the same model."""
     from transformers import MarianConfig, MarianMTModel
 
-    torch.manual_seed(s.seed)
-    cfg = MarianConfig(
-        vocab_size=s.vocab_size, d_model=s.d_model, encoder_layers=s.n_layers,
-        decoder_layers=s.n_layers, encoder_attention_heads=s.n_heads,
-        decoder_attention_heads=s.n_heads, encoder_ffn_dim=s.d_ff, decoder_ffn_dim=s.d_ff,
-        activation_function="relu", scale_embedding=True, max_position_embeddings=1024,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=None)
-    return MarianMTModel(cfg).eval()
+    from fullrank.models.convert_hf import marian_config_kwargs, marian_state_dict
+
+    ours = fullrank_model(s)
+    model = MarianMTModel(MarianConfig(**marian_config_kwargs(
+        ours.config, pad_id=PAD, bos_id=BOS, eos_id=EOS)))
+    model.load_state_dict(marian_state_dict(ours), strict=True)
+    return model.eval()
 
 
 def hf_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) -> list[list[int]]:
@@ -143,6 +151,31 @@ def hf_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) ->
     return [row[1:] for row in out.tolist()]  # drop the decoder start token
 
 
+def floor_seconds(s: Setup, mode: str) -> float:
+    """Seconds for the unavoidable matrix multiplies of ``s.new_tokens`` cached decoder steps
+    (see the module docstring), timed once after one untimed pass."""
+    from fullrank.runtime import fast_matmul
+
+    # beam search's first step runs one row per sentence, the others one per beam
+    rows = [s.batch] + [s.batch * (s.beam if mode == "beam" else 1)] * (s.new_tokens - 1)
+    d, f = s.d_model, s.d_ff
+    gen = torch.Generator().manual_seed(s.seed)
+    shapes = [(d, 3 * d), (d, d), (d, d), (d, d), (d, f), (f, d)] * s.n_layers + [(d, s.vocab_size)]
+    weights = [torch.randn(i, o, generator=gen) / i**0.5 for i, o in shapes]  # (in, out)
+    inputs = {(r, i): torch.randn(r, i, generator=gen) for r in set(rows) for i in (d, f)}
+
+    def run() -> None:
+        for r in rows:
+            for w in weights:
+                torch.mm(inputs[r, w.shape[0]], w)                             # (r, out)
+
+    with torch.inference_mode(), fast_matmul():
+        run()
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+
+
 # ---------------------------------------------------------------------------------- subprocesses
 def worker(side: str, s: Setup) -> dict:
     """Build one side's model, warm up untimed, then time one decode per mode."""
@@ -153,13 +186,16 @@ def worker(side: str, s: Setup) -> dict:
     out: dict = {"side": side, "params": trainable(model),
                  "buffers": sum(b.numel() for b in model.buffers()),
                  "frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
-                 "seconds": {}, "lengths": {}}
+                 "seconds": {}, "lengths": {}, "outputs": {}}
     for mode in MODES:
         decode(model, src, s, mode)  # warm-up, untimed
         start = time.perf_counter()
         tokens = decode(model, src, s, mode)
         out["seconds"][mode] = time.perf_counter() - start
         out["lengths"][mode] = sorted({len(t) for t in tokens})
+        out["outputs"][mode] = tokens
+    if side == "fullrank":
+        out["floor_seconds"] = {mode: floor_seconds(s, mode) for mode in MODES}
     return out
 
 
@@ -193,13 +229,17 @@ def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
     for mode in MODES:
         rate = {side: [s.batch / r["seconds"][mode] for r in rs] for side, rs in by_side.items()}
         paired = [a / b for a, b in zip(rate["fullrank"], rate["hf"])]
+        floor = statistics.median(s.batch / r["floor_seconds"][mode] for r in by_side["fullrank"])
         modes[mode] = {
+            "floor_sent_per_s": floor,
             "fullrank_sent_per_s": rate["fullrank"], "hf_sent_per_s": rate["hf"],
             "fullrank_median": statistics.median(rate["fullrank"]),
             "hf_median": statistics.median(rate["hf"]),
             "ratio_of_medians": statistics.median(rate["fullrank"]) / statistics.median(rate["hf"]),
             "median_paired_ratio": statistics.median(paired), "paired_ratios": paired,
             "output_lengths": {side: rs[0]["lengths"][mode] for side, rs in by_side.items()},
+            "same_outputs_as_hf": by_side["fullrank"][0]["outputs"][mode]
+            == by_side["hf"][0]["outputs"][mode],
         }
     import transformers
 
@@ -239,19 +279,28 @@ def markdown(rep: dict) -> str:
         f"interleaved rounds.",
         "",
         "| mode | fullrank sent/s (median) | HF sent/s (median) | ratio of medians "
-        "| median paired ratio | per-round ratios |",
-        "|---|---|---|---|---|---|",
+        "| median paired ratio | per-round ratios | floor sent/s | fullrank, HF % of floor |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for mode, m in rep["modes"].items():
         per = ", ".join(f"{r:.2f}" for r in m["paired_ratios"])
         lines.append(f"| {mode} | {m['fullrank_median']:.2f} | {m['hf_median']:.2f} | "
-                     f"{m['ratio_of_medians']:.2f}× | {m['median_paired_ratio']:.2f}× | {per} |")
+                     f"{m['ratio_of_medians']:.2f}× | {m['median_paired_ratio']:.2f}× | {per} | "
+                     f"{m['floor_sent_per_s']:.2f} | {100 * m['fullrank_median'] / m['floor_sent_per_s']:.0f}%, "
+                     f"{100 * m['hf_median'] / m['floor_sent_per_s']:.0f}% |")
+    lines += ["", "Both sides decode the same weights (fullrank's, copied into Marian); the outputs "
+              "are " + ", ".join(f"{mode} {'identical' if m['same_outputs_as_hf'] else 'DIFFERENT'}"
+                                for mode, m in rep["modes"].items()) + " to Hugging Face's."]
     check = rep["cached_equals_uncached"]
     if check:
         lines += ["", "fullrank cached = uncached reference decoder on these inputs: " + ", ".join(
             f"{mode} {'identical' if c['identical'] else 'DIFFERENT'} ({c['sentences']} sentences)"
             for mode, c in check.items()) + "."]
-    lines += ["", *[f"- {n}" for n in rep["notes"]],
+    lines += ["", "Floor: the matrix multiplies of every decoder step alone (q/k/v, attention output, "
+              "cross-attention query and output, feed-forward, vocabulary projection) at the "
+              "decode's row count, with fullrank's CPU matrix-multiply setting; no decoder that "
+              "computes these products can be faster.",
+              "", *[f"- {n}" for n in rep["notes"]],
               f"- torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}, "
               f"{rep['machine']['processor']} ({rep['machine']['cpu_count']} CPUs)."]
     return "\n".join(lines) + "\n"

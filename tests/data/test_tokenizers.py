@@ -81,6 +81,19 @@ def test_bpe_round_trip_with_umlauts(corpora):
     assert len(tok.encode(SENTENCES[0])) < len(SENTENCES[0])  # merges were learned
 
 
+def test_lowercased_bpe_folds_case_and_survives_save_load(corpora, tmp_path):
+    tok = Tokenizer.train("bpe", [corpora["bpe"]], vocab_size=300, lowercase=True)
+    assert not any(c.isupper() for piece in tok.hf.get_vocab() for c in piece)
+    for s in SENTENCES + ["Männer  laufen   über Äpfel."]:
+        assert tok.decode(tok.encode(s)) == s.lower()
+        assert tok.encode(s) == tok.encode(s.lower())
+    tok.save(tmp_path / "tokenizer.json")
+    back = Tokenizer.load(tmp_path)
+    assert back.kind == "bpe" and back.encode("Ein Mann") == tok.encode("ein mann")
+    cased = trained("bpe", corpora)  # the default keeps case
+    assert cased.decode(cased.encode("Ein Mann")) == "Ein Mann"
+
+
 def test_word_level_maps_ptb_unk_to_the_unknown_id(corpora):
     tok = trained("word", corpora)
     assert tok.kind == "word"
@@ -157,6 +170,8 @@ def test_train_rejects_bad_settings(corpora):
         Tokenizer.train("bpe", [corpora["bpe"]])
     with pytest.raises(ConfigError, match="vocab_size = 4"):
         Tokenizer.train("word", [corpora["word"]], vocab_size=4)
+    with pytest.raises(ConfigError, match="lowercase is not available for a word tokenizer"):
+        Tokenizer.train("word", [corpora["word"]], lowercase=True)
 
 
 def test_train_on_a_missing_file_names_it(tmp_path):

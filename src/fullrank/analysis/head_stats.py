@@ -192,10 +192,12 @@ def head_report(model: nn.Module, tokens: Tensor, *, mask: Tensor | None = None,
 
 def head_table(stats: Sequence[HeadStats]) -> Table:
     """A rich table of :func:`head_report`'s rows; ``d_head < n`` rows are flagged."""
-    table = Table(show_header=True, header_style="bold")
+    table = Table(show_header=True, header_style="bold",
+                  caption="max entropy: the uniform-attention entropy, mean over queries of "
+                          "log(keys visible to the query); log n without a causal mask")
     for col, justify in (("module", "left"), ("head", "right"), ("d_head", "right"),
                          ("n (keys)", "right"), ("logit rank", "right"),
-                         ("eff. rank P", "right"), ("entropy", "right"), ("log n", "right"),
+                         ("eff. rank P", "right"), ("entropy", "right"), ("max entropy", "right"),
                          ("d_head < n", "center")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for st in stats:

@@ -6,7 +6,7 @@ kind           pipeline (all Hugging Face components)                       used
 ``char``       WordLevel over single characters (``Split`` on ``[\\s\\S]``),  tiny-shakespeare; exact
                ``Fuse`` decoder; every character is a token, newlines too   round trip
 ``bpe``        BPE, ``Metaspace`` pre-tokenizer and decoder (sentencepiece    [V17]/[B20] subwords;
-               style, no normalizer)                                        shared src/tgt vocabulary
+               style; optionally a ``Lowercase`` normalizer)                shared src/tgt vocabulary
 ``word``       WordLevel on whitespace-split words                          PTB, WikiText-2 perplexity
 ``wordpiece``  BERT: ``BertNormalizer``, ``BertPreTokenizer``, WordPiece     BERT pre-training
                with ``##`` continuations
@@ -60,6 +60,8 @@ def _hf_pipeline(kind: str, *, lowercase: bool) -> HFTokenizer:
     unk = SPECIALS[kind][1]
     if kind == "bpe":
         tok = HFTokenizer(models.BPE(unk_token=unk))
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
         tok.pre_tokenizer = pre_tokenizers.Metaspace(**_METASPACE)
         tok.decoder = decoders.Metaspace(**_METASPACE)
     elif kind == "wordpiece":
@@ -125,12 +127,14 @@ class Tokenizer:
 
     @classmethod
     def train(cls, kind: TokenizerKind, files: Sequence[str | Path], vocab_size: int | None = None,
-              *, min_frequency: int = 1, lowercase: bool = True) -> Tokenizer:
+              *, min_frequency: int = 1, lowercase: bool | None = None) -> Tokenizer:
         """Train a ``kind`` tokenizer on ``files`` (UTF-8 text).
 
         ``vocab_size`` counts every token, specials included. ``None`` means "every character" for
         ``char`` and "every word type" for ``word``; ``bpe`` and ``wordpiece`` need a number.
-        ``lowercase`` applies to ``wordpiece`` only (BERT uncased). Training is deterministic for
+        ``lowercase`` folds case before tokenizing (and so the decoded text is lowercase): ``None``
+        is the kind's default — on for ``wordpiece`` (BERT uncased), off for ``bpe``; ``char`` and
+        ``word`` keep the text as it is and reject ``True``. Training is deterministic for
         ``char``, ``word`` and ``bpe``; Hugging Face's WordPiece trainer can break ties between
         equally frequent merges differently from run to run (huggingface/tokenizers#1794), which
         is one more reason every checkpoint carries its own ``tokenizer.json``.
@@ -148,6 +152,11 @@ class Tokenizer:
                               f"special tokens of a {kind} tokenizer; use a larger vocab_size")
         if min_frequency < 1:
             raise ConfigError(f"min_frequency = {min_frequency} must be at least 1")
+        if lowercase and kind in ("char", "word"):
+            raise ConfigError(f"lowercase is not available for a {kind} tokenizer (its vocabulary "
+                              "is the text's own symbols); lowercase the corpus, or drop lowercase")
+        if lowercase is None:
+            lowercase = kind == "wordpiece"
 
         if kind == "char":
             counts: Counter[str] = Counter()

@@ -53,6 +53,8 @@ class DataConfig:
         tokenizer: ``char``, ``bpe``, ``word`` or ``wordpiece``.
         vocab_size: vocabulary size to train (``None``: every symbol, for char/word).
         tokenizer_file: use this ``tokenizer.json`` instead of training one.
+        lowercase: fold case in the tokenizer (``None``: on for ``wordpiece``, off for ``bpe``);
+            outputs decoded by a lowercasing tokenizer are lowercase too.
         eos_per_line: end every line with ``</s>`` (word-level LM corpora such as PTB).
         cache_dir: where tokenised corpora are cached.
         src_lang, tgt_lang: translation direction (``en``, ``de``).
@@ -67,6 +69,7 @@ class DataConfig:
     tokenizer: TokenizerKind = "char"
     vocab_size: int | None = None
     tokenizer_file: str | None = None
+    lowercase: bool | None = None
     eos_per_line: bool = False
     cache_dir: str = ".cache/fullrank"
     src_lang: str | None = None
