@@ -176,10 +176,14 @@ def test_gradients_flow_to_every_projection():
 
 
 def test_fused_path_never_allocates_the_full_score_tensor():
-    """On the fused path no allocation reaches B·H·T·S floats (the explicit path does)."""
+    """On the fused path no allocation reaches B·H·T·S floats (the explicit path does), once the
+    score tensor is past the size up to which CPUs write attention out."""
     from torch.profiler import ProfilerActivity, profile
 
-    b, h, n, dh = 2, 4, 512, 16
+    from fullrank.layers.attention import CPU_EXPLICIT_MAX_SCORES
+
+    b, h, n, dh = 2, 4, 1024, 16
+    assert b * h * n * n > CPU_EXPLICIT_MAX_SCORES
     mha = MultiHeadAttention(h * dh, h).eval()
     x = torch.randn(b, n, h * dh)
     scores_bytes = b * h * n * n * 4
@@ -233,3 +237,27 @@ def test_chunked_attention_memory_is_linear_in_length():
     assert peak(chunked, 2048) < 3 * peak(chunked, 1024)          # ~2× for 2× the length
     assert peak(explicit, 2048) > 3.5 * peak(explicit, 1024)     # ~4×: the n² scores
     assert peak(chunked, 2048) < peak(explicit, 2048) / 8
+
+
+def test_small_cpu_attention_is_written_out_and_equal():
+    """Below CPU_EXPLICIT_MAX_SCORES the fused module takes attend() on a CPU (no SDPA call), with
+    the same outputs and gradients as scaled_dot_product_attention."""
+    import torch.nn.functional as F
+
+    from fullrank.layers import attention as mod
+
+    q, k, v = (torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    calls = []
+    real = F.scaled_dot_product_attention
+    try:
+        mod.F.scaled_dot_product_attention = lambda *a, **kw: calls.append(1) or real(*a, **kw)
+        out = mod.ScaledDotProduct(fused=True)(q, k, v, None, True)
+    finally:
+        mod.F.scaled_dot_product_attention = real
+    assert not calls
+    ref = real(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    g1 = torch.autograd.grad(out.sum(), (q, k, v))
+    g2 = torch.autograd.grad(ref.sum(), (q, k, v))
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
