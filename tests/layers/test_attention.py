@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from fullrank.errors import ConfigError
-from fullrank.layers.attention import MultiHeadAttention, attend
+from fullrank.layers.attention import MultiHeadAttention, ScaledDotProduct, attend
 from fullrank.layers.masks import causal_mask, padding_mask
 from tests.helpers import ODD
 
@@ -239,21 +239,17 @@ def test_chunked_attention_memory_is_linear_in_length():
     assert peak(chunked, 2048) < peak(explicit, 2048) / 8
 
 
-def test_small_cpu_attention_is_written_out_and_equal():
+def test_small_cpu_attention_is_written_out_and_equal(monkeypatch):
     """Below CPU_EXPLICIT_MAX_SCORES the fused module takes attend() on a CPU (no SDPA call), with
     the same outputs and gradients as scaled_dot_product_attention."""
     import torch.nn.functional as F
 
-    from fullrank.layers import attention as mod
-
     q, k, v = (torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
     calls = []
     real = F.scaled_dot_product_attention
-    try:
-        mod.F.scaled_dot_product_attention = lambda *a, **kw: calls.append(1) or real(*a, **kw)
-        out = mod.ScaledDotProduct(fused=True)(q, k, v, None, True)
-    finally:
-        mod.F.scaled_dot_product_attention = real
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    out = ScaledDotProduct(fused=True)(q, k, v, None, True)
     assert not calls
     ref = real(q, k, v, is_causal=True)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
