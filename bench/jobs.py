@@ -135,13 +135,15 @@ def non_embedding_matmul_params(s: dict[str, int]) -> int:
 # ------------------------------------------------------------------------------ encoder-decoder
 def encdec_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
     v, d, L, h, f = s["vocab"], s["d"], s["layers"], s["heads"], s["d_ff"]
+    from fullrank.models import EncoderDecoderConfig
+
+    config = EncoderDecoderConfig(vocab_size=v, d_model=d, n_heads=h, d_ff=f, n_layers=L,
+                                  dropout=0.0, max_len=256, seq_len=s["tgt"])
     if impl in ("fullrank", "fullrank_same"):
-        from fullrank.models import EncoderDecoder, EncoderDecoderConfig
+        from fullrank.models import EncoderDecoder
         from fullrank.training.losses import linear_cross_entropy
 
-        model = EncoderDecoder(EncoderDecoderConfig(vocab_size=v, d_model=d, n_heads=h, d_ff=f,
-                                                    n_layers=L, dropout=0.0, max_len=256,
-                                                    seq_len=s["tgt"]))
+        model = EncoderDecoder(config)
 
         def loss(m: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
             # what the Translation task computes, for a batch without padding (no masks)
@@ -151,15 +153,11 @@ def encdec_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
     if impl == "hf":
         from transformers import MarianConfig, MarianMTModel
 
-        cfg = MarianConfig(vocab_size=v, d_model=d, encoder_layers=L, decoder_layers=L,
-                           encoder_attention_heads=h, decoder_attention_heads=h,
-                           encoder_ffn_dim=f, decoder_ffn_dim=f, dropout=0.0,
-                           attention_dropout=0.0, activation_dropout=0.0,
-                           activation_function="relu", max_position_embeddings=256,
-                           scale_embedding=True, share_encoder_decoder_embeddings=True,
-                           tie_word_embeddings=True, pad_token_id=0, decoder_start_token_id=1,
-                           eos_token_id=2)
-        model = MarianMTModel(cfg)
+        from fullrank.models.convert_hf import marian_config_kwargs
+
+        # the same architecture, described by the converter that tests/reference checks
+        model = MarianMTModel(MarianConfig(**marian_config_kwargs(config, pad_id=0, bos_id=1,
+                                                                  eos_id=2)))
         return model, lambda m, src, tgt: F.cross_entropy(
             m(input_ids=src, decoder_input_ids=tgt[:, :-1]).logits.reshape(-1, v),
             tgt[:, 1:].reshape(-1))

@@ -257,3 +257,23 @@ def test_small_cpu_attention_is_written_out_and_equal(monkeypatch):
     g2 = torch.autograd.grad(ref.sum(), (q, k, v))
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_single_query_on_cpu_takes_the_fused_kernel(monkeypatch):
+    """A cached decoding step (one query row) calls scaled_dot_product_attention on a CPU even
+    below CPU_EXPLICIT_MAX_SCORES — it reads the cache's strided keys/values in place — and
+    gives attend()'s result, with and without a key mask."""
+    import torch.nn.functional as F
+
+    buf_k, buf_v = (torch.randn(3, 2, 16, 8, dtype=torch.float64) for _ in range(2))
+    k, v = buf_k[:, :, :5], buf_v[:, :, :5]               # a cache's filled part: strided views
+    q = torch.randn(3, 2, 1, 8, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool)
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for m in (None, mask[:, None, None, :]):
+        out = ScaledDotProduct(fused=True)(q, k, v, m)
+        torch.testing.assert_close(out, attend(q, k, v, mask=m), rtol=1e-12, atol=1e-12)
+    assert len(calls) == 2

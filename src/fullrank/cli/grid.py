@@ -27,7 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     out = Path(args.out) if args.out else Path("runs") / folder.name
-    lines = run_grid(folder, args.rows, args.overrides,
+    # `--rows A B train.threads=1`: --rows swallows what follows it, so KEY=VALUE items found
+    # there are overrides, as they would be before --rows
+    rows = [r for r in args.rows if "=" not in r] or ["all"]
+    overrides = [*args.overrides, *(r for r in args.rows if "=" in r)]
+    lines = run_grid(folder, rows, overrides,
                      lambda exp: run_mt(exp, resume="auto", progress=not args.quiet), out)
     table = Table(title=f"{folder.name} ({out / 'table.md'})")
     shown = [c for c in COLUMNS if c != "paper_row"]

@@ -93,7 +93,10 @@ FUSED_MAX_HEAD = 256
 # overhead (a Multi30k training step with 4 heads of 32 over ~15 tokens: 1.76 s fused, 0.76 s
 # written out; its backward alone took 57% of the step). Up to this many score elements
 # (B·H·T·S; 16 MB in float32) the CPU path writes attention out; above it, memory matters more
-# and the fused kernel keeps it linear in the length.
+# and the fused kernel keeps it linear in the length. A single query row (a cached decoding
+# step) always takes the fused kernel: it reads the cache's keys and values where they lie,
+# while the written-out product under oneDNN (fullrank.runtime.fast_matmul) first copies those
+# strided views (3× slower at 50 cached positions).
 CPU_EXPLICIT_MAX_SCORES = 1 << 22
 
 
@@ -133,9 +136,11 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_
 
 
 def _small_on_cpu(q: Tensor, k: Tensor) -> bool:
-    """Whether ``q (B, H, T, Dh)`` against ``k (B, H, S, Dh)`` is a CPU attention whose score tensor
-    is at most :data:`CPU_EXPLICIT_MAX_SCORES` elements (then :func:`attend` is faster)."""
-    return q.device.type == "cpu" and q.shape[:-1].numel() * k.shape[-2] <= CPU_EXPLICIT_MAX_SCORES
+    """Whether ``q (B, H, T, Dh)`` against ``k (B, H, S, Dh)`` is a CPU attention of more than one
+    query whose score tensor is at most :data:`CPU_EXPLICIT_MAX_SCORES` elements (then
+    :func:`attend` is faster)."""
+    return (q.device.type == "cpu" and q.shape[-2] > 1
+            and q.shape[:-1].numel() * k.shape[-2] <= CPU_EXPLICIT_MAX_SCORES)
 
 
 class ScaledDotProduct(nn.Module):
@@ -147,7 +152,8 @@ class ScaledDotProduct(nn.Module):
     or the memory-efficient kernel where available, never materialising ``(B, H, T, S)`` scores;
     on CUDA, head sizes above :data:`FUSED_MAX_HEAD` go to :func:`chunked_attention` instead,
     which keeps memory linear in the length; on CPUs, score tensors of at most
-    :data:`CPU_EXPLICIT_MAX_SCORES` elements go to :func:`attend`, which is faster there);
+    :data:`CPU_EXPLICIT_MAX_SCORES` elements from more than one query go to :func:`attend`,
+    which is faster there);
     ``fused=False`` always calls :func:`attend`.
     """
 

@@ -1,0 +1,55 @@
+"""`fullrank grid`: a folder of experiment files → trained rows → one table; finished rows are
+re-read, not retrained."""
+
+from __future__ import annotations
+
+import csv
+
+from fullrank.cli import main
+from tests.e2e.test_cli_translate import write_corpus
+
+
+def test_grid_trains_chosen_rows_and_tabulates(tmp_path, capsys):
+    write_corpus(tmp_path, (("train", 300, 0), ("val", 20, 1)))
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    (grid / "base.yaml").write_text(f"""
+name: g_base
+task: mt
+out_dir: {tmp_path / 'runs'}
+model: {{d_model: 24, n_heads: 2, d_ff: 32, n_layers: 1, n_decoder_layers: 1, max_len: 64,
+         seq_len: 8, dropout: 0.0}}
+data: {{root: {tmp_path}, train: train, valid: val, src_lang: en, tgt_lang: de,
+        tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_len: 20,
+        cache_dir: {tmp_path / 'cache'}}}
+train: {{steps: 50, lr: 2.0, schedule: noam, warmup: 4, eval_every: 50, save_every: 50,
+         log_every: 50, threads: 1}}
+decode: {{beam: 2, average_last: 0, splits: [valid]}}
+""")
+    (grid / "A_h1.yaml").write_text("extends: base.yaml\nname: g_A_h1\nmodel: {n_heads: 1}\n")
+    (grid / "A_h4.yaml").write_text("extends: base.yaml\nname: g_A_h4\nmodel: {n_heads: 4}\n")
+    out = tmp_path / "table"
+
+    # a KEY=VALUE after --rows is an override, not a row
+    assert main(["grid", str(grid), "--rows", "A", "train.steps=4", "--out", str(out),
+                 "--quiet"]) == 0
+    with open(out / "table.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["row"] for r in rows] == ["A_h1", "A_h4"]
+    assert [r["h"] for r in rows] == ["1", "4"] and [r["d_k"] for r in rows] == ["24", "6"]
+    assert all(r["steps"] == "4" and float(r["dev_PPL"]) > 1 and r["dev_BLEU"] != "" for r in rows)
+    assert rows[0]["paper_row"] == "A_h1" and rows[0]["paper_BLEU"] != ""
+    assert "A_h1" in (out / "table.md").read_text()
+
+    # finished rows are re-read: the same figures, no new checkpoint
+    ckpts = sorted((tmp_path / "runs" / "g_A_h1" / "checkpoints").iterdir())
+    capsys.readouterr()
+    assert main(["grid", str(grid), "train.steps=4", "--rows", "A_h1", "base", "--out", str(out),
+                 "--quiet"]) == 0
+    with open(out / "table.csv", encoding="utf-8") as f:
+        again = list(csv.DictReader(f))
+    assert again[0] == rows[0] and again[1]["row"] == "base"
+    assert sorted((tmp_path / "runs" / "g_A_h1" / "checkpoints").iterdir()) == ckpts
+
+    assert main(["grid", str(grid), "--rows", "Z"]) == 2
+    assert "no row 'Z'" in capsys.readouterr().err
