@@ -239,19 +239,27 @@ def test_chunked_attention_memory_is_linear_in_length():
     assert peak(chunked, 2048) < peak(explicit, 2048) / 8
 
 
-def test_small_cpu_attention_is_written_out_and_equal(monkeypatch):
+@pytest.fixture
+def sdpa_calls(monkeypatch):
+    """A list that grows by one at every call of scaled_dot_product_attention (which still runs)."""
+    import torch.nn.functional as F
+
+    calls: list[int] = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    return calls
+
+
+def test_small_cpu_attention_is_written_out_and_equal(sdpa_calls):
     """Below CPU_EXPLICIT_MAX_SCORES the fused module takes attend() on a CPU (no SDPA call), with
     the same outputs and gradients as scaled_dot_product_attention."""
     import torch.nn.functional as F
 
     q, k, v = (torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    calls = []
-    real = F.scaled_dot_product_attention
-    monkeypatch.setattr(F, "scaled_dot_product_attention",
-                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
     out = ScaledDotProduct(fused=True)(q, k, v, None, True)
-    assert not calls
-    ref = real(q, k, v, is_causal=True)
+    assert not sdpa_calls
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     g1 = torch.autograd.grad(out.sum(), (q, k, v))
     g2 = torch.autograd.grad(ref.sum(), (q, k, v))
@@ -259,21 +267,15 @@ def test_small_cpu_attention_is_written_out_and_equal(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_single_query_on_cpu_takes_the_fused_kernel(monkeypatch):
+def test_single_query_on_cpu_takes_the_fused_kernel(sdpa_calls):
     """A cached decoding step (one query row) calls scaled_dot_product_attention on a CPU even
     below CPU_EXPLICIT_MAX_SCORES — it reads the cache's strided keys/values in place — and
     gives attend()'s result, with and without a key mask."""
-    import torch.nn.functional as F
-
     buf_k, buf_v = (torch.randn(3, 2, 16, 8, dtype=torch.float64) for _ in range(2))
     k, v = buf_k[:, :, :5], buf_v[:, :, :5]               # a cache's filled part: strided views
     q = torch.randn(3, 2, 1, 8, dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool)
-    calls = []
-    real = F.scaled_dot_product_attention
-    monkeypatch.setattr(F, "scaled_dot_product_attention",
-                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
     for m in (None, mask[:, None, None, :]):
         out = ScaledDotProduct(fused=True)(q, k, v, m)
         torch.testing.assert_close(out, attend(q, k, v, mask=m), rtol=1e-12, atol=1e-12)
-    assert len(calls) == 2
+    assert len(sdpa_calls) == 2

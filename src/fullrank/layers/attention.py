@@ -153,8 +153,7 @@ class ScaledDotProduct(nn.Module):
     on CUDA, head sizes above :data:`FUSED_MAX_HEAD` go to :func:`chunked_attention` instead,
     which keeps memory linear in the length; on CPUs, score tensors of at most
     :data:`CPU_EXPLICIT_MAX_SCORES` elements from more than one query go to :func:`attend`,
-    which is faster there);
-    ``fused=False`` always calls :func:`attend`.
+    which is faster there); ``fused=False`` always calls :func:`attend`.
     """
 
     def __init__(self, *, fused: bool = True) -> None:
