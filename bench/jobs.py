@@ -81,6 +81,12 @@ def lm_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
     raise ValueError(impl)
 
 
+def make_adamw(impl: str, model: nn.Module) -> torch.optim.Optimizer:
+    """AdamW: PyTorch's fused kernel for ``fullrank`` (what ``fullrank train`` uses), PyTorch's
+    default implementation for every other side (``fullrank_same`` included)."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=impl == "fullrank" or None)
+
+
 def _mean(out: Any) -> torch.Tensor:
     return out.loss / out.n_tokens
 
@@ -108,7 +114,7 @@ def lm_job(spec: dict[str, Any]) -> dict[str, Any]:
     s = LM_SIZES[spec["size"]] if "size" in spec else spec["shape"]
     torch.manual_seed(0)
     model, loss_fn = lm_model(spec["impl"], s)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = make_adamw(spec["impl"], model)
     x = torch.randint(0, s["vocab"], (s["batch"], s["seq"] + 1))
 
     def step() -> None:
@@ -201,7 +207,7 @@ def encdec_job(spec: dict[str, Any]) -> dict[str, Any]:
     s = ENCDEC
     torch.manual_seed(0)
     model, loss_fn = encdec_model(spec["impl"], s)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = make_adamw(spec["impl"], model)
     src = torch.randint(3, s["vocab"], (s["batch"], s["src"]))
     tgt = torch.randint(3, s["vocab"], (s["batch"], s["tgt"] + 1))
 

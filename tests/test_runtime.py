@@ -60,3 +60,33 @@ def test_setting_is_restored():
     assert torch.backends.mkldnn.matmul.fp32_precision == before
     with fast_matmul(enabled=False):
         assert torch.backends.mkldnn.matmul.fp32_precision == before
+
+
+def test_run_exact_switches_precision_for_its_node_forward_and_backward():
+    """run_exact runs its function, and later that output node's backward, at full precision
+    ("ieee") and puts the fast setting back after each; other nodes keep the fast setting."""
+    from fullrank.runtime import run_exact
+
+    seen: list[tuple[str, str]] = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, name):  # type: ignore[override]
+            ctx.name = name
+            seen.append((name, torch.backends.mkldnn.matmul.fp32_precision))
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[override]
+            seen.append((ctx.name + ".grad", torch.backends.mkldnn.matmul.fp32_precision))
+            return grad * 2, None
+
+    x = torch.randn(3, requires_grad=True)
+    with fast_matmul():
+        y = run_exact(Probe.apply, x, "exact")
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+        z = Probe.apply(y, "plain")
+        z.sum().backward()
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    assert seen == [("exact", "ieee"), ("plain", "bf16"), ("plain.grad", "bf16"), ("exact.grad", "ieee")]
+    torch.testing.assert_close(x.grad, torch.full((3,), 4.0))

@@ -13,9 +13,11 @@ changes on GPUs (no TF32: that would trade accuracy).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
+from torch import Tensor
 
 
 def fast_matmul_available() -> bool:
@@ -34,6 +36,47 @@ def fast_matmul(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         torch.backends.mkldnn.matmul.fp32_precision = previous
+
+
+def fast_matmul_active() -> bool:
+    """Whether CPU float32 matrix multiplies currently go through oneDNN's fast path."""
+    return fast_matmul_available() and torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+
+
+def _set_precision(value: str) -> None:
+    torch.backends.mkldnn.matmul.fp32_precision = value
+
+
+def run_exact(fn: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
+    """``fn(*args, **kwargs)`` with CPU float32 matrix multiplies at full float32 precision, in
+    the forward pass and in the backward pass of the node that produced the output.
+
+    For an operation that is slower under :func:`fast_matmul` (the CPU FlashAttention kernel of
+    ``scaled_dot_product_attention``: its block products take 1.6× longer). The setting is
+    switched around the call, and hooks on the output's autograd node switch it again while that
+    node's gradient is computed (CPU backward runs node by node on one thread).
+    """
+    if not fast_matmul_active():
+        return fn(*args, **kwargs)
+    _set_precision("ieee")
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        _set_precision("bf16")
+    node = out.grad_fn
+    if node is not None:
+        during_backward: list[str] = []
+
+        def before(grad_outputs: Any) -> None:
+            during_backward.append(torch.backends.mkldnn.matmul.fp32_precision)
+            _set_precision("ieee")
+
+        def after(grad_inputs: Any, grad_outputs: Any) -> None:
+            _set_precision(during_backward.pop())
+
+        node.register_prehook(before)
+        node.register_hook(after)
+    return out
 
 
 def apply_fast_defaults() -> None:

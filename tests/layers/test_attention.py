@@ -177,13 +177,13 @@ def test_gradients_flow_to_every_projection():
 
 def test_fused_path_never_allocates_the_full_score_tensor():
     """On the fused path no allocation reaches B·H·T·S floats (the explicit path does), once the
-    score tensor is past the size up to which CPUs write attention out."""
+    sequence is past the length up to which CPUs write attention out."""
     from torch.profiler import ProfilerActivity, profile
 
-    from fullrank.layers.attention import CPU_EXPLICIT_MAX_SCORES
+    from fullrank.layers.attention import CPU_WRITTEN_OUT_MAX_BLOCK
 
     b, h, n, dh = 2, 4, 1024, 16
-    assert b * h * n * n > CPU_EXPLICIT_MAX_SCORES
+    assert n * n > CPU_WRITTEN_OUT_MAX_BLOCK
     mha = MultiHeadAttention(h * dh, h).eval()
     x = torch.randn(b, n, h * dh)
     scores_bytes = b * h * n * n * 4
@@ -251,20 +251,37 @@ def sdpa_calls(monkeypatch):
     return calls
 
 
-def test_small_cpu_attention_is_written_out_and_equal(sdpa_calls):
-    """Below CPU_EXPLICIT_MAX_SCORES the fused module takes attend() on a CPU (no SDPA call), with
-    the same outputs and gradients as scaled_dot_product_attention."""
-    import torch.nn.functional as F
-
-    q, k, v = (torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    out = ScaledDotProduct(fused=True)(q, k, v, None, True)
-    assert not sdpa_calls
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def _equal_with_gradients(out, q, k, v, **ref_kwargs):
+    ref = attend(q, k, v, **ref_kwargs)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    g1 = torch.autograd.grad(out.sum(), (q, k, v))
-    g2 = torch.autograd.grad(ref.sum(), (q, k, v))
-    for a, b in zip(g1, g2):
+    for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(ref.sum(), (q, k, v))):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_cpu_routing_of_the_fused_module(sdpa_calls, fast):
+    """On a CPU the fused module writes attention out (no SDPA call) for dropout, and under
+    fast_matmul for short sequences; otherwise it calls SDPA — same outputs and gradients as
+    attend() either way."""
+    from fullrank.layers.attention import CPU_WRITTEN_OUT_MAX_BLOCK
+    from fullrank.runtime import fast_matmul, fast_matmul_available
+
+    if fast and not fast_matmul_available():
+        pytest.skip("this PyTorch build has no oneDNN (mkldnn), so fast_matmul does nothing")
+    core = ScaledDotProduct(fused=True)
+    short = [torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    n = math.isqrt(CPU_WRITTEN_OUT_MAX_BLOCK) + 1
+    long = [torch.randn(1, 2, n, 8, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    with fast_matmul(fast):
+        _equal_with_gradients(core(*short, None, True), *short, is_causal=True)
+        assert len(sdpa_calls) == (0 if fast else 1)
+        _equal_with_gradients(core(*long, None, True), *long, is_causal=True)
+        assert len(sdpa_calls) == (1 if fast else 2)
+        torch.manual_seed(0)
+        dropped = core(*short, None, False, 0.5)
+    assert len(sdpa_calls) == (1 if fast else 2)  # dropout: written out in both settings
+    torch.manual_seed(0)
+    torch.testing.assert_close(dropped, attend(*short, dropout_p=0.5))
 
 
 def test_single_query_on_cpu_takes_the_fused_kernel(sdpa_calls):

@@ -40,7 +40,7 @@ def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_row
     target = torch.randint(0, 37, (3, 11))
     target[1, 5:] = 0
     fused = linear_cross_entropy(h, w, target, epsilon=eps, ignore_index=ignore,
-                                 chunk_bytes=chunk_rows * 37 * 8)
+                                 chunk_bytes=chunk_rows * 37 * 8, min_chunk_rows=1)
     (0.3 * fused.loss).backward()
     grads = h.grad.clone(), w.grad.clone()
     h.grad = w.grad = None
@@ -57,7 +57,8 @@ def test_fused_path_in_float32_and_without_grad():
     h = torch.randn(64, 32, requires_grad=True)
     w = torch.randn(500, 32, requires_grad=True)
     t = torch.randint(0, 500, (64,))
-    fused = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=10 * 500 * 4)
+    fused = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=10 * 500 * 4,
+                                 min_chunk_rows=1)
     plain = label_smoothed_cross_entropy(h @ w.T, t, epsilon=0.1)
     torch.testing.assert_close(fused.loss, plain.loss, rtol=1e-5, atol=1e-4)
     with torch.no_grad():

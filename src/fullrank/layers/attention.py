@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from fullrank.errors import ConfigError
 from fullrank.layers.kv_cache import KVCache
 from fullrank.layers.masks import causal_mask, combine
+from fullrank.runtime import fast_matmul_active, run_exact
 
 
 def resolve_head_sizes(d_model: int, n_heads: int, d_head: int | None,
@@ -88,16 +89,18 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_ca
 # FlashAttention (CUDA) accepts head sizes up to this; larger ones take the chunked path below.
 FUSED_MAX_HEAD = 256
 
-# On CPUs, scaled_dot_product_attention's fused kernel is slower than the written-out product
-# while the score tensor is small: many short sequences and small heads pay its per-block
-# overhead (a Multi30k training step with 4 heads of 32 over ~15 tokens: 1.76 s fused, 0.76 s
-# written out; its backward alone took 57% of the step). Up to this many score elements
-# (B·H·T·S; 16 MB in float32) the CPU path writes attention out; above it, memory matters more
-# and the fused kernel keeps it linear in the length. A single query row (a cached decoding
-# step) always takes the fused kernel: it reads the cache's keys and values where they lie,
-# while the written-out product under oneDNN (fullrank.runtime.fast_matmul) first copies those
-# strided views (about 4× slower at 50 cached positions).
-CPU_EXPLICIT_MAX_SCORES = 1 << 22
+# How attention runs on a CPU (measured forward + backward, 2 threads, float32):
+# - With attention dropout, scaled_dot_product_attention has no fused CPU kernel and falls back
+#   to its own written-out path, no faster than attend(): attend() runs.
+# - Under fullrank.runtime.fast_matmul, attend()'s products go through oneDNN and get faster, while
+#   the fused kernel's block products get slower (they run at full precision instead: run_exact).
+#   Up to this many score elements per head (T·S) attend() is then as fast or faster (96 tokens:
+#   about equal; 64 queries of 32 keys: 0.8×; 256 tokens: fused 2.6× faster).
+# - Otherwise the fused kernel: without fast_matmul it is faster at every length measured (16 to
+#   256 tokens, 1.2–2.9×), it keeps memory linear in the length, and a single query row (a cached
+#   decoding step) reads the cache's strided keys and values in place, where attend() under
+#   oneDNN first copies them (about 4× slower at 50 cached positions).
+CPU_WRITTEN_OUT_MAX_BLOCK = 96 * 96
 
 
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
@@ -135,12 +138,14 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_
     return out
 
 
-def _written_out_on_cpu(q: Tensor, k: Tensor) -> bool:
-    """Whether ``q (B, H, T, Dh)`` against ``k (B, H, S, Dh)`` is a CPU attention of more than one
-    query whose score tensor is at most :data:`CPU_EXPLICIT_MAX_SCORES` elements (then
-    :func:`attend` is faster)."""
-    return (q.device.type == "cpu" and q.shape[-2] > 1
-            and q.shape[:-1].numel() * k.shape[-2] <= CPU_EXPLICIT_MAX_SCORES)
+def _written_out_on_cpu(q: Tensor, k: Tensor, dropout_p: float) -> bool:
+    """Whether ``q (B, H, T, Dh)`` against ``k (B, H, S, Dh)`` on a CPU runs faster written out
+    (:func:`attend`) than in the fused kernel — the rules above
+    :data:`CPU_WRITTEN_OUT_MAX_BLOCK`."""
+    if q.device.type != "cpu" or q.shape[-2] == 1:
+        return False
+    return dropout_p > 0.0 or (fast_matmul_active()
+                               and q.shape[-2] * k.shape[-2] <= CPU_WRITTEN_OUT_MAX_BLOCK)
 
 
 class ScaledDotProduct(nn.Module):
@@ -151,9 +156,10 @@ class ScaledDotProduct(nn.Module):
     ``fused=True`` calls :func:`torch.nn.functional.scaled_dot_product_attention` (FlashAttention
     or the memory-efficient kernel where available, never materialising ``(B, H, T, S)`` scores;
     on CUDA, head sizes above :data:`FUSED_MAX_HEAD` go to :func:`chunked_attention` instead,
-    which keeps memory linear in the length; on CPUs, score tensors of at most
-    :data:`CPU_EXPLICIT_MAX_SCORES` elements from more than one query go to :func:`attend`,
-    which is faster there); ``fused=False`` always calls :func:`attend`.
+    which keeps memory linear in the length; on CPUs, attention with dropout and, under
+    :func:`fullrank.runtime.fast_matmul`, short sequences go to :func:`attend`, which is faster
+    there — the rules above :data:`CPU_WRITTEN_OUT_MAX_BLOCK`); ``fused=False`` always calls
+    :func:`attend`.
     """
 
     def __init__(self, *, fused: bool = True) -> None:
@@ -165,7 +171,10 @@ class ScaledDotProduct(nn.Module):
         """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``."""
         if self.fused and q.is_cuda and q.shape[-1] > FUSED_MAX_HEAD:
             return chunked_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
-        if self.fused and not _written_out_on_cpu(q, k):
+        if self.fused and not _written_out_on_cpu(q, k, dropout_p):
+            if q.device.type == "cpu" and q.shape[-2] > 1:  # no dropout here: see the rules
+                return run_exact(F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
+                                 is_causal=is_causal)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                                   is_causal=is_causal)
         out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)

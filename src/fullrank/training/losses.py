@@ -96,21 +96,29 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
 
 
+# Each chunk adds its ``(V, D)`` weight gradient with a product over its rows; with fewer rows
+# that product is thin and slow (V 32000, D 512, 1024 rows: 65-row chunks 1.09 s forward +
+# backward, 256-row chunks 0.81 s, the unfused logits and cross-entropy 0.79 s).
+MIN_CHUNK_ROWS = 256
+
+
 def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, *, epsilon: float = 0.0,
-                         ignore_index: int | None = None, chunk_bytes: int = 8 << 20) -> TokenLoss:
+                         ignore_index: int | None = None, chunk_bytes: int = 8 << 20,
+                         min_chunk_rows: int = MIN_CHUNK_ROWS) -> TokenLoss:
     """:func:`label_smoothed_cross_entropy` of the logits ``h @ weightᵀ``, without building them.
 
     ``h (…, D)``, ``weight (V, D)``, ``target (…)``. When gradients are needed (and no autocast
-    is active) the fused, chunked path runs: chunks of ``chunk_bytes`` of logits, the gradient
-    computed while the chunk is in cache — less memory traffic than logits, log-softmax and
-    their backward as separate passes. Otherwise the plain path.
+    is active) the fused, chunked path runs: chunks of ``chunk_bytes`` of logits (at least
+    ``min_chunk_rows`` rows), the gradient computed while the chunk is in cache — less memory
+    traffic than logits, log-softmax and their backward as separate passes. Otherwise the plain
+    path.
     """
     grad_needed = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     if not grad_needed or torch.is_autocast_enabled(h.device.type) or h.dtype != weight.dtype:
         return label_smoothed_cross_entropy(h @ weight.T, target, epsilon=epsilon,
                                             ignore_index=ignore_index)
     flat_h = h.reshape(-1, h.shape[-1])
-    chunk = max(16, chunk_bytes // (weight.shape[0] * weight.element_size()))
+    chunk = max(min_chunk_rows, chunk_bytes // (weight.shape[0] * weight.element_size()))
     loss, nll, count = _ChunkedLinearCrossEntropy.apply(
         flat_h, weight, target.reshape(-1), epsilon,
         -100 if ignore_index is None else ignore_index, chunk)
