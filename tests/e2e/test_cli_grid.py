@@ -53,3 +53,13 @@ decode: {{beam: 2, average_last: 0, splits: [valid]}}
 
     assert main(["grid", str(grid), "--rows", "Z"]) == 2
     assert "no row 'Z'" in capsys.readouterr().err
+
+
+def test_console_shows_only_the_settings_that_vary():
+    from fullrank.cli.grid import console_columns
+    from fullrank.recipes.grid import COLUMNS
+
+    base = dict.fromkeys(COLUMNS, 1)
+    lines = [{**base, "row": "A_h1", "h": 1, "d_k": 256}, {**base, "row": "A_h4", "h": 4, "d_k": 64}]
+    assert console_columns(lines) == ["row", "h", "d_k", "params_M", "dev_PPL", "dev_BLEU",
+                                      "paper_PPL", "paper_BLEU"]

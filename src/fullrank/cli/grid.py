@@ -33,11 +33,25 @@ def run(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, *(r for r in args.rows if "=" in r)]
     lines = run_grid(folder, rows, overrides,
                      lambda exp: run_mt(exp, resume="auto", progress=not args.quiet), out)
-    table = Table(title=f"{folder.name} ({out / 'table.md'})")
-    shown = [c for c in COLUMNS if c != "paper_row"]
+    shown = console_columns(lines)
+    table = Table(title=f"{folder.name} (every column: {out / 'table.md'})")
     for c in shown:
-        table.add_column(c, justify="right")
+        table.add_column(c, justify="right", overflow="fold")
     for line in lines:
         table.add_row(*("" if line[c] is None else str(line[c]) for c in shown))
     Console().print(table)
     return 0
+
+
+# always on screen; the settings columns only where the chosen rows differ
+RESULT_COLUMNS = ["params_M", "dev_PPL", "dev_BLEU", "paper_PPL", "paper_BLEU"]
+
+
+def console_columns(lines: list[dict]) -> list[str]:
+    """The columns worth a terminal's width: the row name, the settings that vary between the
+    chosen rows, and the results beside the paper's."""
+    settings = [c for c in COLUMNS if c not in RESULT_COLUMNS and c not in ("row", "paper_row",
+                                                                            "dev_BLEU_tok_lc",
+                                                                            "paper_params_M")]
+    varying = [c for c in settings if len({str(line[c]) for line in lines}) > 1]
+    return ["row", *varying, *RESULT_COLUMNS]
