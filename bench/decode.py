@@ -253,7 +253,7 @@ def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
         "machine": {"processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count()},
+                    "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")},
         "notes": [
             "fullrank length penalty ((5+|Y|)/6)^alpha (GNMT); HF length_penalty=alpha divides by "
             "|Y|^alpha. EOS is suppressed, so every hypothesis has the same length and the "

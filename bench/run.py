@@ -96,39 +96,66 @@ def table(workload: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str,
     return head + "\n".join(lines) + "\n", data
 
 
+WORKLOADS = ["lm_s", "lm_m", "encdec", "attention", "decode"]
+
+
+def collect(threads: int) -> str:
+    """``summary.md``/``.json`` from every workload's latest result file, each section dated
+    (``--only`` re-runs some workloads; the others keep their last run)."""
+    import json
+
+    sections, everything = [], {"workloads": {}}
+    for workload in WORKLOADS:
+        name = "decode-multi30k" if workload == "decode" else workload
+        md, js = RESULTS / f"{name}.md", RESULTS / f"{name}.json"
+        if not md.exists():
+            continue
+        data = json.loads(js.read_text()) if js.exists() else {}
+        date = data.get("machine", {}).get("date", "date not recorded")
+        text = md.read_text()
+        if workload == "decode":  # its own report: demote its title to a section
+            text = text.replace("# Decoding speed", "## decode — Decoding speed", 1)
+        sections.append(text.rstrip("\n") + f"\n\n(run {date})\n")
+        everything["workloads"][workload] = data
+    info = machine()
+    everything["machine"] = info
+    summary = (f"# fullrank benchmarks\n\n{info.get('cpu')}, {info['cpu_count']} CPUs, "
+               f"{threads} threads, float32; torch {info['torch']}, transformers "
+               f"{info['transformers']}, x-transformers {info['x-transformers']}. Each section "
+               f"gives the date of its run. Ratios are medians of per-round ratios (throughput, "
+               f"> 1 = fullrank faster).\n\n" + "\n".join(sections))
+    write("summary", summary, everything)
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", nargs="*", default=["lm_s", "lm_m", "encdec", "attention", "decode"])
+    ap.add_argument("--only", nargs="*", default=WORKLOADS, choices=WORKLOADS)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per job")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--collect", action="store_true",
+                    help="run nothing; rebuild summary.md from the latest result files")
     args = ap.parse_args()
+    if args.collect:
+        collect(args.threads)
+        print(f"wrote {RESULTS / 'summary.md'}")
+        return
     info = machine()
     print(f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
           f"transformers {info['transformers']} · x-transformers {info['x-transformers']}")
-    sections, everything = [], {"machine": info, "workloads": {}}
     for workload in args.only:
         print(f"\n== {workload} ({args.rounds} interleaved rounds)")
         if workload == "decode":
             subprocess.run([sys.executable, str(Path(__file__).with_name("decode.py")),
                             "--rounds", str(args.rounds), "--threads", str(args.threads)],
                            check=False)
-            decode_md = RESULTS / "decode-multi30k.md"
-            if decode_md.exists():
-                sections.append(decode_md.read_text())
             continue
         results = interleaved(specs_for(workload, args.threads, args.steps), args.rounds)
         md, data = table(workload, results)
-        everything["workloads"][workload] = {"table": data, "raw": results}
         write(workload, md, {"machine": info, **data, "raw": results})
-        sections.append(md)
         print(md)
-    summary = (f"# fullrank benchmarks\n\n{info.get('cpu')}, {info['cpu_count']} CPUs, "
-               f"{args.threads} threads, float32; torch {info['torch']}, transformers "
-               f"{info['transformers']}, x-transformers {info['x-transformers']}; {info['date']}. "
-               f"Ratios are medians of per-round ratios (throughput, > 1 = fullrank faster).\n\n"
-               + "\n".join(sections))
-    write("summary", summary, everything)
+    collect(args.threads)
     print(f"\nwrote {RESULTS / 'summary.md'}")
 
 
