@@ -48,7 +48,8 @@ decode: {{beam: 2, average_last: 0, splits: [valid]}}
                  "--quiet"]) == 0
     with open(out / "table.csv", encoding="utf-8") as f:
         again = list(csv.DictReader(f))
-    assert again[0] == rows[0] and again[1]["row"] == "base"
+    # every finished row of the folder is listed, chosen or not, in file order
+    assert [r["row"] for r in again] == ["A_h1", "A_h4", "base"] and again[:2] == rows
     assert sorted((tmp_path / "runs" / "g_A_h1" / "checkpoints").iterdir()) == ckpts
 
     assert main(["grid", str(grid), "--rows", "Z"]) == 2

@@ -89,15 +89,28 @@ def write_table(lines: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]
 
 def run_grid(folder: Path, wanted: Sequence[str], overrides: Sequence[str],
              run: Callable[[ExperimentConfig], Any], out_dir: Path) -> list[dict[str, Any]]:
-    """Run (or resume, or re-read) each chosen row with ``run`` and write the table."""
+    """Run (or resume) each chosen row that has no results yet with ``run``, and write the table.
+
+    The table lists every finished row of the folder, in file order — the chosen ones and any
+    finished before or in another process (rows are often trained side by side, one process
+    each) — and is rewritten after every row, so a long grid shows its progress.
+    """
     rows = grid_rows(folder)
-    lines = []
+    experiments = {name: load_experiment(path, list(overrides)) for name, path in rows.items()}
+    lines: list[dict[str, Any]] = []
     for name in choose(rows, wanted):
-        exp = load_experiment(rows[name], list(overrides))
+        if not (experiments[name].run_dir / "results.json").is_file():
+            run(experiments[name])
+        lines = finished_lines(experiments)
+        write_table(lines, out_dir)
+    return lines
+
+
+def finished_lines(experiments: dict[str, ExperimentConfig]) -> list[dict[str, Any]]:
+    """Table lines of the rows whose run directory holds a ``results.json``."""
+    lines = []
+    for name, exp in experiments.items():
         results_file = exp.run_dir / "results.json"
-        if not results_file.is_file():
-            run(exp)
-        results = json.loads(results_file.read_text(encoding="utf-8"))
-        lines.append(table_row(name, exp, results))
-        write_table(lines, out_dir)  # after every row: a long grid shows progress
+        if results_file.is_file():
+            lines.append(table_row(name, exp, json.loads(results_file.read_text(encoding="utf-8"))))
     return lines
