@@ -48,8 +48,8 @@ decode: {{beam: 2, average_last: 0, splits: [valid]}}
                  "--quiet"]) == 0
     with open(out / "table.csv", encoding="utf-8") as f:
         again = list(csv.DictReader(f))
-    # every finished row of the folder is listed, chosen or not, in file order
-    assert [r["row"] for r in again] == ["A_h1", "A_h4", "base"] and again[:2] == rows
+    # every finished row of the folder is listed, chosen or not, in the paper's order
+    assert [r["row"] for r in again] == ["base", "A_h1", "A_h4"] and again[1:] == rows
     assert sorted((tmp_path / "runs" / "g_A_h1" / "checkpoints").iterdir()) == ckpts
 
     assert main(["grid", str(grid), "--rows", "Z"]) == 2
@@ -64,3 +64,12 @@ def test_console_shows_only_the_settings_that_vary():
     lines = [{**base, "row": "A_h1", "h": 1, "d_k": 256}, {**base, "row": "A_h4", "h": 4, "d_k": 64}]
     assert console_columns(lines) == ["row", "h", "d_k", "params_M", "dev_PPL", "dev_BLEU",
                                       "paper_PPL", "paper_BLEU"]
+
+
+def test_rows_come_in_the_papers_order(tmp_path):
+    from fullrank.recipes.grid import grid_rows
+
+    for name in ("big", "A_h16", "custom10", "A_h4", "base", "custom2", "B_dk8"):
+        (tmp_path / f"{name}.yaml").write_text("")
+    assert list(grid_rows(tmp_path)) == ["base", "A_h4", "A_h16", "B_dk8", "big", "custom2",
+                                         "custom10"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,15 +30,23 @@ COLUMNS = ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls",
 
 
 def grid_rows(folder: Path) -> dict[str, Path]:
-    """Row name → experiment file, for every ``*.yaml``/``*.toml`` in ``folder``."""
-    files = sorted([*folder.glob("*.yaml"), *folder.glob("*.toml")])
+    """Row name → experiment file, for every ``*.yaml``/``*.toml`` in ``folder``, in the
+    paper's order for Table 3's rows (base, A … E, big), then the others by name with numbers
+    compared as numbers (``A_h4`` before ``A_h16``)."""
+    files = [*folder.glob("*.yaml"), *folder.glob("*.toml")]
     if not files:
         raise ConfigError(f"{folder}: no experiment files (*.yaml, *.toml) in this folder")
-    return {f.stem: f for f in files}
+    paper_order = {name: i for i, name in enumerate(PAPER_ROW)}
+
+    def key(f: Path) -> tuple:
+        natural = [(0, int(p), "") if p.isdigit() else (1, 0, p)
+                   for p in re.split(r"(\d+)", f.stem) if p]
+        return paper_order.get(f.stem, len(paper_order)), natural, f.suffix
+    return {f.stem: f for f in sorted(files, key=key)}
 
 
 def choose(rows: dict[str, Path], wanted: Sequence[str]) -> list[str]:
-    """Expand ``A`` (every row starting with ``A_``), exact names, or ``all``; keep file order."""
+    """Expand ``A`` (every row starting with ``A_``), exact names, or ``all``; keep the grid's order."""
     if not wanted or list(wanted) == ["all"]:
         return list(rows)
     chosen: list[str] = []
@@ -91,7 +100,7 @@ def run_grid(folder: Path, wanted: Sequence[str], overrides: Sequence[str],
              run: Callable[[ExperimentConfig], Any], out_dir: Path) -> list[dict[str, Any]]:
     """Run (or resume) each chosen row that has no results yet with ``run``, and write the table.
 
-    The table lists every finished row of the folder, in file order — the chosen ones and any
+    The table lists every finished row of the folder, in the grid's order — the chosen ones and any
     finished before or in another process (rows are often trained side by side, one process
     each) — and is rewritten after every row, so a long grid shows its progress.
     """
