@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from fullrank.cli import main
 from tests.e2e.test_cli_translate import write_corpus
 
@@ -73,3 +75,19 @@ def test_rows_come_in_the_papers_order(tmp_path):
         (tmp_path / f"{name}.yaml").write_text("")
     assert list(grid_rows(tmp_path)) == ["base", "A_h4", "A_h16", "B_dk8", "big", "custom2",
                                          "custom10"]
+
+
+def test_rows_not_chosen_that_the_overrides_do_not_fit_are_left_out(tmp_path):
+    from fullrank.errors import ConfigError
+    from fullrank.recipes.grid import run_grid
+
+    common = (f"task: mt\nout_dir: {tmp_path}\n"
+              "data: {root: ., train: train, valid: val, src_lang: en, tgt_lang: de}\n")
+    (tmp_path / "A_h1.yaml").write_text(common + "name: a\nmodel: {d_model: 8, n_heads: 1}\n")
+    (tmp_path / "A_h4.yaml").write_text(common + "name: b\nmodel: {d_model: 9, n_heads: 3}\n")
+    ran = []
+    # n_heads 2 fits d_model 8 but not 9: the row not chosen is left out, the chosen one runs
+    run_grid(tmp_path, ["A_h1"], ["model.n_heads=2"], ran.append, tmp_path / "out")
+    assert [exp.name for exp in ran] == ["a"]
+    with pytest.raises(ConfigError):  # a chosen row's own error is reported
+        run_grid(tmp_path, ["A_h4"], ["model.n_heads=2"], ran.append, tmp_path / "out")

@@ -94,8 +94,9 @@ FUSED_MAX_HEAD = 256
 #   to its own written-out path, no faster than attend(): attend() runs.
 # - Under fullrank.runtime.fast_matmul, attend()'s products go through oneDNN and get faster, while
 #   the fused kernel's block products get slower (they run at full precision instead: run_exact).
-#   Up to this many score elements per head (T·S) attend() is then as fast or faster (96 tokens:
-#   about equal; 64 queries of 32 keys: 0.8×; 256 tokens: fused 2.6× faster).
+#   Up to this many score elements per head (T·S) attend() is then as fast or faster (32 tokens:
+#   0.8× the fused kernel's time; 96 tokens: about equal; 256 tokens: the fused kernel 2.6×
+#   faster).
 # - Otherwise the fused kernel: without fast_matmul it is faster at every length measured (16 to
 #   256 tokens, 1.2–2.9×), it keeps memory linear in the length, and a single query row (a cached
 #   decoding step) reads the cache's strided keys and values in place, where attend() under

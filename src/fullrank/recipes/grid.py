@@ -105,9 +105,17 @@ def run_grid(folder: Path, wanted: Sequence[str], overrides: Sequence[str],
     each) — and is rewritten after every row, so a long grid shows its progress.
     """
     rows = grid_rows(folder)
-    experiments = {name: load_experiment(path, list(overrides)) for name, path in rows.items()}
+    chosen = choose(rows, wanted)
+    experiments = {}
+    for name, path in rows.items():
+        try:
+            experiments[name] = load_experiment(path, list(overrides))
+        except ConfigError:
+            if name in chosen:
+                raise
+            # a row not chosen that the overrides do not fit: left out of the table
     lines: list[dict[str, Any]] = []
-    for name in choose(rows, wanted):
+    for name in chosen:
         if not (experiments[name].run_dir / "results.json").is_file():
             run(experiments[name])
         lines = finished_lines(experiments)
