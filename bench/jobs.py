@@ -84,7 +84,7 @@ def lm_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
 def make_adamw(impl: str, model: nn.Module) -> torch.optim.Optimizer:
     """AdamW: PyTorch's fused kernel for ``fullrank`` (what ``fullrank train`` uses), PyTorch's
     default implementation for every other side (``fullrank_same`` included)."""
-    return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=impl == "fullrank" or None)
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if impl == "fullrank" else None)
 
 
 def _mean(out: Any) -> torch.Tensor:

@@ -26,6 +26,7 @@ JSON per workload under ``bench/results/``, and ``summary.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -102,8 +103,6 @@ WORKLOADS = ["lm_s", "lm_m", "encdec", "attention", "decode"]
 def collect(threads: int) -> str:
     """``summary.md``/``.json`` from every workload's latest result file, each section dated
     (``--only`` re-runs some workloads; the others keep their last run)."""
-    import json
-
     sections, everything = [], {"workloads": {}}
     for workload in WORKLOADS:
         name = "decode-multi30k" if workload == "decode" else workload

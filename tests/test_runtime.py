@@ -90,3 +90,28 @@ def test_run_exact_switches_precision_for_its_node_forward_and_backward():
         assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
     assert seen == [("exact", "ieee"), ("plain", "bf16"), ("plain.grad", "bf16"), ("exact.grad", "ieee")]
     torch.testing.assert_close(x.grad, torch.full((3,), 4.0))
+
+
+def test_run_exact_survives_a_second_backward_of_the_same_graph():
+    from fullrank.runtime import run_exact
+
+    seen: list[str] = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[override]
+            return x * 3
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[override]
+            seen.append(torch.backends.mkldnn.matmul.fp32_precision)
+            return grad * 3
+
+    x = torch.randn(2, requires_grad=True)
+    with fast_matmul():
+        y = run_exact(Probe.apply, x)
+        y.sum().backward(retain_graph=True)
+        y.sum().backward()
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    assert seen == ["ieee", "ieee"]
+    torch.testing.assert_close(x.grad, torch.full((2,), 6.0))

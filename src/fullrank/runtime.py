@@ -25,26 +25,27 @@ def fast_matmul_available() -> bool:
 
 
 @contextlib.contextmanager
-def fast_matmul(enabled: bool = True) -> Iterator[None]:
-    """Route CPU float32 matrix multiplies through oneDNN inside the block (if ``enabled``)."""
-    if not enabled or not fast_matmul_available():
-        yield
-        return
+def _matmul_precision(value: str) -> Iterator[None]:
+    """``torch.backends.mkldnn.matmul.fp32_precision = value`` inside the block, then the
+    previous value again."""
     previous = torch.backends.mkldnn.matmul.fp32_precision
-    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    torch.backends.mkldnn.matmul.fp32_precision = value
     try:
         yield
     finally:
         torch.backends.mkldnn.matmul.fp32_precision = previous
 
 
+def fast_matmul(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Route CPU float32 matrix multiplies through oneDNN inside the block (if ``enabled``)."""
+    if not enabled or not fast_matmul_available():
+        return contextlib.nullcontext()
+    return _matmul_precision("bf16")
+
+
 def fast_matmul_active() -> bool:
     """Whether CPU float32 matrix multiplies currently go through oneDNN's fast path."""
     return fast_matmul_available() and torch.backends.mkldnn.matmul.fp32_precision == "bf16"
-
-
-def _set_precision(value: str) -> None:
-    torch.backends.mkldnn.matmul.fp32_precision = value
 
 
 def run_exact(fn: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
@@ -58,24 +59,20 @@ def run_exact(fn: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
     """
     if not fast_matmul_active():
         return fn(*args, **kwargs)
-    _set_precision("ieee")
-    try:
+    with _matmul_precision("ieee"):
         out = fn(*args, **kwargs)
-    finally:
-        _set_precision("bf16")
-    node = out.grad_fn
-    if node is not None:
-        during_backward: list[str] = []
+    if out.grad_fn is not None:  # a fresh block per backward (retain_graph may run it again)
+        blocks: list[contextlib.AbstractContextManager[None]] = []
 
         def before(grad_outputs: Any) -> None:
-            during_backward.append(torch.backends.mkldnn.matmul.fp32_precision)
-            _set_precision("ieee")
+            blocks.append(_matmul_precision("ieee"))
+            blocks[-1].__enter__()
 
         def after(grad_inputs: Any, grad_outputs: Any) -> None:
-            _set_precision(during_backward.pop())
+            blocks.pop().__exit__(None, None, None)
 
-        node.register_prehook(before)
-        node.register_hook(after)
+        out.grad_fn.register_prehook(before)
+        out.grad_fn.register_hook(after)
     return out
 
 

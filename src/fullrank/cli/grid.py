@@ -51,8 +51,6 @@ RESULT_COLUMNS = ["params_M", "dev_PPL", "dev_BLEU", "paper_PPL", "paper_BLEU"]
 def console_columns(lines: list[dict]) -> list[str]:
     """The columns worth a terminal's width: the row name, the settings that vary between the
     chosen rows, and the results beside the paper's."""
-    settings = [c for c in COLUMNS if c not in RESULT_COLUMNS and c not in ("row", "paper_row",
-                                                                            "dev_BLEU_tok_lc",
-                                                                            "paper_params_M")]
+    settings = COLUMNS[1:COLUMNS.index("params_M")]  # N … steps
     varying = [c for c in settings if len({str(line[c]) for line in lines}) > 1]
     return ["row", *varying, *RESULT_COLUMNS]

@@ -140,11 +140,9 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_
 
 
 def _written_out_on_cpu(q: Tensor, k: Tensor, dropout_p: float) -> bool:
-    """Whether ``q (B, H, T, Dh)`` against ``k (B, H, S, Dh)`` on a CPU runs faster written out
-    (:func:`attend`) than in the fused kernel — the rules above
+    """Whether ``q (B, H, T, Dh)`` (``T > 1``) against ``k (B, H, S, Dh)`` on a CPU runs faster
+    written out (:func:`attend`) than in the fused kernel — the rules above
     :data:`CPU_WRITTEN_OUT_MAX_BLOCK`."""
-    if q.device.type != "cpu" or q.shape[-2] == 1:
-        return False
     return dropout_p > 0.0 or (fast_matmul_active()
                                and q.shape[-2] * k.shape[-2] <= CPU_WRITTEN_OUT_MAX_BLOCK)
 
@@ -172,10 +170,11 @@ class ScaledDotProduct(nn.Module):
         """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``."""
         if self.fused and q.is_cuda and q.shape[-1] > FUSED_MAX_HEAD:
             return chunked_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
-        if self.fused and not _written_out_on_cpu(q, k, dropout_p):
-            if q.device.type == "cpu" and q.shape[-2] > 1:  # no dropout here: see the rules
-                return run_exact(F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
-                                 is_causal=is_causal)
+        cpu_queries = q.device.type == "cpu" and q.shape[-2] > 1  # the CPU rules apply
+        if self.fused and cpu_queries and not _written_out_on_cpu(q, k, dropout_p):
+            return run_exact(F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
+                             is_causal=is_causal)  # no dropout here: see the rules
+        if self.fused and not cpu_queries:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                                   is_causal=is_causal)
         out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
