@@ -22,7 +22,7 @@ def write_corpus(root, splits) -> None:
 
 
 def test_train_translate_average_bleu(tmp_path, capsys):
-    write_corpus(tmp_path, (("train", 600, 0), ("val", 40, 1), ("test", 30, 2)))
+    write_corpus(tmp_path, (("train", 600, 0), ("val", 40, 1), ("test", 30, 2), ("other", 9, 3)))
     cfg = tmp_path / "mt.yaml"
     cfg.write_text(f"""
 name: tiny_mt
@@ -32,17 +32,20 @@ model: {{d_model: 24, n_heads: 3, d_head: 10, d_value: 6, d_ff: 37, n_layers: 1,
          n_decoder_layers: 2, max_len: 64, seq_len: 8, dropout: 0.0}}
 data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tgt_lang: de,
         tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_len: 20,
-        cache_dir: {tmp_path / 'cache'}}}
+        cache_dir: {tmp_path / 'cache'}, eval_sets: {{other: other}}}}
 train: {{steps: 16, lr: 2.0, schedule: noam, warmup: 8, label_smoothing: 0.1, eval_every: 8,
          save_every: 4, keep_last: 3, log_every: 4, threads: 1}}
-decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test], batch_size: 7}}
+decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_size: 7}}
 """)
     assert main(["train", str(cfg), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "test (last)" in out and "test (avg3)" in out and "nrefs:1|case:mixed" in out
     run = tmp_path / "runs" / "tiny_mt"
     results = json.loads((run / "results.json").read_text())
-    assert {"test.last", "test.avg3"} <= set(results["extra"]["bleu"])
+    assert {"test.last", "test.avg3", "other.last", "other.avg3"} <= set(results["extra"]["bleu"])
+    # an evaluation-only set is translated in full, in order
+    assert "other (avg3)" in out
+    assert len((run / "translations" / "other.last.de").read_text().splitlines()) == 9
 
     # translate: one output line per input line, empty lines stay empty, order kept
     lines = ["the big dog", "", "a red car sees the small house", "cat"]

@@ -62,6 +62,20 @@ def test_wrong_type_and_value_name_the_key(tmp_path):
                                                      "{train: train.txt, tokenizer: chars}")))
 
 
+def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
+    mt = BASE.replace("task: lm", "task: mt").replace(
+        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, "
+                              "eval_sets: {news13: wmt/newstest2013}}")
+    exp = load_experiment(write(tmp_path, mt), ["decode.splits=[test,news13]"])
+    assert exp.decode.splits == ("test", "news13")
+    assert exp.data.eval_sets == {"news13": "wmt/newstest2013"}
+    with pytest.raises(ConfigError, match=r"decode\.splits names 'news31'.*did you mean "
+                                          r"'news13'.*data\.eval_sets"):
+        load_experiment(write(tmp_path, mt), ["decode.splits=[news31]"])
+    with pytest.raises(ConfigError, match=r"data\.eval_sets: 'valid' names a split of its own"):
+        load_experiment(write(tmp_path, mt), ["data.eval_sets.valid=x"])
+
+
 def test_overrides_and_toml(tmp_path):
     exp = load_experiment(write(tmp_path, BASE), ["train.steps=7", "model.d_head=24",
                                                   "model.n_heads=3", "data.valid=v.txt"])

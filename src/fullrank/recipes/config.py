@@ -60,6 +60,9 @@ class DataConfig:
         src_lang, tgt_lang: translation direction (``en``, ``de``).
         max_tokens: translation batch budget in tokens ([V17] §5.1).
         max_len: translation pairs longer than this (in tokens) are dropped and counted.
+        eval_sets: translation only — evaluation-only parallel sets, ``name → file prefix``
+            (e.g. ``newstest2013: wmt14-en-de/newstest2013``); translated and scored at the end
+            of a run when ``decode.splits`` names them, never trained or validated on.
     """
 
     root: str = "."
@@ -76,6 +79,7 @@ class DataConfig:
     tgt_lang: str | None = None
     max_tokens: int = 4096
     max_len: int = 128
+    eval_sets: dict[str, str] = field(default_factory=dict)
 
     def path(self, name: str) -> Path:
         """``root / name`` (absolute names stay as they are)."""
@@ -101,7 +105,8 @@ class DecodeConfig:
         a, b: maximum output length ``a·|src| + b`` (paper: input length + 50).
         batch_size: sentences decoded together.
         average_last: also evaluate the average of the last K checkpoints (0 = no averaging).
-        splits: which of ``valid``/``test`` to translate and score.
+        splits: what to translate and score: ``valid``, ``test`` and names of
+            ``data.eval_sets``.
     """
 
     beam: int = 4
@@ -126,6 +131,19 @@ class ExperimentConfig:
     sample: SampleConfig = field(default_factory=SampleConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     out_dir: str = "runs"
+
+    def __post_init__(self) -> None:
+        reserved = {"train", "valid", "test"} & set(self.data.eval_sets)
+        if reserved:
+            raise ConfigError(f"data.eval_sets: '{sorted(reserved)[0]}' names a split of its own; "
+                              f"give the evaluation set another name (e.g. "
+                              f"'{sorted(reserved)[0]}_extra')")
+        known = ["valid", "test", *self.data.eval_sets]
+        for split in self.decode.splits if self.task == "mt" else ():
+            if split not in known:
+                raise ConfigError(f"decode.splits names '{split}', which is not one of "
+                                  f"{', '.join(known)}{closest(split, known)}; add it to "
+                                  f"data.eval_sets as NAME: FILE_PREFIX to score another set")
 
     @property
     def run_dir(self) -> Path:

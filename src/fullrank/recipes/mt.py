@@ -132,7 +132,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
 def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Tokenizer,
                valid_raw: list[tuple[str, str]], test_raw: list[tuple[str, str]],
                progress: bool, console: Console) -> dict[str, Any]:
-    """BLEU of the last checkpoint and of the average of the last K, on the configured splits."""
+    """BLEU of the last checkpoint and of the average of the last K, on the configured splits
+    (``valid``, ``test`` and the evaluation-only sets of ``data.eval_sets``)."""
     decode = exp.decode
     models: dict[str, nn.Module] = {"last": model.eval()}
     k = decode.average_last
@@ -147,11 +148,13 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
     splits = {"valid": valid_raw, "test": test_raw}
     results: dict[str, Any] = {}
     for split in decode.splits:
-        if not splits.get(split):
+        pairs = (read_parallel(*pair_files(exp.data, exp.data.eval_sets[split]))
+                 if split in exp.data.eval_sets else splits.get(split))
+        if not pairs:
             continue
         for name, m in models.items():
             out_file = run_dir / "translations" / f"{split}.{name}.{exp.data.tgt_lang}"
-            r = evaluate_bleu(m, tok, splits[split], decode, out_file, progress)
+            r = evaluate_bleu(m, tok, pairs, decode, out_file, progress)
             results[f"{split}.{name}"] = r
             console.print(f"{split} ({name}) beam {decode.beam}, α {decode.alpha}: "
                           f"sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
