@@ -71,3 +71,23 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     printed = capsys.readouterr().out
     assert "sacreBLEU" in printed and "chrF" in printed and "tokenized BLEU, lowercased" in printed
     assert main(["translate", str(tmp_path / "runs"), "-i", str(tmp_path / "in.txt")]) == 2
+
+
+def test_a_missing_evaluation_set_fails_before_training(tmp_path, capsys):
+    write_corpus(tmp_path, (("train", 50, 0), ("val", 5, 1), ("test", 5, 2)))
+    cfg = tmp_path / "mt.yaml"
+    cfg.write_text(f"""
+name: tiny_mt
+task: mt
+out_dir: {tmp_path / 'runs'}
+model: {{d_model: 16, n_heads: 2, d_ff: 32, n_layers: 1, max_len: 64, seq_len: 8}}
+data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tgt_lang: de,
+        tokenizer: bpe, vocab_size: 60, cache_dir: {tmp_path / 'cache'},
+        eval_sets: {{news: wmt/newstest2013}}}}
+train: {{steps: 4, threads: 1}}
+decode: {{splits: [test, news]}}
+""")
+    assert main(["train", str(cfg), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "newstest2013.en" in err[0]
+    assert not (tmp_path / "runs" / "tiny_mt").exists()

@@ -68,6 +68,9 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         torch.set_num_threads(cfg.threads)
     run_dir = exp.run_dir
     start = find_resume_point(run_dir, resume)
+    # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
+    extra = {name: read_parallel(*pair_files(data, prefix))
+             for name, prefix in data.eval_sets.items() if name in exp.decode.splits}
     tok = prepare_tokenizer(exp, list(pair_files(data, data.train)), run_dir, dist,
                             resuming=start is not None)
     model_cfg = exp.model_config(tok.vocab_size)
@@ -75,6 +78,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     _, train_pairs = load_split(data, data.train, tok)
     valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
     test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
+    scored = {"valid": valid_raw, "test": test_raw, **extra}
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
@@ -118,8 +122,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                                          dist.device)
             console.print(f"valid: loss {report.valid['loss']:.4f} · perplexity "
                           f"{report.valid['ppl']:.2f}")
-        report.extra["bleu"] = final_bleu(exp, run_dir, model, tok, valid_raw, test_raw,
-                                          progress, console)
+        report.extra["bleu"] = final_bleu(exp, run_dir, model, tok, scored, progress, console)
         report.extra["curves"] = str(plot_run(run_dir))
         report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")
@@ -130,10 +133,11 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
 
 
 def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Tokenizer,
-               valid_raw: list[tuple[str, str]], test_raw: list[tuple[str, str]],
-               progress: bool, console: Console) -> dict[str, Any]:
-    """BLEU of the last checkpoint and of the average of the last K, on the configured splits
-    (``valid``, ``test`` and the evaluation-only sets of ``data.eval_sets``)."""
+               scored: dict[str, list[tuple[str, str]]], progress: bool,
+               console: Console) -> dict[str, Any]:
+    """BLEU of the last checkpoint and of the average of the last K on each of
+    ``decode.splits`` (``scored`` maps a split name to its raw pairs: ``valid``, ``test`` and
+    the evaluation-only sets of ``data.eval_sets``; an empty one is skipped)."""
     decode = exp.decode
     models: dict[str, nn.Module] = {"last": model.eval()}
     k = decode.average_last
@@ -145,11 +149,9 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
         else:
             avg = average_checkpoints(found, run_dir / f"averaged-last{k}")
             models[f"avg{k}"] = load_checkpoint(avg, device=next(model.parameters()).device).model
-    splits = {"valid": valid_raw, "test": test_raw}
     results: dict[str, Any] = {}
     for split in decode.splits:
-        pairs = (read_parallel(*pair_files(exp.data, exp.data.eval_sets[split]))
-                 if split in exp.data.eval_sets else splits.get(split))
+        pairs = scored.get(split)
         if not pairs:
             continue
         for name, m in models.items():
