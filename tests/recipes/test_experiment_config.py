@@ -74,6 +74,8 @@ def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
         load_experiment(write(tmp_path, mt), ["decode.splits=[news31]"])
     with pytest.raises(ConfigError, match=r"data\.eval_sets: 'valid' names a split of its own"):
         load_experiment(write(tmp_path, mt), ["data.eval_sets.valid=x"])
+    with pytest.raises(ConfigError, match=r"data\.eval_sets is for translation"):
+        load_experiment(write(tmp_path, BASE), ["data.eval_sets.news=x"])
 
 
 def test_overrides_and_toml(tmp_path):

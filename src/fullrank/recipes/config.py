@@ -133,6 +133,9 @@ class ExperimentConfig:
     out_dir: str = "runs"
 
     def __post_init__(self) -> None:
+        if self.data.eval_sets and self.task != "mt":
+            raise ConfigError(f"data.eval_sets is for translation (task: mt); task '{self.task}' "
+                              f"evaluates files with `fullrank eval CKPT --data FILE`")
         reserved = {"train", "valid", "test"} & set(self.data.eval_sets)
         if reserved:
             raise ConfigError(f"data.eval_sets: '{sorted(reserved)[0]}' names a split of its own; "
