@@ -16,7 +16,7 @@ import torch
 from fullrank.errors import CheckpointError
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
 from fullrank.training.checkpoints import (MODEL_FILE, latest_checkpoint, load_checkpoint,
-                                           load_training_state, load_weights,
+                                           load_training_state, load_weights, resolve,
                                            save_training_checkpoint, save_weights, step_dirs,
                                            write_checkpoint)
 from fullrank.training.config import TrainConfig
@@ -69,6 +69,8 @@ def test_latest_pointer_pruning_and_stale_temporaries(tmp_path):
     assert [p.name for p in step_dirs(tmp_path)] == ["step-00000004", "step-00000005"]
     assert latest_checkpoint(tmp_path).name == "step-00000005"
     assert not list(tmp_path.glob(".step-*"))
+    (tmp_path / "latest").write_text("step-00000004")
+    assert resolve(tmp_path / "latest").name == "step-00000004"  # the pointer file itself
     (tmp_path / "latest").write_text("step-00000099")  # stale pointer: fall back to newest
     assert latest_checkpoint(tmp_path).name == "step-00000005"
 

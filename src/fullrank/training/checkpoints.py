@@ -247,9 +247,10 @@ def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: Mo
 # ---------------------------------------------------------------------------------- load
 def resolve(path: str | Path) -> Path:
     """A checkpoint directory from a checkpoint directory, a run directory (its latest
-    checkpoint), a ``checkpoints/`` directory, or a ``model.safetensors`` file."""
+    checkpoint), a ``checkpoints/`` directory or its ``latest`` pointer, or a
+    ``model.safetensors`` file."""
     p = Path(path)
-    if p.is_file() and p.name == MODEL_FILE:
+    if p.is_file() and p.name in (MODEL_FILE, LATEST):
         p = p.parent
     if (p / META_FILE).is_file():
         return p
