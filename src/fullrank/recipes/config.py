@@ -142,7 +142,7 @@ class ExperimentConfig:
                               f"give the evaluation set another name (e.g. "
                               f"'{sorted(reserved)[0]}_extra')")
         known = ["valid", "test", *self.data.eval_sets]
-        for split in self.decode.splits if self.task == "mt" else ():
+        for split in self.decode.splits:
             if split not in known:
                 raise ConfigError(f"decode.splits names '{split}', which is not one of "
                                   f"{', '.join(known)}{closest(split, known)}; add it to "
