@@ -8,7 +8,12 @@ one shared embedding tied to the output projection; the weights copied), in floa
 is suppressed so every sentence runs exactly ``--new-tokens`` steps (fullrank ``min_len``, HF
 ``min_new_tokens``), which makes the work of both sides identical.
 
-Each side runs in its own subprocess, and the subprocesses alternate A, B, A, B, … for
+fullrank runs twice: with its defaults (CPU float32 matrix multiplies through oneDNN,
+:mod:`fullrank.runtime`, as ``fullrank translate`` decodes) and with PyTorch's defaults — the
+settings Hugging Face runs with — so the report separates what the setting gives from what the
+code does.
+
+Each side runs in its own subprocess, and the subprocesses alternate A, B, C, A, B, C, … for
 ``--rounds`` rounds, because these machines drift by up to ±25% from one minute to the next;
 each subprocess builds its model, decodes once untimed (warm-up), then times one decode per
 mode. The report gives medians over rounds, the ratio of medians and the median of the per-round
@@ -57,6 +62,7 @@ import torch
 PAD, BOS, EOS = 0, 1, 2
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("beam", "greedy")
+SIDES = ("fullrank", "fullrank_same", "hf")  # defaults, PyTorch's defaults, Hugging Face
 
 PRESETS = {
     # the Multi30k recipe's model (configs/mt/multi30k_en_de.yaml): the default
@@ -107,12 +113,13 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
 
 
 def fullrank_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str,
-                    cached: bool = True) -> list[list[int]]:
+                    cached: bool = True, fast: bool = True) -> list[list[int]]:
     from fullrank.inference import Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search
     from fullrank.runtime import fast_matmul
 
-    # as `fullrank translate` decodes: CPU matrix multiplies through oneDNN (fullrank.runtime)
-    with fast_matmul():
+    # fast: as `fullrank translate` decodes, CPU matrix multiplies through oneDNN
+    # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings
+    with fast_matmul(fast):
         decoder = (Seq2SeqDecoder if cached else UncachedSeq2SeqDecoder)(model, src)
         kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens,
                   min_len=s.new_tokens)
@@ -181,8 +188,13 @@ def worker(side: str, s: Setup) -> dict:
     """Build one side's model, warm up untimed, then time one decode per mode."""
     torch.set_num_threads(s.threads)
     src = sources(s)
-    model = fullrank_model(s) if side == "fullrank" else hf_model(s)
-    decode = fullrank_decode if side == "fullrank" else hf_decode
+    model = hf_model(s) if side == "hf" else fullrank_model(s)
+
+    def decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) -> list[list[int]]:
+        if side == "hf":
+            return hf_decode(model, src, s, mode)
+        return fullrank_decode(model, src, s, mode, fast=side == "fullrank")
+
     out: dict = {"side": side, "params": trainable(model),
                  "buffers": sum(b.numel() for b in model.buffers()),
                  "frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
@@ -224,17 +236,21 @@ def spawn(job: str, s: Setup) -> dict:
 
 # ---------------------------------------------------------------------------------------- report
 def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
-    by_side = {side: [r for r in runs if r["side"] == side] for side in ("fullrank", "hf")}
+    by_side = {side: [r for r in runs if r["side"] == side] for side in SIDES}
     modes = {}
     for mode in MODES:
         rate = {side: [s.batch / r["seconds"][mode] for r in rs] for side, rs in by_side.items()}
         paired = [a / b for a, b in zip(rate["fullrank"], rate["hf"])]
+        same = [a / b for a, b in zip(rate["fullrank_same"], rate["hf"])]
         floor = statistics.median(s.batch / r["floor_seconds"][mode] for r in by_side["fullrank"])
         modes[mode] = {
             "floor_sent_per_s": floor,
             "fullrank_sent_per_s": rate["fullrank"], "hf_sent_per_s": rate["hf"],
             "fullrank_median": statistics.median(rate["fullrank"]),
             "hf_median": statistics.median(rate["hf"]),
+            "fullrank_same_sent_per_s": rate["fullrank_same"],
+            "fullrank_same_median": statistics.median(rate["fullrank_same"]),
+            "median_same_paired_ratio": statistics.median(same), "same_paired_ratios": same,
             "ratio_of_medians": statistics.median(rate["fullrank"]) / statistics.median(rate["hf"]),
             "median_paired_ratio": statistics.median(paired), "paired_ratios": paired,
             "output_lengths": {side: rs[0]["lengths"][mode] for side, rs in by_side.items()},
@@ -279,13 +295,15 @@ def markdown(rep: dict) -> str:
         f"interleaved rounds.",
         "",
         "| mode | fullrank sent/s (median) | HF sent/s (median) | ratio of medians "
-        "| median paired ratio | per-round ratios | floor sent/s | fullrank, HF % of floor |",
-        "|---|---|---|---|---|---|---|---|",
+        "| median paired ratio | per-round ratios | fullrank at PyTorch's defaults sent/s "
+        "| its median paired ratio | floor sent/s | fullrank, HF % of floor |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode, m in rep["modes"].items():
         per = ", ".join(f"{r:.2f}" for r in m["paired_ratios"])
         lines.append(f"| {mode} | {m['fullrank_median']:.2f} | {m['hf_median']:.2f} | "
                      f"{m['ratio_of_medians']:.2f}× | {m['median_paired_ratio']:.2f}× | {per} | "
+                     f"{m['fullrank_same_median']:.2f} | {m['median_same_paired_ratio']:.2f}× | "
                      f"{m['floor_sent_per_s']:.2f} | {100 * m['fullrank_median'] / m['floor_sent_per_s']:.0f}%, "
                      f"{100 * m['hf_median'] / m['floor_sent_per_s']:.0f}% |")
     lines += ["", "Both sides decode the same weights (fullrank's, copied into Marian); the outputs "
@@ -323,7 +341,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-verify", action="store_true", help="skip the cached = uncached check")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--job", choices=["fullrank", "hf", "verify"], help=argparse.SUPPRESS)
+    ap.add_argument("--job", choices=[*SIDES, "verify"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -345,11 +363,11 @@ def main() -> None:
         print(f"fullrank cached = uncached reference: {check}", flush=True)
     runs = []
     for r in range(args.rounds):
-        for side in ("fullrank", "hf"):  # A, B, A, B, ...
+        for side in SIDES:  # A, B, C, A, B, C, ...
             res = spawn(side, s)
             runs.append(res)
             times = ", ".join(f"{m} {s.batch / t:.2f} sent/s" for m, t in res["seconds"].items())
-            print(f"round {r + 1} {side:8s} params {res['params']:,}: {times}", flush=True)
+            print(f"round {r + 1} {side:13s} params {res['params']:,}: {times}", flush=True)
     rep = summarise(s, runs, check)
     if rep["params"]["fullrank"] != rep["params"]["hf"]:
         print(f"WARNING: parameter counts differ: {rep['params']}", flush=True)

@@ -91,3 +91,22 @@ decode: {{splits: [test, news]}}
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "newstest2013.en" in err[0]
     assert not (tmp_path / "runs" / "tiny_mt").exists()
+
+
+def test_a_split_without_data_is_reported_not_silently_skipped(tmp_path, capsys):
+    write_corpus(tmp_path, (("train", 50, 0), ("val", 5, 1)))
+    cfg = tmp_path / "mt.yaml"
+    cfg.write_text(f"""
+name: tiny_mt
+task: mt
+out_dir: {tmp_path / 'runs'}
+model: {{d_model: 16, n_heads: 2, d_ff: 32, n_layers: 1, max_len: 64, seq_len: 8}}
+data: {{root: {tmp_path}, train: train, valid: val, src_lang: en, tgt_lang: de,
+        tokenizer: bpe, vocab_size: 60, cache_dir: {tmp_path / 'cache'}}}
+train: {{steps: 2, threads: 1}}
+decode: {{average_last: 1}}
+""")
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "valid (last)" in out
+    assert "not scored: decode.splits names 'test'" in out and "set data.test" in out

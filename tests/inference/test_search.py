@@ -11,6 +11,7 @@ import torch
 from fullrank.errors import ConfigError
 from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search,
                                 length_penalty, max_output_len)
+from fullrank.inference import search
 from tests.inference.toy import (BOS, EOS, ScriptedDecoder, brute_force, padded_sources,
                                  translation_model)
 
@@ -74,6 +75,40 @@ def test_cached_decoding_equals_uncached(norm_first):
     assert tokens(cached) == tokens(uncached)
     for a, b in zip(cached, uncached):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-9)
+
+
+@pytest.mark.parametrize("m", [5 * 8 * search.TOPK_BLOCK, 5 * 8 * search.TOPK_BLOCK + 37])
+def test_topk_rows_equals_torch_topk(m):
+    """The block-maxima top-k: the same values as ``torch.topk``, best first, at indices that hold
+    them — with a ragged tail, the best entries crowded into one block or into the tail, ties,
+    and −∞ (masked tokens)."""
+    torch.manual_seed(0)
+    x = torch.randn(6, m)
+    x[1, 10:20] = 50.0 + torch.arange(10.0)                             # all in one block
+    x[2, -5:] = 60.0                                                     # in the tail (ties)
+    x[3] = x[3].round()                                                  # many ties
+    x[4, ::2] = float("-inf")
+    x[5] = float("-inf")
+    x[5, 7] = 1.0
+    values, index = search.topk_rows(x, 8)
+    assert torch.equal(values, x.topk(8, dim=1).values)
+    assert torch.equal(x.gather(1, index), values)
+    assert all(len(set(row)) == 8 for row in index.tolist())           # distinct entries
+
+
+def test_beam_search_over_a_wide_vocabulary_is_unchanged_by_the_block_top_k(monkeypatch):
+    """A vocabulary wide enough for :func:`search.topk_rows`' block path gives the same beams as
+    plain ``torch.topk``."""
+    torch.manual_seed(3)
+    model = translation_model(vocab_size=4 * 8 * search.TOPK_BLOCK + 11)
+    src, keep = padded_sources([6, 3, 5], 40)
+    kw = dict(batch_size=3, beam_size=4, n_best=4, bos_id=BOS, eos_id=EOS,
+              max_len=max_output_len(keep.sum(1), b=6))
+    blocks = beam_search(Seq2SeqDecoder(model, src, keep), **kw)
+    monkeypatch.setattr(search, "TOPK_BLOCK", 10**9)                    # torch.topk throughout
+    plain = beam_search(Seq2SeqDecoder(model, src, keep), **kw)
+    assert tokens(blocks) == tokens(plain)
+    assert [[h.score for h in s] for s in blocks] == [[h.score for h in s] for s in plain]
 
 
 def test_batched_decoding_equals_one_sentence_at_a_time():

