@@ -110,3 +110,27 @@ decode: {{average_last: 1}}
     out = " ".join(capsys.readouterr().out.split())
     assert "valid (last)" in out
     assert "not scored: decode.splits names 'test'" in out and "set data.test" in out
+
+
+def test_a_source_too_long_to_translate_fails_before_training(tmp_path, capsys):
+    write_corpus(tmp_path, (("train", 50, 0), ("val", 5, 1), ("test", 5, 2)))
+    with open(tmp_path / "test.en", "a") as f:  # one long source line, and its reference
+        f.write("the big dog sees a red car " * 12 + "\n")
+    with open(tmp_path / "test.de", "a") as f:
+        f.write("x\n")
+    cfg = tmp_path / "mt.yaml"
+    cfg.write_text(f"""
+name: tiny_mt
+task: mt
+out_dir: {tmp_path / 'runs'}
+model: {{d_model: 16, n_heads: 2, d_ff: 32, n_layers: 1, max_len: 64, seq_len: 8}}
+data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tgt_lang: de,
+        tokenizer: bpe, vocab_size: 60, cache_dir: {tmp_path / 'cache'}}}
+train: {{steps: 4, threads: 1}}
+""")
+    assert main(["train", str(cfg), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'test' line 6" in err[0] and "model.max_len=64" in err[0]
+    assert not list((tmp_path / "runs" / "tiny_mt").glob("checkpoints/*"))
+    # with the long line left out of the scored splits, the same config trains
+    assert main(["train", str(cfg), "--quiet", "decode.splits=[valid]"]) == 0

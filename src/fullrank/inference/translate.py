@@ -20,6 +20,15 @@ from fullrank.inference.search import beam_search, greedy_search, max_output_len
 from fullrank.runtime import fast_matmul
 
 
+def first_too_long(encoded: Sequence[Sequence[int]], max_len: int) -> tuple[int, int] | None:
+    """The first source too long for a model with ``max_len`` positions, as ``(index, tokens)``
+    (its tokens counted with the EOS that :func:`translate` appends), or ``None``."""
+    for i, ids in enumerate(encoded):
+        if len(ids) + 1 > max_len:
+            return i, len(ids) + 1
+    return None
+
+
 @torch.inference_mode()
 def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, beam: int = 4,
               alpha: float = 0.6, a: float = 1.0, b: int = 50, batch_size: int = 64,
@@ -53,10 +62,10 @@ def _translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, 
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
     results: list[list[str]] = [[""] * n_best for _ in lines]
     todo = [i for i, ids in enumerate(encoded) if ids]
-    for i in todo:
-        if len(encoded[i]) + 1 > max_len:
-            raise DataError(f"line {i + 1}: {len(encoded[i]) + 1} source tokens exceed the "
-                            f"model's max_len={max_len}; split the line")
+    long = first_too_long(encoded, max_len)
+    if long is not None:
+        raise DataError(f"line {long[0] + 1}: {long[1]} source tokens exceed the model's "
+                        f"max_len={max_len}; split the line")
     todo.sort(key=lambda i: -len(encoded[i]))
     batches = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
     for batch in tqdm(batches, disable=not progress, desc="translate", unit="batch"):

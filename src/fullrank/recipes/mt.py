@@ -17,9 +17,9 @@ from torch import nn
 
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
-from fullrank.errors import ConfigError
+from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.bleu import score
-from fullrank.inference.translate import translate
+from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import build_model
 from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
@@ -79,6 +79,13 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
     test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
     scored = {"valid": valid_raw, "test": test_raw, **extra}
+    for split in exp.decode.splits:  # a source too long to translate fails now, not after training
+        long = first_too_long(tok.encode_batch([s.strip() for s, _ in scored.get(split, [])]),
+                              model_cfg.max_len)
+        if long is not None:
+            raise DataError(f"decode.splits: '{split}' line {long[0] + 1} has {long[1]} source "
+                            f"tokens, more than model.max_len={model_cfg.max_len}; raise "
+                            f"model.max_len or leave '{split}' out of decode.splits")
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
