@@ -73,20 +73,27 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     assert main(["translate", str(tmp_path / "runs"), "-i", str(tmp_path / "in.txt")]) == 2
 
 
-def test_a_missing_evaluation_set_fails_before_training(tmp_path, capsys):
-    write_corpus(tmp_path, (("train", 50, 0), ("val", 5, 1), ("test", 5, 2)))
+def small_config(tmp_path, *, test: bool = True, data: str = "", rest: str = ""):
+    """A tiny translation config over ``write_corpus``'s files; ``data`` adds keys to its data
+    section, ``rest`` adds sections."""
     cfg = tmp_path / "mt.yaml"
     cfg.write_text(f"""
 name: tiny_mt
 task: mt
 out_dir: {tmp_path / 'runs'}
 model: {{d_model: 16, n_heads: 2, d_ff: 32, n_layers: 1, max_len: 64, seq_len: 8}}
-data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tgt_lang: de,
-        tokenizer: bpe, vocab_size: 60, cache_dir: {tmp_path / 'cache'},
-        eval_sets: {{news: wmt/newstest2013}}}}
+data: {{root: {tmp_path}, train: train, valid: val, {'test: test, ' if test else ''}src_lang: en,
+        tgt_lang: de, tokenizer: bpe, vocab_size: 60, cache_dir: {tmp_path / 'cache'}{data}}}
 train: {{steps: 4, threads: 1}}
-decode: {{splits: [test, news]}}
+{rest}
 """)
+    return cfg
+
+
+def test_a_missing_evaluation_set_fails_before_training(tmp_path, capsys):
+    write_corpus(tmp_path, (("train", 50, 0), ("val", 5, 1), ("test", 5, 2)))
+    cfg = small_config(tmp_path, data=", eval_sets: {news: wmt/newstest2013}",
+                       rest="decode: {splits: [test, news]}")
     assert main(["train", str(cfg), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "newstest2013.en" in err[0]
@@ -95,17 +102,7 @@ decode: {{splits: [test, news]}}
 
 def test_a_split_without_data_is_reported_not_silently_skipped(tmp_path, capsys):
     write_corpus(tmp_path, (("train", 50, 0), ("val", 5, 1)))
-    cfg = tmp_path / "mt.yaml"
-    cfg.write_text(f"""
-name: tiny_mt
-task: mt
-out_dir: {tmp_path / 'runs'}
-model: {{d_model: 16, n_heads: 2, d_ff: 32, n_layers: 1, max_len: 64, seq_len: 8}}
-data: {{root: {tmp_path}, train: train, valid: val, src_lang: en, tgt_lang: de,
-        tokenizer: bpe, vocab_size: 60, cache_dir: {tmp_path / 'cache'}}}
-train: {{steps: 2, threads: 1}}
-decode: {{average_last: 1}}
-""")
+    cfg = small_config(tmp_path, test=False, rest="decode: {average_last: 1}")
     assert main(["train", str(cfg), "--quiet"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "valid (last)" in out
@@ -118,16 +115,7 @@ def test_a_source_too_long_to_translate_fails_before_training(tmp_path, capsys):
         f.write("the big dog sees a red car " * 12 + "\n")
     with open(tmp_path / "test.de", "a") as f:
         f.write("x\n")
-    cfg = tmp_path / "mt.yaml"
-    cfg.write_text(f"""
-name: tiny_mt
-task: mt
-out_dir: {tmp_path / 'runs'}
-model: {{d_model: 16, n_heads: 2, d_ff: 32, n_layers: 1, max_len: 64, seq_len: 8}}
-data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tgt_lang: de,
-        tokenizer: bpe, vocab_size: 60, cache_dir: {tmp_path / 'cache'}}}
-train: {{steps: 4, threads: 1}}
-""")
+    cfg = small_config(tmp_path)
     assert main(["train", str(cfg), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'test' line 6" in err[0] and "model.max_len=64" in err[0]
