@@ -80,7 +80,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
     scored = {"valid": valid_raw, "test": test_raw, **extra}
     for split in exp.decode.splits:  # a source too long to translate fails now, not after training
-        long = first_too_long(tok.encode_batch([s.strip() for s, _ in scored.get(split, [])]),
+        long = first_too_long(tok.encode_batch([s for s, _ in scored.get(split, [])]),
                               model_cfg.max_len)
         if long is not None:
             raise DataError(f"decode.splits: '{split}' line {long[0] + 1} has {long[1]} source "
