@@ -122,3 +122,38 @@ def test_a_source_too_long_to_translate_fails_before_training(tmp_path, capsys):
     assert not list((tmp_path / "runs" / "tiny_mt").glob("checkpoints/*"))
     # with the long line left out of the scored splits, the same config trains
     assert main(["train", str(cfg), "--quiet", "decode.splits=[valid]"]) == 0
+
+
+def test_alpha_is_chosen_on_valid_and_applied_to_the_other_splits(tmp_path, capsys):
+    write_corpus(tmp_path, (("train", 300, 0), ("val", 12, 1), ("test", 8, 2)))
+    cfg = small_config(tmp_path, rest="decode: {average_last: 1, beam: 3, "
+                                      "tune_alpha: [0.0, 0.6, 3.0, 0.6]}")
+    # trained enough that the length penalty changes the outputs
+    assert main(["train", str(cfg), "--quiet", "train.steps=40", "train.lr=2.0",
+                 "train.warmup=8"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    run = tmp_path / "runs" / "tiny_mt"
+    bleu = json.loads((run / "results.json").read_text())["extra"]["bleu"]
+    tuned = bleu["valid.last.tune_alpha"]
+    dev = tuned["bleu"]
+    assert list(dev) == ["0", "0.6", "3"]  # each α once, in the order given
+    assert tuned["best"] == [0.0, 0.6, 3.0][list(dev.values()).index(max(dev.values()))]
+    assert f"→ α {tuned['best']:g}" in out and "chosen on valid" in out
+    assert "valid.last.tuned" not in bleu and bleu["test.last.tuned"]["alpha"] == tuned["best"]
+    # the tuned test output is what `translate` gives at that α
+    assert main(["translate", str(run), "-i", str(tmp_path / "test.en"), "-o",
+                 str(tmp_path / "t.de"), "--beam", "3", "--alpha", str(tuned["best"])]) == 0
+    assert ((run / "translations" / "test.last.tuned.de").read_text()
+            == (tmp_path / "t.de").read_text())
+
+
+def test_alpha_tuning_needs_a_valid_split_and_exponents_at_least_zero(tmp_path, capsys):
+    write_corpus(tmp_path, (("train", 50, 0), ("val", 5, 1), ("test", 5, 2)))
+    cfg = small_config(tmp_path, rest="decode: {tune_alpha: [0.6, -1.0]}")
+    assert main(["train", str(cfg), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decode.tune_alpha" in err[0] and "-1.0" in err[0]
+    cfg = small_config(tmp_path, rest="decode: {tune_alpha: [0.6, 1.0]}")
+    assert main(["train", str(cfg), "--quiet", "data.valid="]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.valid is not set" in err[0]

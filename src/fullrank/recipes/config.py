@@ -107,6 +107,10 @@ class DecodeConfig:
         average_last: also evaluate the average of the last K checkpoints (0 = no averaging).
         splits: what to translate and score: ``valid``, ``test`` and names of
             ``data.eval_sets``.
+        tune_alpha: length-penalty exponents to try on ``valid`` after training; the one with
+            the best tokenized lowercased BLEU there decodes every other scored split once
+            more (results ``SPLIT.MODEL.tuned``). Empty: no tuning. The choice never looks at
+            the other splits.
     """
 
     beam: int = 4
@@ -116,6 +120,12 @@ class DecodeConfig:
     batch_size: int = 64
     average_last: int = 5
     splits: tuple[str, ...] = ("valid", "test")
+    tune_alpha: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(a < 0 for a in self.tune_alpha):
+            raise ConfigError(f"decode.tune_alpha must hold exponents >= 0, got "
+                              f"{list(self.tune_alpha)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +157,9 @@ class ExperimentConfig:
                 raise ConfigError(f"decode.splits names '{split}', which is not one of "
                                   f"{', '.join(known)}{closest(split, known)}; add it to "
                                   f"data.eval_sets as NAME: FILE_PREFIX to score another set")
+        if self.decode.tune_alpha and not self.data.valid:
+            raise ConfigError("decode.tune_alpha chooses α on the valid split, but data.valid is "
+                              "not set; set data.valid or leave decode.tune_alpha empty")
 
     @property
     def run_dir(self) -> Path:
@@ -293,5 +306,6 @@ def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) 
     data["model"] = model
     data["train"]["betas"] = list(data["train"]["betas"])
     data["decode"]["splits"] = list(data["decode"]["splits"])
+    data["decode"]["tune_alpha"] = list(data["decode"]["tune_alpha"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
