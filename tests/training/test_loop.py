@@ -107,20 +107,31 @@ def test_torch_compile_option_matches_eager():
 
 
 def test_time_budget_counts_the_time_before_a_resume(tmp_path):
-    # A run that already spent its whole budget before the checkpoint stops at the first step
-    # after resuming, and the logged elapsed time continues from the checkpoint's.
+    # The time spent before a checkpoint counts after resuming: a run whose budget is spent
+    # takes no further step (re-running a run stopped by max_minutes must not change it), and
+    # one with time left logs elapsed times that continue from the checkpoint's.
     cfg = TrainConfig(steps=6, batch_size=4, lr=1e-3, schedule="constant", warmup=1,
                       save_every=2, log_every=1, optimizer="adamw", max_minutes=1.0)
     out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
-    run(make_model(), cfg, out=out, stop_at=2)
+    first = make_model()
+    run(first, cfg, out=out, stop_at=2)
     ckpt = latest_checkpoint(out.checkpoints)
     meta_path = ckpt / "meta.json"
     meta = json.loads(meta_path.read_text())
     assert 0 < meta["loop"]["elapsed_s"] < 60
+
     meta["loop"]["elapsed_s"] = 61.0  # as if the first session had used up the minute
     meta_path.write_text(json.dumps(meta))
-    result = run(make_model(), cfg, out=out, resume_from=ckpt)
+    model = make_model()
+    result = run(model, cfg, out=out, resume_from=ckpt)
+    assert result.state.step == 2 and latest_checkpoint(out.checkpoints) == ckpt
+    for name, w in weights(model).items():  # the checkpoint's weights, untouched
+        torch.testing.assert_close(w, weights(first)[name], rtol=0, atol=0)
+
+    meta["loop"]["elapsed_s"] = 30.0  # half of it used up
+    meta_path.write_text(json.dumps(meta))
+    result = run(make_model(), cfg, out=out, resume_from=ckpt, stop_at=3)
     assert result.state.step == 3
-    assert result.state.elapsed_s > 61.0
+    assert result.state.elapsed_s > 30.0
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["elapsed_s"] > 61.0 for r in logged if r["step"] == 3 and "elapsed_s" in r] == [True]
+    assert [r["elapsed_s"] > 30.0 for r in logged if r["step"] == 3 and "elapsed_s" in r] == [True]

@@ -39,8 +39,9 @@ class TrainConfig:
         compile: wrap the model with ``torch.compile``.
         device: ``"auto"`` (CUDA if available), ``"cpu"`` or ``"cuda"``.
         threads: CPU threads for PyTorch (``0`` = leave PyTorch's default).
-        max_minutes: stop (evaluate, save) after this much wall time; the schedule still
-            follows ``steps``. ``None`` = no limit.
+        max_minutes: stop (evaluate, save) after this much wall time, counted across resumes
+            (a resumed run whose time is spent takes no step); the schedule still follows
+            ``steps``. ``None`` = no limit.
         fast_matmul: route CPU float32 matrix multiplies through oneDNN (faster here, float32
             accuracy kept; see :mod:`fullrank.runtime`). No effect on GPUs.
     """

@@ -168,7 +168,10 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         return result
 
     raw.train()
-    while state.step < cfg.steps:
+    # a run stopped by max_minutes and resumed again has nothing left to spend: no step, so
+    # that re-running a finished run (resume=auto) re-evaluates it without changing it
+    spent = time_limit is not None and state.elapsed_s >= time_limit
+    while state.step < cfg.steps and not spent:
         lr = schedule(state.step + 1)
         for group in optimizer.param_groups:
             group["lr"] = lr
