@@ -137,6 +137,10 @@ def test_alpha_is_chosen_on_valid_and_applied_to_the_other_splits(tmp_path, caps
     tuned = bleu["valid.last.tune_alpha"]
     dev = tuned["bleu"]
     assert list(dev) == ["0", "0.6", "3"]  # each α once, in the order given
+    # decode.alpha's valid result is reused, not decoded again
+    assert dev["0.6"] == bleu["valid.last"]["tokenized_lowercased"]
+    assert {f.name for f in (run / "translations").glob("valid.last.alpha*")} == {
+        "valid.last.alpha0.de", "valid.last.alpha3.de"}
     assert tuned["best"] == [0.0, 0.6, 3.0][list(dev.values()).index(max(dev.values()))]
     assert f"→ α {tuned['best']:g}" in out and "chosen on valid" in out
     assert "valid.last.tuned" not in bleu and bleu["test.last.tuned"]["alpha"] == tuned["best"]

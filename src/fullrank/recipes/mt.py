@@ -168,33 +168,38 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
             out_file = run_dir / "translations" / f"{split}.{name}.{exp.data.tgt_lang}"
             r = evaluate_bleu(m, tok, pairs, decode, out_file, progress)
             results[f"{split}.{name}"] = r
-            console.print(f"{split} ({name}) beam {decode.beam}, α {decode.alpha}: "
-                          f"sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
-                          f"lowercased BLEU {r['tokenized_lowercased']:.2f} "
-                          f"({r['sentences_per_s']:.1f} sentences/s)")
+            _print_result(console, f"{split} ({name}) beam {decode.beam}, α {decode.alpha:g}", r)
     if decode.tune_alpha:
-        results.update(_tuned_alpha(exp, run_dir, models, tok, scored, progress, console))
+        results.update(_tuned_alpha(exp, run_dir, models, tok, scored, results, progress,
+                                    console))
     if results:
         console.print(f"sacreBLEU signature: {next(iter(results.values()))['signature']}")
     return results
 
 
+def _print_result(console: Console, what: str, r: dict[str, Any]) -> None:
+    console.print(f"{what}: sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
+                  f"lowercased BLEU {r['tokenized_lowercased']:.2f} "
+                  f"({r['sentences_per_s']:.1f} sentences/s)")
+
+
 def _tuned_alpha(exp: ExperimentConfig, run_dir: Path, models: dict[str, nn.Module],
-                 tok: Tokenizer, scored: dict[str, list[tuple[str, str]]], progress: bool,
-                 console: Console) -> dict[str, Any]:
+                 tok: Tokenizer, scored: dict[str, list[tuple[str, str]]],
+                 done: dict[str, Any], progress: bool, console: Console) -> dict[str, Any]:
     """For each model: the α of ``decode.tune_alpha`` with the best tokenized lowercased BLEU on
-    ``valid``, then every other split of ``decode.splits`` decoded once with it."""
+    ``valid`` (``scored["valid"]``, non-empty: the config requires ``data.valid``), then every
+    other split of ``decode.splits`` decoded once with it. ``done`` holds the results already
+    computed at ``decode.alpha``, reused rather than decoded again."""
     decode, lang, out_dir = exp.decode, exp.data.tgt_lang, run_dir / "translations"
-    valid = scored.get("valid")
-    if not valid:
-        console.print("[yellow]no α tuning:[/yellow] the valid split has no pairs")
-        return {}
     results: dict[str, Any] = {}
     for name, m in models.items():
-        dev = {a: evaluate_bleu(m, tok, valid, dataclasses.replace(decode, alpha=a),
-                                out_dir / f"valid.{name}.alpha{a:g}.{lang}",
-                                progress)["tokenized_lowercased"]
-               for a in dict.fromkeys(decode.tune_alpha)}
+        dev: dict[float, float] = {}
+        for a in dict.fromkeys(decode.tune_alpha):
+            r = done.get(f"valid.{name}") if a == decode.alpha else None
+            if r is None:
+                r = evaluate_bleu(m, tok, scored["valid"], dataclasses.replace(decode, alpha=a),
+                                  out_dir / f"valid.{name}.alpha{a:g}.{lang}", progress)
+            dev[a] = r["tokenized_lowercased"]
         best = max(dev, key=lambda a: dev[a])  # the first listed among equals
         results[f"valid.{name}.tune_alpha"] = {"bleu": {f"{a:g}": b for a, b in dev.items()},
                                                "best": best}
@@ -207,7 +212,6 @@ def _tuned_alpha(exp: ExperimentConfig, run_dir: Path, models: dict[str, nn.Modu
             r = evaluate_bleu(m, tok, scored[split], dataclasses.replace(decode, alpha=best),
                               out_dir / f"{split}.{name}.tuned.{lang}", progress)
             results[f"{split}.{name}.tuned"] = {**r, "alpha": best}
-            console.print(f"{split} ({name}) beam {decode.beam}, α {best:g} chosen on valid: "
-                          f"sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
-                          f"lowercased BLEU {r['tokenized_lowercased']:.2f}")
+            _print_result(console, f"{split} ({name}) beam {decode.beam}, α {best:g} chosen on "
+                          f"valid", r)
     return results
