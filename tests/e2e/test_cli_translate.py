@@ -161,3 +161,23 @@ def test_alpha_tuning_needs_a_valid_split_and_exponents_at_least_zero(tmp_path, 
     assert main(["train", str(cfg), "--quiet", "data.valid="]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "data.valid is not set" in err[0]
+
+
+def test_a_tuned_alpha_equal_to_decode_alpha_reuses_the_decoded_splits(tmp_path, capsys,
+                                                                       monkeypatch):
+    import fullrank.recipes.mt as mt
+
+    calls = []
+    real = mt.evaluate_bleu
+    monkeypatch.setattr(mt, "evaluate_bleu",
+                        lambda *a, **k: calls.append(a[-2].name) or real(*a, **k))
+    write_corpus(tmp_path, (("train", 50, 0), ("val", 6, 1), ("test", 5, 2)))
+    cfg = small_config(tmp_path, rest="decode: {average_last: 1, tune_alpha: [0.6]}")
+    assert main(["train", str(cfg), "--quiet", "train.steps=4"]) == 0
+    run = tmp_path / "runs" / "tiny_mt"
+    bleu = json.loads((run / "results.json").read_text())["extra"]["bleu"]
+    assert bleu["valid.last.tune_alpha"]["best"] == 0.6
+    assert bleu["test.last.tuned"] == {**bleu["test.last"], "alpha": 0.6}
+    assert sorted(calls) == ["test.last.de", "valid.last.de"]  # each split decoded once
+    assert ((run / "translations" / "test.last.tuned.de").read_text()
+            == (run / "translations" / "test.last.de").read_text())

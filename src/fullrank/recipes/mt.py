@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -189,17 +190,22 @@ def _tuned_alpha(exp: ExperimentConfig, run_dir: Path, models: dict[str, nn.Modu
     """For each model: the α of ``decode.tune_alpha`` with the best tokenized lowercased BLEU on
     ``valid`` (``scored["valid"]``, non-empty: the config requires ``data.valid``), then every
     other split of ``decode.splits`` decoded once with it. ``done`` holds the results already
-    computed at ``decode.alpha``, reused rather than decoded again."""
+    computed at ``decode.alpha`` (and their translation files), reused rather than decoded
+    again."""
     decode, lang, out_dir = exp.decode, exp.data.tgt_lang, run_dir / "translations"
     results: dict[str, Any] = {}
     for name, m in models.items():
-        dev: dict[float, float] = {}
-        for a in dict.fromkeys(decode.tune_alpha):
-            r = done.get(f"valid.{name}") if a == decode.alpha else None
-            if r is None:
-                r = evaluate_bleu(m, tok, scored["valid"], dataclasses.replace(decode, alpha=a),
-                                  out_dir / f"valid.{name}.alpha{a:g}.{lang}", progress)
-            dev[a] = r["tokenized_lowercased"]
+
+        def bleu_at(split: str, alpha: float, out_file: Path) -> dict[str, Any]:
+            if alpha == decode.alpha and f"{split}.{name}" in done:
+                if split != "valid":  # the tuned output file, as if decoded again
+                    shutil.copyfile(out_dir / f"{split}.{name}.{lang}", out_file)
+                return done[f"{split}.{name}"]
+            return evaluate_bleu(m, tok, scored[split], dataclasses.replace(decode, alpha=alpha),
+                                 out_file, progress)
+
+        dev = {a: bleu_at("valid", a, out_dir / f"valid.{name}.alpha{a:g}.{lang}")
+               ["tokenized_lowercased"] for a in dict.fromkeys(decode.tune_alpha)}
         best = max(dev, key=lambda a: dev[a])  # the first listed among equals
         results[f"valid.{name}.tune_alpha"] = {"bleu": {f"{a:g}": b for a, b in dev.items()},
                                                "best": best}
@@ -209,8 +215,7 @@ def _tuned_alpha(exp: ExperimentConfig, run_dir: Path, models: dict[str, nn.Modu
         for split in decode.splits:
             if split == "valid" or not scored.get(split):
                 continue
-            r = evaluate_bleu(m, tok, scored[split], dataclasses.replace(decode, alpha=best),
-                              out_dir / f"{split}.{name}.tuned.{lang}", progress)
+            r = bleu_at(split, best, out_dir / f"{split}.{name}.tuned.{lang}")
             results[f"{split}.{name}.tuned"] = {**r, "alpha": best}
             _print_result(console, f"{split} ({name}) beam {decode.beam}, α {best:g} chosen on "
                           f"valid", r)
