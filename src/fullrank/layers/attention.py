@@ -46,8 +46,14 @@ def resolve_head_sizes(d_model: int, n_heads: int, d_head: int | None,
 
 
 def attention_logits(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-    """Scaled dot products ``q kᵀ · scale``: ``(B, H, T, Dh) × (B, H, S, Dh) → (B, H, T, S)``."""
+    """Scaled dot products ``q kᵀ · scale``: ``(B, H, T, Dh) × (B, H, S, Dh) → (B, H, T, S)``.
+
+    The scale multiplies whichever is smaller, the queries (``T·Dh``) or the scores (``T·S``):
+    one pass over ``Dh``-wide rows instead of ``S``-wide ones when keys outnumber head sizes.
+    """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if q.shape[-1] < k.shape[-2]:
+        return torch.matmul(q * scale, k.transpose(-2, -1))
     return torch.matmul(q, k.transpose(-2, -1)) * scale
 
 
@@ -103,33 +109,49 @@ FUSED_MAX_HEAD = 256
 #   oneDNN first copies them (about 4× slower at 50 cached positions).
 CPU_WRITTEN_OUT_MAX_BLOCK = 96 * 96
 
+# Scores held at once by chunked_attention's default blocks: 2^27 (256 MiB in bf16). On an H200,
+# forward + backward at d_head 512–1024, n 4096: 140–195 TFLOP/s with 256-query blocks, against
+# ≤ 47 for the memory-efficient and math kernels (bench/gpu.py).
+CHUNK_SCORES = 1 << 27
+
 
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
                       is_causal: bool = False, dropout_p: float = 0.0,
-                      chunk: int = 256) -> Tensor:
+                      chunk: int | None = None) -> Tensor:
     """:func:`attend` over blocks of ``chunk`` queries, each block checkpointed.
 
     The forward pass holds one block's ``(B, H, chunk, S)`` scores at a time and the backward
     pass recomputes them, so memory grows linearly with the sequence length whatever the head
     size — the path for head sizes that no fused kernel accepts (``d_head > 256`` on CUDA,
-    [B20]'s ``d_head = n`` at ``n ≥ 512``). Same results as :func:`attend`.
+    [B20]'s ``d_head = n`` at ``n ≥ 512``). Same results as :func:`attend`; causal blocks skip
+    the keys after their last query (about half the work). ``chunk=None`` takes
+    as many queries as keep a block within :data:`CHUNK_SCORES` scores (at least 16): the larger
+    the block, the larger (and faster) its matrix products.
 
     Shapes as :func:`attend`: ``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` →
     ``(B, H, T, Dv)``; ``mask`` broadcastable to ``(B, H, T, S)``.
     """
     t, s = q.shape[-2], k.shape[-2]
+    if chunk is None:
+        chunk = max(16, CHUNK_SCORES // (q.shape[:-2].numel() * s))
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     blocks = []
     for start in range(0, t, chunk):
         qc = q[:, :, start:start + chunk]                              # (B, H, c, Dh)
-        mc = mask[..., start:start + chunk, :] if mask is not None and mask.shape[-2] > 1 else mask
-        if is_causal:  # this block's rows of the causal mask only: (c, S), never (T, S)
-            mc = combine(mc, causal_mask(qc.shape[-2], s, offset=start, device=q.device))
+        # causal: the block's last query sees keys up to its own position, none beyond
+        end = min(s, start + qc.shape[-2]) if is_causal else s
+        kc, vc = k[..., :end, :], v[..., :end, :]                     # (B, H, end, ·)
+        mc = mask
+        if mc is not None:
+            mc = mc[..., start:start + chunk, :] if mc.shape[-2] > 1 else mc
+            mc = mc[..., :end] if mc.shape[-1] > 1 else mc
+        if is_causal:  # this block's rows of the causal mask only: (c, end), never (T, S)
+            mc = combine(mc, causal_mask(qc.shape[-2], end, offset=start, device=q.device))
         if grad:
             blocks.append(torch.utils.checkpoint.checkpoint(
-                _attend_block, qc, k, v, mc, dropout_p, use_reentrant=False))
+                _attend_block, qc, kc, vc, mc, dropout_p, use_reentrant=False))
         else:
-            blocks.append(_attend_block(qc, k, v, mc, dropout_p))
+            blocks.append(_attend_block(qc, kc, vc, mc, dropout_p))
     return torch.cat(blocks, dim=-2)                                    # (B, H, T, Dv)
 
 
@@ -168,7 +190,7 @@ class ScaledDotProduct(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                 is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
         """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``."""
-        if self.fused and q.is_cuda and q.shape[-1] > FUSED_MAX_HEAD:
+        if self.fused and q.is_cuda and max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD:
             return chunked_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         cpu_queries = q.device.type == "cpu" and q.shape[-2] > 1  # the CPU rules apply
         if self.fused and cpu_queries and not _written_out_on_cpu(q, k, dropout_p):
