@@ -123,7 +123,8 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # eps=1 keeps Adam's update linear in the gradient (with 1e-9 a zero gradient's rounding
     # noise, e.g. the key bias's, becomes a full ±lr step); batch 4 = 2 ranks × 2 rows
-    args = ["--quiet", "train.eps=1.0"]
+    # on the CPU (gloo) even where a GPU is present: two processes, one device each
+    args = ["--quiet", "train.eps=1.0", "train.device=cpu"]
     subprocess.run([*FULLRANK, "train", str(tiny_experiment(one, steps=6, dropout=0.0)), *args],
                    check=True, capture_output=True, env=env)
     subprocess.run([torchrun, "--nproc_per_node=2", "--master_port", str(29500 + os.getpid() % 1000),

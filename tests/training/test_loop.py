@@ -135,3 +135,16 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     assert result.state.elapsed_s > 30.0
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["elapsed_s"] > 30.0 for r in logged if r["step"] == 3 and "elapsed_s" in r] == [True]
+
+
+def test_more_processes_than_gpus_is_a_config_error(monkeypatch):
+    """torchrun --nproc_per_node=2 on a one-GPU machine: a one-line ConfigError, not CUDA's."""
+    from fullrank.errors import ConfigError
+    from fullrank.training.distributed import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert pick_device("auto", 0) == torch.device("cuda", 0)
+    with pytest.raises(ConfigError, match="nproc_per_node=1 or set train.device=cpu"):
+        pick_device("auto", 1)
+    assert pick_device("cpu", 1) == torch.device("cpu")

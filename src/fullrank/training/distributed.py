@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from fullrank.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -32,8 +34,14 @@ class DistInfo:
 
 
 def pick_device(preference: str, local_rank: int = 0) -> torch.device:
-    """``auto`` → CUDA when available, else CPU."""
+    """``auto`` → CUDA when available, else CPU. Process ``local_rank`` of a node takes GPU
+    ``local_rank``; a node with fewer GPUs than processes is a :class:`ConfigError`."""
     if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
+        gpus = torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise ConfigError(f"train.device={preference}: process {local_rank} of this node has no "
+                              f"GPU (this machine has {gpus}); start torchrun with "
+                              f"--nproc_per_node={max(gpus, 1)} or set train.device=cpu")
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
