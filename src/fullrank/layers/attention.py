@@ -110,8 +110,9 @@ FUSED_MAX_HEAD = 256
 CPU_WRITTEN_OUT_MAX_BLOCK = 96 * 96
 
 # Scores held at once by chunked_attention's default blocks: 2^27 (256 MiB in bf16). On an H200,
-# forward + backward at d_head 512–1024, n 4096: 140–195 TFLOP/s with 256-query blocks, against
-# ≤ 47 for the memory-efficient and math kernels (bench/gpu.py).
+# forward + backward at d_head 512–1024, n 4096, batch 4: 246–336 TFLOP/s with such blocks,
+# 128–183 with blocks of 256 queries, ≤ 47 for the memory-efficient and math kernels
+# (bench/results/gpu-lm-attention.md).
 CHUNK_SCORES = 1 << 27
 
 
