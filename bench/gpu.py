@@ -232,7 +232,7 @@ def attention_case(h: int, dh: int, device: torch.device, smoke: bool,
     return row
 
 
-def long_heads(device: torch.device, smoke: bool, ceiling_tflops: float) -> list[dict[str, Any]]:
+def long_heads(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
     """[B20]'s ``d_head = n`` region: forward + backward at ``d_head`` 1024 as ``n`` grows, on
     fullrank's path and on the kernels PyTorch has for it, against FlashAttention at 256."""
     from fullrank.layers.attention import ScaledDotProduct
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if "attention" in sections:
         res["attention"] = attention(device, args.smoke, res["ceiling"]["tflops"])
     if "long" in sections:
-        res["long"] = long_heads(device, args.smoke, res["ceiling"]["tflops"])
+        res["long"] = long_heads(device, args.smoke)
     md = markdown(res)
     print(md)
     args.out.mkdir(parents=True, exist_ok=True)
