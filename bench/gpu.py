@@ -42,6 +42,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import lm_model  # noqa: E402  (the CPU suite's models and losses, shared)
 
 GPT2_SMALL = dict(vocab=50304, d=768, layers=12, heads=12, d_ff=3072, seq=1024, batch=16)
 SMOKE_LM = dict(vocab=512, d=64, layers=2, heads=4, d_ff=256, seq=64, batch=2)
@@ -99,35 +101,6 @@ def ceiling(device: torch.device, smoke: bool) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------- LM
-def lm_model(impl: str, s: dict[str, int]) -> torch.nn.Module:
-    if impl == "fullrank":
-        from fullrank.models import DecoderLM, DecoderLMConfig
-
-        return DecoderLM(DecoderLMConfig(vocab_size=s["vocab"], d_model=s["d"], n_heads=s["heads"],
-                                         d_ff=s["d_ff"], n_layers=s["layers"], seq_len=s["seq"],
-                                         dropout=0.0, norm_first=True, activation="gelu",
-                                         positions="learned"))
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = GPT2Config(vocab_size=s["vocab"], n_positions=s["seq"], n_embd=s["d"],
-                     n_layer=s["layers"], n_head=s["heads"], n_inner=s["d_ff"], resid_pdrop=0.0,
-                     embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
-                     attn_implementation="sdpa")
-    return GPT2LMHeadModel(cfg)
-
-
-def lm_loss(impl: str, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy of ``x (B, T+1)``."""
-    if impl == "fullrank":
-        from fullrank.training.losses import linear_cross_entropy
-
-        h = model(x[:, :-1], hidden_only=True)
-        out = linear_cross_entropy(h, model.output_weight, x[:, 1:])
-        return out.loss / out.n_tokens
-    logits = model(input_ids=x[:, :-1]).logits
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
-
-
 def model_flops_per_token(s: dict[str, int], n_params: int) -> float:
     """``6·N + 12·L·H·Dh·n`` (PaLM, appendix B); ``N`` excludes the position table."""
     n = n_params - s["seq"] * s["d"]
@@ -139,8 +112,9 @@ class LMJob:
 
     def __init__(self, impl: str, s: dict[str, int], device: torch.device, compile: bool) -> None:
         torch.manual_seed(0)
-        self.impl, self.s, self.device = impl, s, device
-        self.model = lm_model(impl, s).to(device)
+        self.device = device
+        model, self.loss_fn = lm_model(impl, s)
+        self.model = model.to(device)
         self.params = sum(p.numel() for p in self.model.parameters())
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device.type == "cuda")
         self.x = torch.randint(0, s["vocab"], (s["batch"], s["seq"] + 1), device=device)
@@ -149,7 +123,7 @@ class LMJob:
 
     def _loss(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.device.type == "cuda"):
-            return lm_loss(self.impl, self.model, x)
+            return self.loss_fn(self.model, x)
 
     def step(self) -> None:
         self.loss(self.x).backward()

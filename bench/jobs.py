@@ -64,7 +64,8 @@ def lm_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cfg = GPT2Config(vocab_size=v, n_positions=t, n_embd=d, n_layer=L, n_head=h, n_inner=f,
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                         eos_token_id=0, attn_implementation="sdpa")
         model = GPT2LMHeadModel(cfg)
         return model, lambda m, x: F.cross_entropy(m(input_ids=x[:, :-1]).logits.reshape(-1, v),
                                                    x[:, 1:].reshape(-1))
