@@ -81,6 +81,22 @@ def test_bpe_round_trip_with_umlauts(corpora):
     assert len(tok.encode(SENTENCES[0])) < len(SENTENCES[0])  # merges were learned
 
 
+def test_bpe_pieces_never_join_letters_and_punctuation(tmp_path):
+    """Punctuation is isolated before BPE (as SentencePiece and Moses-tokenized data have it),
+    so "Büsche." is "Büsche" + "." and the vocabulary holds no "▁hat."-style duplicates; the
+    round trip stays exact around brackets, quotes, hyphens and apostrophes."""
+    extra = ['Ein "T-Shirt" (blau), d\'Arc... 10:30 Uhr!', "(a)", "„Hallo“ – sagte er.", "x ."]
+    corpus = write(tmp_path, "m.txt", "\n".join((SENTENCES + extra) * 3) + "\n")
+    tok = Tokenizer.train("bpe", [corpus], vocab_size=300)
+    for piece in set(tok.hf.get_vocab()) - {"<pad>", "<unk>", "<s>", "</s>"}:
+        body = piece.lstrip("▁")
+        assert not (any(c.isalnum() for c in body) and any(not c.isalnum() for c in body)), piece
+    ids = tok.encode(SENTENCES[0])
+    assert tok.id_to_token(ids[-1]) == "." and tok.decode(ids) == SENTENCES[0]
+    for s in extra:
+        assert tok.unk_id not in tok.encode(s) and tok.decode(tok.encode(s)) == s
+
+
 def test_lowercased_bpe_folds_case_and_survives_save_load(corpora, tmp_path):
     tok = Tokenizer.train("bpe", [corpora["bpe"]], vocab_size=300, lowercase=True)
     assert not any(c.isupper() for piece in tok.hf.get_vocab() for c in piece)
@@ -210,4 +226,5 @@ def test_saved_json_is_canonical(corpora, tmp_path):
     tok = trained("bpe", corpora)
     tok.save(tmp_path / "tokenizer.json")
     spec = json.loads((tmp_path / "tokenizer.json").read_text())
-    assert spec["model"]["type"] == "BPE" and spec["pre_tokenizer"]["type"] == "Metaspace"
+    assert spec["model"]["type"] == "BPE" and spec["pre_tokenizer"]["type"] == "Sequence"
+    assert [p["type"] for p in spec["pre_tokenizer"]["pretokenizers"]] == ["Metaspace", "Punctuation"]
