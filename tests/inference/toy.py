@@ -83,6 +83,6 @@ class ScriptedDecoder:
         logp = [[math.log(q) if q > 0 else -math.inf for q in self.probs(p)] for p in self.prefixes]
         return torch.tensor(logp, dtype=torch.float64)[:, None, :]  # (B, 1, V)
 
-    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         assert self.prefixes is not None
         self.prefixes = [self.prefixes[i] for i in index.tolist()]

@@ -53,3 +53,34 @@ def test_decoder_cache_reorders_every_layer():
     cache.reorder(torch.tensor([1, 0]))
     for c in cache.self_attn + cache.cross_attn:
         assert c.keys[:, 0, 0, 0].tolist() == [1.0, 0.0]
+
+
+def test_cross_attention_groups_query_rows_over_fewer_cached_rows():
+    """Beam search keeps one cross-attention cache row per sentence: g consecutive query rows
+    (its beams) attend to that row, exactly as if the keys and values had been copied g times."""
+    import pytest
+
+    from fullrank.errors import ConfigError
+    from fullrank.layers.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, d_head=8, d_value=6).eval().double()
+    n, g, s = 3, 4, 7
+    memory = torch.randn(n, s, 16, dtype=torch.float64)
+    keep = torch.ones(n, s, dtype=torch.bool)
+    keep[1, 5:] = False
+    for t in (1, 2):
+        x = torch.randn(n * g, t, 16, dtype=torch.float64)
+        cache = KVCache()
+        mha(x[::g], memory, mask=padding_mask(keep), cache=cache)  # fills the cache: n rows
+        assert cache.keys.shape[0] == n
+        grouped = mha(x, memory, mask=padding_mask(keep), cache=cache)
+        # reference: every row its own copy of the source, no cache
+        copied = mha(x, memory.repeat_interleave(g, 0), mask=padding_mask(keep.repeat_interleave(g, 0)))
+        torch.testing.assert_close(grouped, copied, rtol=0, atol=1e-12)
+        # a mask with a row per query position is repeated for each group member
+        per_query = padding_mask(keep).expand(n, 1, t, s)
+        torch.testing.assert_close(mha(x, memory, mask=per_query, cache=cache), copied,
+                                   rtol=0, atol=1e-12)
+    with pytest.raises(ConfigError, match="multiple"):
+        mha(torch.randn(n * g + 1, 1, 16, dtype=torch.float64), memory, cache=cache)

@@ -43,13 +43,15 @@ class Decoder(Protocol):
         ``(B, t, V)`` of the token that follows each; advances the state by ``t`` positions."""
         ...
 
-    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
-        """Keep rows ``index (B',)`` of all state, in that order (rows may repeat or vanish).
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
+        """Keep target-side rows ``index (B',)`` in that order (rows may repeat or vanish), and
+        source-side rows ``sources (N',)`` — the encoder output, its mask, the cross-attention
+        keys/values — or, with ``sources=None``, the source side as it is.
 
-        ``beams_only=True`` promises that ``index`` maps every row to a row decoding the same
-        source (beam search exchanging histories among one sentence's beams, with the number
-        of rows unchanged), so source-side state — encoder output, its mask and the
-        cross-attention keys/values — can stay as it is.
+        Source rows serve consecutive target rows: with ``B'`` target rows and ``N'`` source
+        rows, target row ``r`` decodes source row ``r // (B'/N')`` (beam search: the ``K`` beams
+        of a sentence share its one source row, and exchanging histories among them, or widening
+        from one row per sentence to ``K``, leaves the source side alone).
         """
         ...
 
@@ -124,6 +126,9 @@ class Seq2SeqDecoder:
     The source is encoded once, here. Beam search starts with one row per sentence and widens
     to ``beam_size`` rows with :meth:`reorder` after the first step, so the first decoder step
     and the cross-attention key/value projection run on ``B`` rows rather than ``B × beam``.
+    The source side stays at one row per sentence: cross-attention groups a sentence's beams
+    as queries of its one key/value row (:class:`~fullrank.layers.attention.MultiHeadAttention`),
+    which reads those keys and values once instead of once per beam and never copies them.
 
     Args:
         model: an encoder-decoder in eval mode (duck-typed, see :class:`Seq2SeqModel`).
@@ -146,18 +151,18 @@ class Seq2SeqDecoder:
         h = self.model.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
         return self.project(h)
 
-    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
-        """Keep rows ``index (B',)``; see :meth:`Decoder.reorder`."""
-        if beams_only:
-            # Beams of one sentence share the source: its cross-attention keys/values, memory
-            # and mask rows are already identical, so only the self-attention caches move.
-            for c in self.cache.self_attn:
-                c.reorder(index)
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
+        """Keep target rows ``index (B',)`` and source rows ``sources (N',)``; see
+        :meth:`Decoder.reorder`."""
+        for c in self.cache.self_attn:
+            c.reorder(index)
+        if sources is None:
             return
-        self.cache.reorder(index)
-        self.memory = self.memory.index_select(0, index)       # (B', S, D)
+        for c in self.cache.cross_attn:
+            c.reorder(sources)
+        self.memory = self.memory.index_select(0, sources)       # (N', S, D)
         if self.src_mask is not None:
-            self.src_mask = self.src_mask.index_select(0, index)  # (B', S)
+            self.src_mask = self.src_mask.index_select(0, sources)  # (N', S)
 
 
 class UncachedSeq2SeqDecoder:
@@ -181,15 +186,22 @@ class UncachedSeq2SeqDecoder:
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
         self.prefix = torch.cat([self.prefix, tokens], dim=1)           # (B, T + t)
-        h = self.model.decode(self.prefix, self.memory, src_mask=self.src_mask)  # (B, T + t, D)
+        # one copy of the source per target row: nothing grouped, the plain reference
+        group = self.prefix.shape[0] // self.memory.shape[0]
+        memory, src_mask = self.memory, self.src_mask
+        if group > 1:
+            memory = memory.repeat_interleave(group, dim=0)               # (B, S, D)
+            src_mask = None if src_mask is None else src_mask.repeat_interleave(group, dim=0)
+        h = self.model.decode(self.prefix, memory, src_mask=src_mask)   # (B, T + t, D)
         return self.project(h[:, -tokens.shape[1]:])                     # (B, t, V)
 
-    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
-        """Keep rows ``index (B',)`` of the prefix, memory and mask."""
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
+        """Keep prefix rows ``index (B',)`` and source rows ``sources (N',)`` (memory, mask)."""
         self.prefix = self.prefix.index_select(0, index)
-        self.memory = self.memory.index_select(0, index)
-        if self.src_mask is not None:
-            self.src_mask = self.src_mask.index_select(0, index)
+        if sources is not None:
+            self.memory = self.memory.index_select(0, sources)
+            if self.src_mask is not None:
+                self.src_mask = self.src_mask.index_select(0, sources)
 
 
 class LMDecoder:
@@ -210,8 +222,8 @@ class LMDecoder:
         """``tokens (B, t)`` → logits ``(B, t, V)``; a prompt may be fed in one step."""
         return self.project(self.model.hidden(tokens, cache=self.cache))
 
-    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
-        """Keep rows ``index (B',)`` of the cache."""
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
+        """Keep rows ``index (B',)`` of the cache (a language model has no source side)."""
         self.cache.reorder(index)
 
 
@@ -230,8 +242,8 @@ class UncachedLMDecoder:
         self.prefix = tokens if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
         return self.project(self.model.hidden(self.prefix)[:, -tokens.shape[1]:])  # (B, t, V)
 
-    def reorder(self, index: Tensor, *, beams_only: bool = False) -> None:
-        """Keep rows ``index (B',)`` of the prefix."""
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
+        """Keep rows ``index (B',)`` of the prefix (no source side)."""
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)
 

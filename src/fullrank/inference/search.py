@@ -132,7 +132,7 @@ def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int
             keep = (~done).nonzero().squeeze(1)                   # (N',)
             if keep.numel() == 0:
                 break
-            decoder.reorder(keep)
+            decoder.reorder(keep, sources=keep)
             sent, seqs, nxt, limit = sent[keep], seqs[keep], nxt[keep], limit[keep]
         tokens = nxt[:, None]                                     # (N, 1)
     return out
@@ -228,13 +228,13 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
             n = keep.numel()
             if n == 0:
                 break
-            decoder.reorder(rows[keep].reshape(-1))
+            decoder.reorder(rows[keep].reshape(-1), sources=keep)
             sent, limit, alive_seq, alive_lp, tok = (sent[keep], limit[keep], alive_seq[keep],
                                                      alive_lp[keep], tok[keep])
             fin_seq, fin_score, fin_lp, fin_len = (fin_seq[keep], fin_score[keep], fin_lp[keep],
                                                    fin_len[keep])
         else:
-            decoder.reorder(rows.reshape(-1), beams_only=kc == k)
+            decoder.reorder(rows.reshape(-1))  # the same sentences: sources stay
         kc = k
         tokens = tok.reshape(-1, 1)                               # (N·K, 1)
     return out

@@ -310,9 +310,35 @@ class MultiHeadAttention(nn.Module):
                 mask = combine(mask, causal_mask(t, s, device=x.device))
             is_causal = False
         dropout_p = self.dropout if self.training else 0.0
-        out = self.core(q, k, v, mask, is_causal, dropout_p)  # (B, H, T, Dv)
+        if k.shape[0] != b:  # fewer key/value rows than query rows: grouped queries
+            out = self._grouped(q, k, v, mask, is_causal, dropout_p)
+        else:
+            out = self.core(q, k, v, mask, is_causal, dropout_p)  # (B, H, T, Dv)
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_value)
         return self.out_proj(out)
+
+    def _grouped(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                 dropout_p: float) -> Tensor:
+        """Attention of ``q (B, H, T, Dh)`` to ``k (N, H, S, Dh)``, ``v (N, H, S, Dv)`` where
+        ``B = g·N`` and query rows ``i·g … i·g + g − 1`` all attend to key/value row ``i`` —
+        beam search's ``g`` beams of a sentence over its one cross-attention cache row. The
+        ``g`` rows become ``g·T`` queries of one row: the same result as copying the keys and
+        values ``g`` times, which this reads once. ``mask`` broadcastable to ``(N, H, T, S)``.
+        Returns ``(B, H, T, Dv)``."""
+        b, h, t, dh = q.shape
+        n = k.shape[0]
+        if b % n or is_causal:
+            raise ConfigError(f"attention got {b} query rows for {n} key/value rows; grouped "
+                              f"queries need a multiple of them, and no causal mask")
+        g = b // n
+        if mask is not None and mask.shape[0] not in (1, n):
+            raise ConfigError(f"grouped attention: the mask has {mask.shape[0]} rows, expected "
+                              f"1 or {n} (one per key/value row)")
+        if mask is not None and mask.dim() == 4 and mask.shape[-2] > 1:
+            mask = mask.repeat(1, 1, g, 1)                                     # (N, ·, g·T, S)
+        qg = q.reshape(n, g, h, t, dh).transpose(1, 2).reshape(n, h, g * t, dh)  # (N, H, g·T, Dh)
+        out = self.core(qg, k, v, mask, False, dropout_p)                      # (N, H, g·T, Dv)
+        return out.reshape(n, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
