@@ -82,5 +82,10 @@ def test_cross_attention_groups_query_rows_over_fewer_cached_rows():
         per_query = padding_mask(keep).expand(n, 1, t, s)
         torch.testing.assert_close(mha(x, memory, mask=per_query, cache=cache), copied,
                                    rtol=0, atol=1e-12)
+        shared = torch.rand(t, s) > 0.3  # one (T, S) mask for every row
+        shared[:, 0] = True
+        torch.testing.assert_close(mha(x, memory, mask=shared, cache=cache),
+                                   mha(x, memory.repeat_interleave(g, 0), mask=shared),
+                                   rtol=0, atol=1e-12)
     with pytest.raises(ConfigError, match="multiple"):
         mha(torch.randn(n * g + 1, 1, 16, dtype=torch.float64), memory, cache=cache)

@@ -331,11 +331,11 @@ class MultiHeadAttention(nn.Module):
             raise ConfigError(f"attention got {b} query rows for {n} key/value rows; grouped "
                               f"queries need a multiple of them, and no causal mask")
         g = b // n
-        if mask is not None and mask.shape[0] not in (1, n):
+        if mask is not None and mask.dim() == 4 and mask.shape[0] not in (1, n):
             raise ConfigError(f"grouped attention: the mask has {mask.shape[0]} rows, expected "
                               f"1 or {n} (one per key/value row)")
-        if mask is not None and mask.dim() == 4 and mask.shape[-2] > 1:
-            mask = mask.repeat(1, 1, g, 1)                                     # (N, ·, g·T, S)
+        if mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1:  # a row per query
+            mask = mask.repeat(*([1] * (mask.dim() - 2)), g, 1)                # (…, g·T, S)
         qg = q.reshape(n, g, h, t, dh).transpose(1, 2).reshape(n, h, g * t, dh)  # (N, H, g·T, Dh)
         out = self.core(qg, k, v, mask, False, dropout_p)                      # (N, H, g·T, Dv)
         return out.reshape(n, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)
