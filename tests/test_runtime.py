@@ -115,3 +115,24 @@ def test_run_exact_survives_a_second_backward_of_the_same_graph():
         assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
     assert seen == ["ieee", "ieee"]
     torch.testing.assert_close(x.grad, torch.full((2,), 6.0))
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_models_compile_to_one_graph_on_cpu(fast):
+    """``torch.compile`` traces every model whole on a CPU: attention's routing reads the
+    setting in a way compiled code can trace (``fullgraph=True`` raises at any graph break;
+    asking ``torch.backends.mkldnn`` directly broke the graph in every attention layer)."""
+    from fullrank.models import EncoderDecoder, EncoderDecoderConfig
+
+    torch.manual_seed(0)
+    lm = DecoderLM(DecoderLMConfig(vocab_size=300, d_model=32, n_heads=4, d_ff=64, n_layers=2,
+                                   seq_len=16, dropout=0.1))
+    ed = EncoderDecoder(EncoderDecoderConfig(vocab_size=300, d_model=32, n_heads=4, d_ff=64,
+                                             n_layers=2, dropout=0.1, max_len=32, seq_len=16))
+    src, tgt = torch.randint(3, 300, (2, 12)), torch.randint(3, 300, (2, 10))
+    with fast_matmul(fast):
+        torch._dynamo.reset()
+        for model, args in ((lm, (tgt,)), (ed, (src, tgt))):
+            out = torch.compile(model, backend="eager", fullgraph=True)(*args)
+            out.float().square().mean().backward()  # training mode: dropout, gradients
+            assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

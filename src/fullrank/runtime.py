@@ -20,8 +20,18 @@ import torch
 from torch import Tensor
 
 
+# ``torch.compile`` traces neither ``torch.backends.mkldnn.is_available`` nor reads of
+# ``torch.backends.mkldnn.matmul.fp32_precision``: every attention layer asking them broke the
+# graph there (12 breaks in a 2+2-layer encoder-decoder). So availability is read once (it cannot
+# change while the process runs), and the setting fullrank last made is kept here for compiled
+# code to read (only a routing choice depends on it: which attention path is faster, never what
+# it computes).
+_ONEDNN = torch.backends.mkldnn.is_available()
+_precision = [torch.backends.mkldnn.matmul.fp32_precision]  # the value fullrank set last
+
+
 def fast_matmul_available() -> bool:
-    return torch.backends.mkldnn.is_available()
+    return _ONEDNN
 
 
 @contextlib.contextmanager
@@ -29,11 +39,16 @@ def _matmul_precision(value: str) -> Iterator[None]:
     """``torch.backends.mkldnn.matmul.fp32_precision = value`` inside the block, then the
     previous value again."""
     previous = torch.backends.mkldnn.matmul.fp32_precision
-    torch.backends.mkldnn.matmul.fp32_precision = value
+    _set_precision(value)
     try:
         yield
     finally:
-        torch.backends.mkldnn.matmul.fp32_precision = previous
+        _set_precision(previous)
+
+
+def _set_precision(value: str) -> None:
+    torch.backends.mkldnn.matmul.fp32_precision = value
+    _precision[0] = value
 
 
 def fast_matmul(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
@@ -44,8 +59,11 @@ def fast_matmul(enabled: bool = True) -> contextlib.AbstractContextManager[None]
 
 
 def fast_matmul_active() -> bool:
-    """Whether CPU float32 matrix multiplies currently go through oneDNN's fast path."""
-    return fast_matmul_available() and torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    """Whether CPU float32 matrix multiplies currently go through oneDNN's fast path (inside
+    ``torch.compile``d code: whether fullrank's own setting, the last it made, says so)."""
+    if torch.compiler.is_compiling():
+        return _ONEDNN and _precision[0] == "bf16"
+    return _ONEDNN and torch.backends.mkldnn.matmul.fp32_precision == "bf16"
 
 
 def run_exact(fn: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
@@ -57,7 +75,7 @@ def run_exact(fn: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
     switched around the call, and hooks on the output's autograd node switch it again while that
     node's gradient is computed (CPU backward runs node by node on one thread).
     """
-    if not fast_matmul_active():
+    if torch.compiler.is_compiling() or not fast_matmul_active():  # compiled: one graph, no switch
         return fn(*args, **kwargs)
     with _matmul_precision("ieee"):
         out = fn(*args, **kwargs)
@@ -79,4 +97,4 @@ def run_exact(fn: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
 def apply_fast_defaults() -> None:
     """Turn the setting on for the rest of the process (benchmarks and scripts)."""
     if fast_matmul_available():
-        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+        _set_precision("bf16")
