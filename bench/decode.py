@@ -41,6 +41,11 @@ Usage::
 
     python bench/decode.py                      # the full benchmark (d_model 512, 6+6 layers)
     python bench/decode.py --preset small --rounds 3   # a quick run
+    python bench/decode.py --rounds 3 --compile        # also fullrank with compiled decoder steps
+
+With ``--compile`` a fourth side runs: fullrank's defaults with the decoder step under
+``torch.compile`` (:func:`fullrank.inference.compiled_decode`); its untimed warm-up decode is
+where it compiles, and the report gives that time.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ PAD, BOS, EOS = 0, 1, 2
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("beam", "greedy")
 SIDES = ("fullrank", "fullrank_same", "hf")  # defaults, PyTorch's defaults, Hugging Face
+COMPILED = "fullrank_compiled"  # with --compile: fullrank's defaults, decoder steps compiled
 
 PRESETS = {
     # the Multi30k recipe's model (configs/mt/multi30k_en_de.yaml): the default
@@ -113,14 +119,15 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
 
 
 def fullrank_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str,
-                    cached: bool = True, fast: bool = True) -> list[list[int]]:
+                    cached: bool = True, fast: bool = True, decode=None) -> list[list[int]]:
     from fullrank.inference import Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search
     from fullrank.runtime import fast_matmul
 
     # fast: as `fullrank translate` decodes, CPU matrix multiplies through oneDNN
     # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings
     with fast_matmul(fast):
-        decoder = (Seq2SeqDecoder if cached else UncachedSeq2SeqDecoder)(model, src)
+        decoder = (Seq2SeqDecoder(model, src, decode=decode) if cached
+                   else UncachedSeq2SeqDecoder(model, src))
         kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens,
                   min_len=s.new_tokens)
         if mode == "greedy":
@@ -189,18 +196,25 @@ def worker(side: str, s: Setup) -> dict:
     torch.set_num_threads(s.threads)
     src = sources(s)
     model = hf_model(s) if side == "hf" else fullrank_model(s)
+    compiled = None
+    if side == COMPILED:
+        from fullrank.inference import compiled_decode
+
+        compiled = compiled_decode(model)
 
     def decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) -> list[list[int]]:
         if side == "hf":
             return hf_decode(model, src, s, mode)
-        return fullrank_decode(model, src, s, mode, fast=side == "fullrank")
+        return fullrank_decode(model, src, s, mode, fast=side != "fullrank_same", decode=compiled)
 
     out: dict = {"side": side, "params": trainable(model),
                  "buffers": sum(b.numel() for b in model.buffers()),
                  "frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
-                 "seconds": {}, "lengths": {}, "outputs": {}}
+                 "seconds": {}, "lengths": {}, "outputs": {}, "warmup_seconds": {}}
     for mode in MODES:
-        decode(model, src, s, mode)  # warm-up, untimed
+        start = time.perf_counter()
+        decode(model, src, s, mode)  # warm-up, untimed (compiling, for the compiled side)
+        out["warmup_seconds"][mode] = time.perf_counter() - start
         start = time.perf_counter()
         tokens = decode(model, src, s, mode)
         out["seconds"][mode] = time.perf_counter() - start
@@ -236,7 +250,8 @@ def spawn(job: str, s: Setup) -> dict:
 
 # ---------------------------------------------------------------------------------------- report
 def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
-    by_side = {side: [r for r in runs if r["side"] == side] for side in SIDES}
+    by_side = {side: [r for r in runs if r["side"] == side] for side in (*SIDES, COMPILED)}
+    by_side = {side: rs for side, rs in by_side.items() if rs}
     modes = {}
     for mode in MODES:
         rate = {side: [s.batch / r["seconds"][mode] for r in rs] for side, rs in by_side.items()}
@@ -257,6 +272,18 @@ def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
             "same_outputs_as_hf": by_side["fullrank"][0]["outputs"][mode]
             == by_side["hf"][0]["outputs"][mode],
         }
+        if COMPILED in by_side:
+            comp = [a / b for a, b in zip(rate[COMPILED], rate["hf"])]
+            modes[mode].update({
+                "compiled_sent_per_s": rate[COMPILED],
+                "compiled_median": statistics.median(rate[COMPILED]),
+                "median_compiled_paired_ratio": statistics.median(comp),
+                "compiled_paired_ratios": comp,
+                "compile_seconds": statistics.median(r["warmup_seconds"][mode]
+                                                     for r in by_side[COMPILED]),
+                "compiled_same_outputs_as_eager": by_side[COMPILED][0]["outputs"][mode]
+                == by_side["fullrank"][0]["outputs"][mode],
+            })
     import transformers
 
     return {
@@ -309,6 +336,21 @@ def markdown(rep: dict) -> str:
     lines += ["", "Both sides decode the same weights (fullrank's, copied into Marian); the outputs "
               "are " + ", ".join(f"{mode} {'identical' if m['same_outputs_as_hf'] else 'DIFFERENT'}"
                                 for mode, m in rep["modes"].items()) + " to Hugging Face's."]
+    if "compiled_median" in rep["modes"]["beam"]:
+        lines += ["", "With `--compile`: fullrank's decoder steps under `torch.compile` "
+                  "(`fullrank.inference.compiled_decode`, `fullrank translate --compile`), the "
+                  "first decode of each subprocess compiling (untimed, its time given here; "
+                  "Inductor reuses the kernels it finds in its on-disk cache, so a first run on "
+                  "a machine takes longer).", "",
+                  "| mode | compiled sent/s (median) | median paired ratio to HF | per-round "
+                  "ratios | first decode (compiling) s | outputs = eager fullrank's |",
+                  "|---|---|---|---|---|---|"]
+        for mode, m in rep["modes"].items():
+            per = ", ".join(f"{r:.2f}" for r in m["compiled_paired_ratios"])
+            lines.append(f"| {mode} | {m['compiled_median']:.2f} | "
+                         f"{m['median_compiled_paired_ratio']:.2f}× | {per} | "
+                         f"{m['compile_seconds']:.0f} | "
+                         f"{'identical' if m['compiled_same_outputs_as_eager'] else 'DIFFERENT'} |")
     check = rep["cached_equals_uncached"]
     if check:
         lines += ["", "fullrank cached = uncached reference decoder on these inputs: " + ", ".join(
@@ -340,8 +382,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-verify", action="store_true", help="skip the cached = uncached check")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time fullrank with its decoder steps torch.compile'd (a fourth "
+                         "side; each of its subprocesses compiles first, about 2 minutes)")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--job", choices=[*SIDES, "verify"], help=argparse.SUPPRESS)
+    ap.add_argument("--job", choices=[*SIDES, COMPILED, "verify"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -363,7 +408,7 @@ def main() -> None:
         print(f"fullrank cached = uncached reference: {check}", flush=True)
     runs = []
     for r in range(args.rounds):
-        for side in SIDES:  # A, B, C, A, B, C, ...
+        for side in (*SIDES, COMPILED) if args.compile else SIDES:  # A, B, C, A, B, C, ...
             res = spawn(side, s)
             runs.append(res)
             times = ", ".join(f"{m} {s.batch / t:.2f} sent/s" for m, t in res["seconds"].items())

@@ -215,3 +215,26 @@ def test_bad_settings_are_one_line_errors():
         greedy_search(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS, max_len=0)
     with pytest.raises(ConfigError, match="model.eval"):
         Seq2SeqDecoder(model.train(), src)
+
+
+def test_compiled_decoding_equals_eager():
+    """``compiled_decode`` (``torch.compile``, dynamic shapes) traces the cached decoder step and
+    decodes exactly as eager does, through padded sources, the widening to beams, reorders and
+    sentences leaving the batch. (Traced by AOT autograd without code generation, which would
+    take minutes here; ``bench/decode.py --compile`` compares the generated code's outputs.)"""
+    from fullrank.inference import compiled_decode
+
+    torch._dynamo.reset()
+    model = translation_model(n_layers=1, n_decoder_layers=1)  # tracing time grows with layers
+    src, keep = padded_sources([6, 2, 4, 5], V)
+    limit = max_output_len(keep.sum(1), b=4)
+    kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=limit)
+    decode = compiled_decode(model, backend="aot_eager")
+    assert greedy_search(Seq2SeqDecoder(model, src, keep, decode=decode), **kw) == \
+        greedy_search(Seq2SeqDecoder(model, src, keep), **kw)
+    compiled = beam_search(Seq2SeqDecoder(model, src, keep, decode=decode), beam_size=3, n_best=3,
+                           **kw)
+    eager = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=3, n_best=3, **kw)
+    assert tokens(compiled) == tokens(eager)
+    for a, b in zip(compiled, eager):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-9)

@@ -14,7 +14,7 @@ model class; adapters wrap the models' ``decode_step`` and key/value cache::
 """
 
 from fullrank.inference.decoders import (Decoder, LMDecoder, Seq2SeqDecoder, UncachedLMDecoder,
-                                         UncachedSeq2SeqDecoder)
+                                         UncachedSeq2SeqDecoder, compiled_decode)
 from fullrank.inference.sampling import next_token, sample
 from fullrank.inference.search import (Hypothesis, beam_search, greedy_search, length_penalty,
                                        max_output_len)
@@ -27,6 +27,7 @@ __all__ = [
     "UncachedLMDecoder",
     "UncachedSeq2SeqDecoder",
     "beam_search",
+    "compiled_decode",
     "greedy_search",
     "length_penalty",
     "max_output_len",
