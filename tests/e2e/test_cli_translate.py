@@ -21,7 +21,7 @@ def write_corpus(root, splits) -> None:
         (root / f"{split}.de").write_text("\n".join(tgt) + "\n")
 
 
-def test_train_translate_average_bleu(tmp_path, capsys):
+def test_train_translate_average_bleu(tmp_path, capsys, monkeypatch):
     write_corpus(tmp_path, (("train", 600, 0), ("val", 40, 1), ("test", 30, 2), ("other", 9, 3)))
     cfg = tmp_path / "mt.yaml"
     cfg.write_text(f"""
@@ -59,6 +59,25 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
         (tmp_path / "one.txt").write_text(line + "\n")
         main(["translate", str(run), "-i", str(tmp_path / "one.txt"), "-o", str(tmp_path / "o.txt")])
         assert (tmp_path / "o.txt").read_text() == outputs[i] + "\n"
+
+    # --compile: the same translations (the decoder step traced through AOT autograd here; code
+    # generation would take minutes, bench/decode.py --compile checks its outputs)
+    import fullrank.inference.translate as translate_module
+    from fullrank.inference.decoders import compiled_decode
+
+    compiled: list[object] = []
+
+    def traced(model):
+        compiled.append(model)
+        return compiled_decode(model, backend="aot_eager")
+
+    monkeypatch.setattr(translate_module, "compiled_decode", traced)
+    assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
+                 str(tmp_path / "compiled.txt"), "--beam", "4", "--compile"]) == 0
+    assert len(compiled) == 1  # one compiled step function for the whole input
+    assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
+                 str(tmp_path / "eager.txt"), "--beam", "4"]) == 0
+    assert (tmp_path / "compiled.txt").read_text() == (tmp_path / "eager.txt").read_text()
 
     assert main(["average", str(run), "--last", "3", "-o", str(tmp_path / "avg")]) == 0
     assert "averaged 3 checkpoints" in capsys.readouterr().out
