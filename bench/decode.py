@@ -39,7 +39,7 @@ exact stopping bound fullrank uses) is what runs.
 
 Usage::
 
-    python bench/decode.py                      # the full benchmark (d_model 512, 6+6 layers)
+    python bench/decode.py                      # the full benchmark (the Multi30k-sized model)
     python bench/decode.py --preset small --rounds 3   # a quick run
     python bench/decode.py --rounds 3 --compile        # also fullrank with compiled decoder steps
 
