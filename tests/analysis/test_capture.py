@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fullrank.analysis.capture import capture_attention
-from fullrank.layers.attention import ScaledDotProduct, attend
+from fullrank.layers.attention import ScaledDotProduct, attend, attention_logits
 from fullrank.layers.masks import causal_mask, padding_mask
 from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, EncoderDecoder,
                              EncoderDecoderConfig)
@@ -87,6 +87,26 @@ def test_cached_decoding_records_equal_full_forward_rows():
     for t, r in zip(range(3, 7), recs[1:]):
         assert r.probs.shape == (2, 3, 1, t + 1)
         torch.testing.assert_close(r.probs[:, :, 0], full_probs[:, :, t, :t + 1], atol=1e-6, rtol=0)
+
+
+def test_records_of_a_beam_search_keep_their_keys():
+    """Beam search reorders the self-attention cache at every step into a spare buffer that the
+    next reorder overwrites; a record must keep the keys it was made with (they changed under
+    it before: its logits no longer matched its keys)."""
+    from fullrank.inference.decoders import Seq2SeqDecoder
+    from fullrank.inference.search import beam_search
+
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=V, n_layers=2, dropout=0.0,
+                                                **ODD)).eval()
+    src = torch.randint(3, V, (2, 6))
+    with capture_attention(model) as rec:
+        beam_search(Seq2SeqDecoder(model, src), batch_size=2, beam_size=3, bos_id=1, eos_id=2,
+                    max_len=8, min_len=8)
+    selfs = [r for r in rec.records if "self_attn" in r.name and r.name.startswith("decoder")]
+    assert len(selfs) == 2 * 8
+    for r in selfs:
+        torch.testing.assert_close(r.logits, attention_logits(r.q, r.k), atol=1e-5, rtol=0)
 
 
 def test_encoder_decoder_names_and_cross_attention_shapes():

@@ -213,8 +213,37 @@ def test_bad_settings_are_one_line_errors():
                     eos_id=EOS, max_len=5)
     with pytest.raises(ConfigError, match="max_len"):
         greedy_search(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS, max_len=0)
+    for search_fn in (greedy_search, beam_search):
+        kw = dict(beam_size=2) if search_fn is beam_search else {}
+        with pytest.raises(ConfigError, match=f"eos_id={V} must be below"):
+            search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=V, max_len=5,
+                      **kw)
     with pytest.raises(ConfigError, match="model.eval"):
         Seq2SeqDecoder(model.train(), src)
+    from fullrank.inference.translate import translate  # checked before the model is touched
+
+    with pytest.raises(ConfigError, match="n_best ≤ beam"):
+        translate(model.eval(), None, ["a"], beam=1, n_best=2)  # type: ignore[arg-type]
+
+
+def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():
+    """A model with ``max_len`` positions decodes ``max_len`` tokens (BOS and the first
+    ``max_len − 1`` fed), the cap :func:`fullrank.inference.translate.translate` applies."""
+    from fullrank.errors import DataError
+    from fullrank.models import EncoderDecoder, EncoderDecoderConfig
+
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=V, d_model=16, n_heads=2, d_ff=32,
+                                                n_layers=1, dropout=0.0, max_len=8,
+                                                seq_len=8)).eval()
+    src = torch.randint(3, V, (2, 5))
+    for search_fn, kw in ((greedy_search, {}), (beam_search, dict(beam_size=3))):
+        out = search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS,
+                        max_len=8, min_len=8, **kw)
+        assert [len(o if search_fn is greedy_search else o[0].tokens) for o in out] == [8, 8]
+        with pytest.raises(DataError, match="exceeds max_len=8"):
+            search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS,
+                      max_len=9, min_len=9, **kw)
 
 
 def test_compiled_decoding_equals_eager():

@@ -91,3 +91,20 @@ def test_cross_attention_groups_query_rows_over_fewer_cached_rows():
                                    rtol=0, atol=1e-12)
     with pytest.raises(ConfigError, match="multiple"):
         mha(torch.randn(n * g + 1, 1, 16, dtype=torch.float64), memory, cache=cache)
+
+
+def test_cached_attention_backpropagates_like_the_full_forward():
+    """Gradients through a cache: appending must not write into tensors an earlier step saved
+    for its backward pass (it did from the third step on: an in-place error)."""
+    from fullrank.layers.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(8, 2).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    cache = KVCache()
+    stepped = torch.cat([attn(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(5)], 1)
+    (g_steps,) = torch.autograd.grad(stepped.square().sum(), x)
+    full = attn(x, is_causal=True)
+    (g_full,) = torch.autograd.grad(full.square().sum(), x)
+    torch.testing.assert_close(stepped, full, atol=1e-12, rtol=0)
+    torch.testing.assert_close(g_steps, g_full, atol=1e-12, rtol=0)

@@ -114,7 +114,9 @@ def capture_attention(model: nn.Module, *, to_cpu: bool = True) -> Iterator[Atte
             bound = _CORE_SIGNATURE.bind(module, *args, **kwargs)
             bound.apply_defaults()
             a = bound.arguments
-            q, k, v = a["q"].detach(), a["k"].detach(), a["v"].detach()
+            # k may be a view of a decoding cache's buffer, which a later reorder overwrites
+            # (KVCache.keys): the record keeps its own copy
+            q, k, v = a["q"].detach(), a["k"].detach().clone(), a["v"].detach()
             mask, is_causal = a["mask"], a["is_causal"]
             with torch.no_grad():
                 logits = attention_logits(q, k)

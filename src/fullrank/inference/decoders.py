@@ -129,7 +129,8 @@ class Seq2SeqDecoder:
     and the cross-attention key/value projection run on ``B`` rows rather than ``B × beam``.
     The source side stays at one row per sentence: cross-attention groups a sentence's beams
     as queries of its one key/value row (:class:`~fullrank.layers.attention.MultiHeadAttention`),
-    which reads those keys and values once instead of once per beam and never copies them.
+    which reads those keys and values once instead of once per beam (they are copied only
+    when finished sentences leave the batch).
 
     Args:
         model: an encoder-decoder in eval mode (duck-typed, see :class:`Seq2SeqModel`).

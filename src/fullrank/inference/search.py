@@ -83,6 +83,14 @@ def _lengths(max_len: Tensor | Sequence[int] | int, batch_size: int,
     return out
 
 
+def _check_vocab(logits: Tensor, bos_id: int, eos_id: int) -> None:
+    """``bos_id`` and ``eos_id`` must index the decoder's ``(N, V)`` logits."""
+    vocab = logits.shape[-1]
+    if max(bos_id, eos_id) >= vocab:
+        raise ConfigError(f"bos_id={bos_id} and eos_id={eos_id} must be below the model's "
+                          f"vocabulary size {vocab}; pass the tokenizer's ids")
+
+
 def _check(batch_size: int, bos_id: int, eos_id: int, min_len: int) -> None:
     if batch_size < 0:
         raise ConfigError(f"batch_size must be non-negative, got {batch_size}")
@@ -120,6 +128,8 @@ def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int
     tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=dev)  # (N, 1)
     for t in range(int(limit.max())):
         logits = decoder.step(tokens)[:, -1]                      # (N, V)
+        if t == 0:
+            _check_vocab(logits, bos_id, eos_id)
         if t < min_len:
             logits[:, eos_id] = NEG_INF
         nxt = logits.argmax(dim=-1)                               # (N,)
@@ -182,6 +192,8 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
 
     for t in range(total):
         logits = decoder.step(tokens)[:, -1]                      # (N·Kc, V)
+        if t == 0:
+            _check_vocab(logits, bos_id, eos_id)
         logp = F.log_softmax(logits, dim=-1, dtype=_score_dtype(logits))  # (N·Kc, V)
         vocab = logp.shape[-1]
         if t == 0:  # scores in the logits' precision (float32 at least)

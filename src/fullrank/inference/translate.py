@@ -2,7 +2,7 @@
 
 Sources are encoded as in training (tokens + EOS). Empty lines translate to empty lines. The
 maximum output length is ``a·|src| + b`` ([V17] §6.1: input length + 50), capped by the model's
-positional table.
+positional table (``max_len`` tokens: BOS and the first ``max_len − 1`` of them are fed).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 from tqdm import tqdm
 
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.errors import DataError
+from fullrank.errors import ConfigError, DataError
 from fullrank.inference.decoders import Seq2SeqDecoder, compiled_decode
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
 from fullrank.runtime import fast_matmul
@@ -51,6 +51,9 @@ def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, b
 
     CPU matrix multiplies go through oneDNN meanwhile (:mod:`fullrank.runtime`).
     """
+    if beam < 1 or not 1 <= n_best <= beam:
+        raise ConfigError(f"need beam ≥ 1 and 1 ≤ n_best ≤ beam, got beam={beam}, "
+                          f"n_best={n_best}")
     with fast_matmul():
         return _translate(model, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
                           batch_size=batch_size, n_best=n_best, progress=progress,
@@ -80,7 +83,7 @@ def _translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, 
             src[r, : len(s)] = torch.tensor(s)
         src_mask = src != tokenizer.pad_id
         src, src_mask = src.to(device), src_mask.to(device)
-        lengths = max_output_len([len(s) - 1 for s in seqs], a=a, b=b).clamp(max=max_len - 1)
+        lengths = max_output_len([len(s) - 1 for s in seqs], a=a, b=b).clamp(max=max_len)
         decoder = Seq2SeqDecoder(model, src, src_mask, decode=decode)  # type: ignore[arg-type]
         if beam == 1:
             outs = greedy_search(decoder, batch_size=len(seqs), bos_id=tokenizer.bos_id,

@@ -260,7 +260,8 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, x: Tensor, memory: Tensor | None = None,
                     cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Project to per-head ``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)``.
+        """Project to per-head ``q (B, H, T, Dh)``, ``k (N, H, S, Dh)``, ``v (N, H, S, Dv)``
+        (``N = B``, except for a cross-attention cache holding fewer rows: see :meth:`_grouped`).
 
         Self-attention (``memory is None``) appends the new keys/values to ``cache``;
         cross-attention computes them from ``memory (B, S, D)`` once and stores them in ``cache``.
@@ -296,7 +297,8 @@ class MultiHeadAttention(nn.Module):
             x: queries' source ``(B, T, D)``.
             memory: keys'/values' source ``(B, S, D)`` for cross-attention, else ``None``.
             mask: boolean ``True`` = may attend, broadcastable to ``(B, H, T, S)``; with a cache,
-                ``S`` counts the cached positions too.
+                ``S`` counts the cached positions too; with a cross-attention cache of ``N < B``
+                rows, to ``(N, H, T, S)`` (one row per key/value row).
             is_causal: causal self-attention. With a cache the ``T`` new queries sit at the end
                 of the ``S`` keys (query ``i`` sees keys ``≤ S - T + i``).
             cache: incremental-decoding cache of this module, or ``None``.

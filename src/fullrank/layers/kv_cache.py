@@ -36,13 +36,14 @@ class KVCache:
 
     @property
     def keys(self) -> Tensor:
-        """Cached keys ``(B, H, L, Dh)``."""
+        """Cached keys ``(B, H, L, Dh)``: a view of the buffer, valid until the next
+        :meth:`reorder` (which may write the next reordering into it); copy to keep it."""
         assert self._k is not None, "empty cache"
         return self._k[:, :, : self.length]
 
     @property
     def values(self) -> Tensor:
-        """Cached values ``(B, H, L, Dv)``."""
+        """Cached values ``(B, H, L, Dv)``, a view valid until the next :meth:`reorder`."""
         assert self._v is not None, "empty cache"
         return self._v[:, :, : self.length]
 
@@ -55,6 +56,13 @@ class KVCache:
         """Append ``k`` ``(B, H, T, Dh)``, ``v`` ``(B, H, T, Dv)``; return all keys and values."""
         if self._k is None or self._v is None:
             return self.store(k, v)
+        if k.requires_grad or v.requires_grad or self._k.requires_grad or self._v.requires_grad:
+            # under autograd: new tensors, since the previous step saved the old ones for its
+            # backward pass (writing into them would fail there)
+            self._k = torch.cat([self.keys, k], dim=2)
+            self._v = torch.cat([self.values, v], dim=2)
+            self.length, self._spare = self._k.shape[2], None
+            return self._k, self._v
         new_len = self.length + k.shape[2]
         capacity = self._k.shape[2]
         if new_len > capacity:
@@ -77,7 +85,9 @@ class KVCache:
 
         Only the filled ``L`` positions are copied, into a second pair of buffers of the same
         capacity that is then swapped in (beam search reorders at every step: no allocation,
-        and the next :meth:`append` has room).
+        and the next :meth:`append` has room). The pair swapped out becomes the spare that the
+        next reorder of the same size writes into, so views of it (:attr:`keys`,
+        :attr:`values` taken earlier) change then.
         """
         if self._k is None or self._v is None:
             return
