@@ -192,11 +192,10 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
 
     for t in range(total):
         logits = decoder.step(tokens)[:, -1]                      # (N·Kc, V)
-        if t == 0:
-            _check_vocab(logits, bos_id, eos_id)
         logp = F.log_softmax(logits, dim=-1, dtype=_score_dtype(logits))  # (N·Kc, V)
         vocab = logp.shape[-1]
-        if t == 0:  # scores in the logits' precision (float32 at least)
+        if t == 0:  # the ids checked; scores in the logits' precision (float32 at least)
+            _check_vocab(logits, bos_id, eos_id)
             alive_lp, fin_score, fin_lp = (x.to(logp.dtype) for x in (alive_lp, fin_score, fin_lp))
         if t < min_len:
             logp[:, eos_id] = NEG_INF
