@@ -2,19 +2,68 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
+from fullrank import runtime
 from fullrank.models import DecoderLM, DecoderLMConfig
-from fullrank.runtime import fast_matmul, fast_matmul_available
+from fullrank.runtime import FLOAT32_LEVEL, fast_matmul, fast_matmul_available
 
-pytestmark = pytest.mark.skipif(not fast_matmul_available(), reason="no oneDNN in this PyTorch")
+needs_onednn = pytest.mark.skipif(not runtime._ONEDNN, reason="no oneDNN in this PyTorch")
+# the setting's accuracy is checked where fullrank uses it; on CPUs where oneDNN computes in
+# bfloat16 (AMX) fullrank leaves it off, which test_fast_path_only_where_float32_accurate checks
+needs_fast = pytest.mark.skipif(
+    not fast_matmul_available(),
+    reason="fullrank leaves the oneDNN setting off here (no oneDNN, or it computes in bfloat16 "
+           "on this CPU)")
+
+
+def onednn_setting():
+    """The setting itself, whether or not fullrank would use it here: for the tests of its
+    mechanics (scoping, run_exact, compiled routing), which do not depend on its accuracy."""
+    return runtime._matmul_precision("bf16")
 
 
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.detach().double() - ref.detach()).abs().max() / ref.detach().abs().max())
 
 
+def test_threshold_separates_float32_from_bfloat16():
+    """FLOAT32_LEVEL lies far from both: float32 products are well below it, products of
+    bfloat16-rounded inputs well above."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)
+    ref = a.double() @ b.double()
+    with runtime._matmul_precision("ieee") if runtime._ONEDNN else contextlib.nullcontext():
+        assert rel_err(a @ b, ref) < FLOAT32_LEVEL / 5
+    assert rel_err(a.bfloat16().double() @ b.bfloat16().double(), ref) > 50 * FLOAT32_LEVEL
+
+
+def test_fast_path_only_where_float32_accurate():
+    """fullrank takes the oneDNN setting exactly where the measured error is float32-level
+    (off on CPUs that compute it in bfloat16), and fast_matmul() is a no-op elsewhere."""
+    if runtime._ONEDNN:
+        assert fast_matmul_available() == (runtime.onednn_matmul_error() < FLOAT32_LEVEL)
+    else:
+        assert not fast_matmul_available()
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    with fast_matmul():
+        now = torch.backends.mkldnn.matmul.fp32_precision
+        assert now == ("bf16" if fast_matmul_available() else before)
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
+
+
+def test_probe_leaves_the_global_random_state_alone():
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    runtime.onednn_matmul_error(64)
+    torch.testing.assert_close(torch.rand(4), expected)
+
+
+@needs_fast
 @pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (64, 512, 2048), (2048, 256, 8192)])
 def test_matmul_error_against_float64_is_float32_level(m, k, n):
     a, b = torch.randn(m, k), torch.randn(k, n)
@@ -28,6 +77,7 @@ def test_matmul_error_against_float64_is_float32_level(m, k, n):
     assert fast < 8 * default + 1e-7
 
 
+@needs_fast
 def test_model_outputs_and_gradients_against_float64():
     torch.manual_seed(0)
     cfg = DecoderLMConfig(vocab_size=1000, d_model=256, n_heads=8, d_ff=1024, n_layers=2,
@@ -53,6 +103,7 @@ def test_model_outputs_and_gradients_against_float64():
     assert fast[0] < 8 * default[0] + 1e-7 and fast[1] < 8 * default[1] + 1e-7
 
 
+@needs_fast
 def test_setting_is_restored():
     before = torch.backends.mkldnn.matmul.fp32_precision
     with fast_matmul():
@@ -62,6 +113,7 @@ def test_setting_is_restored():
         assert torch.backends.mkldnn.matmul.fp32_precision == before
 
 
+@needs_onednn
 def test_run_exact_switches_precision_for_its_node_forward_and_backward():
     """run_exact runs its function, and later that output node's backward, at full precision
     ("ieee") and puts the fast setting back after each; other nodes keep the fast setting."""
@@ -82,7 +134,7 @@ def test_run_exact_switches_precision_for_its_node_forward_and_backward():
             return grad * 2, None
 
     x = torch.randn(3, requires_grad=True)
-    with fast_matmul():
+    with onednn_setting():
         y = run_exact(Probe.apply, x, "exact")
         assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
         z = Probe.apply(y, "plain")
@@ -92,6 +144,7 @@ def test_run_exact_switches_precision_for_its_node_forward_and_backward():
     torch.testing.assert_close(x.grad, torch.full((3,), 4.0))
 
 
+@needs_onednn
 def test_run_exact_survives_a_second_backward_of_the_same_graph():
     from fullrank.runtime import run_exact
 
@@ -108,7 +161,7 @@ def test_run_exact_survives_a_second_backward_of_the_same_graph():
             return grad * 3
 
     x = torch.randn(2, requires_grad=True)
-    with fast_matmul():
+    with onednn_setting():
         y = run_exact(Probe.apply, x)
         y.sum().backward(retain_graph=True)
         y.sum().backward()
@@ -130,7 +183,9 @@ def test_models_compile_to_one_graph_on_cpu(fast):
     ed = EncoderDecoder(EncoderDecoderConfig(vocab_size=300, d_model=32, n_heads=4, d_ff=64,
                                              n_layers=2, dropout=0.1, max_len=32, seq_len=16))
     src, tgt = torch.randint(3, 300, (2, 12)), torch.randint(3, 300, (2, 10))
-    with fast_matmul(fast):
+    if fast and not runtime._ONEDNN:
+        pytest.skip("no oneDNN in this PyTorch")
+    with onednn_setting() if fast else contextlib.nullcontext():
         torch._dynamo.reset()
         for model, args in ((lm, (tgt,)), (ed, (src, tgt))):
             out = torch.compile(model, backend="eager", fullgraph=True)(*args)

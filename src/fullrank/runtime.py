@@ -1,18 +1,22 @@
 """fullrank's default CPU speed setting, and how to turn it off.
 
 On CPUs PyTorch sends float32 matrix multiplies to MKL by default. With
-``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` they go through oneDNN instead, which
-on the AVX-512-BF16 CPUs this project is measured on (AMD EPYC) computes them faster while
-keeping float32-level accuracy: the error against float64 stays within a small factor of the
-default path's (``tests/training/test_perf.py`` checks matrix products, a model's outputs and
-its gradients against float64). fullrank turns it on while it trains and decodes
-(``train.fast_matmul``, on by default; decoding too) and restores the previous value afterwards; nothing
-changes on GPUs (no TF32: that would trade accuracy).
+``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` they go through oneDNN instead. What
+oneDNN then computes depends on the CPU: on AVX-512-BF16 CPUs without AMX (the AMD EPYC machines
+this project was first measured on) it is faster and keeps float32-level accuracy; on CPUs with
+AMX (recent Intel Xeons) it computes in bfloat16 (relative error ~2e-3 against float64, where
+float32 gives ~1e-6). So fullrank measures it once per process (:func:`fast_matmul_available`: one
+512 × 512 product against float64, a few milliseconds) and uses the setting only where the error
+stays at float32 level; elsewhere float32 stays float32, and ``train.precision=bf16`` (autocast)
+is the explicit way to trade accuracy for speed. ``tests/test_runtime.py`` checks products, a
+model's outputs and its gradients against float64 wherever the setting is used. fullrank turns it
+on while it trains and decodes (``train.fast_matmul``, on by default; decoding too) and restores
+the previous value afterwards; nothing changes on GPUs (no TF32: that would trade accuracy).
 """
-
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,8 +34,44 @@ _ONEDNN = torch.backends.mkldnn.is_available()
 _precision = [torch.backends.mkldnn.matmul.fp32_precision]  # the value fullrank set last
 
 
+# Relative error (max |error| / max |product|) above which a product is not float32-accurate:
+# float32 rounding gives ~1e-6 at these sizes, bfloat16 inputs ~2e-3.
+FLOAT32_LEVEL = 1e-5
+
+
 def fast_matmul_available() -> bool:
-    return _ONEDNN
+    """Whether this PyTorch has oneDNN and its fast path keeps float32 accuracy on this CPU
+    (measured once per process; see the module's docstring)."""
+    return _ONEDNN and onednn_matmul_error() < FLOAT32_LEVEL
+
+
+def matmul_summary(fast: bool = True, precision: str = "fp32") -> str:
+    """One line for a CPU run's log: how its matrix products are computed (``fast``: the
+    ``train.fast_matmul`` setting; ``precision``: ``train.precision``)."""
+    if precision == "bf16":
+        return "CPU matrix products: bfloat16 autocast (train.precision=bf16)"
+    if fast and fast_matmul_available():
+        return "CPU matrix products: float32 through oneDNN (float32-accurate on this CPU)"
+    if not fast:
+        return "CPU matrix products: float32, PyTorch's default path (train.fast_matmul=false)"
+    if not _ONEDNN:
+        return "CPU matrix products: float32, PyTorch's default path (no oneDNN in this PyTorch)"
+    return (f"CPU matrix products: float32, PyTorch's default path — oneDNN's faster one computes "
+            f"in bfloat16 on this CPU (relative error {onednn_matmul_error():.0e}), so it stays "
+            f"off; train.precision=bf16 trades accuracy for speed explicitly")
+
+
+@functools.cache
+def onednn_matmul_error(n: int = 512) -> float:
+    """Relative error against float64 of an ``(n, n) @ (n, n)`` float32 product (and of the
+    same product through ``F.linear``; the larger of the two) under the oneDNN setting. Random
+    inputs from a private generator: the global random state is left as it was."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    ref = a.double() @ b.double()
+    with torch.inference_mode(), _matmul_precision("bf16"):
+        products = (a @ b, torch.nn.functional.linear(a, b.T.contiguous()))
+    return max(float((p.double() - ref).abs().max() / ref.abs().max()) for p in products)
 
 
 @contextlib.contextmanager

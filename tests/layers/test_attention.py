@@ -3,6 +3,7 @@ decoupled sizes, fused vs explicit paths, masks, and the standard-rule error."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -221,6 +222,18 @@ def test_chunked_attention_equals_attend_with_gradients(case):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 0, 5), (2, 3, 4, 0), (0, 3, 4, 5)], ids=["T=0", "S=0", "B=0"])
+def test_chunked_attention_of_empty_inputs_is_attend_of_them(shape):
+    """No queries, no keys or no batch: the same (empty or zero) result as attend, no error."""
+    from fullrank.layers.attention import chunked_attention
+
+    b, h, t, s = shape
+    q, k, v = torch.randn(b, h, t, 6), torch.randn(b, h, s, 6), torch.randn(b, h, s, 2)
+    out = chunked_attention(q, k, v)
+    assert out.shape == (b, h, t, 2)
+    torch.testing.assert_close(out, attend(q, k, v), equal_nan=True)
+
+
 def test_chunked_attention_memory_is_linear_in_length():
     """Peak memory of forward+backward grows ~linearly with n (quadratically for attend)."""
     from torch.profiler import ProfilerActivity, profile
@@ -265,15 +278,17 @@ def test_cpu_routing_of_the_fused_module(sdpa_calls, fast):
     fast_matmul for short sequences; otherwise it calls SDPA — same outputs and gradients as
     attend() either way."""
     from fullrank.layers.attention import CPU_WRITTEN_OUT_MAX_BLOCK
-    from fullrank.runtime import fast_matmul, fast_matmul_available
+    from fullrank import runtime
 
-    if fast and not fast_matmul_available():
-        pytest.skip("this PyTorch build has no oneDNN (mkldnn), so fast_matmul does nothing")
+    if fast and not runtime._ONEDNN:
+        pytest.skip("this PyTorch build has no oneDNN (mkldnn), so the setting does nothing")
+    # the setting itself (routing follows it), whether or not fullrank would take it on this CPU
+    setting = runtime._matmul_precision("bf16") if fast else contextlib.nullcontext()
     core = ScaledDotProduct(fused=True)
     short = [torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3)]
     n = math.isqrt(CPU_WRITTEN_OUT_MAX_BLOCK) + 1
     long = [torch.randn(1, 2, n, 8, dtype=torch.float64, requires_grad=True) for _ in range(3)]
-    with fast_matmul(fast):
+    with setting:
         _equal_with_gradients(core(*short, None, True), *short, is_causal=True)
         assert len(sdpa_calls) == (0 if fast else 1)
         _equal_with_gradients(core(*long, None, True), *long, is_causal=True)

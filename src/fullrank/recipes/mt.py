@@ -24,6 +24,7 @@ from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import build_model
 from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
+from fullrank.runtime import matmul_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, setup, teardown
@@ -112,6 +113,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       f"{model_cfg.n_layers}+{model_cfg.decoder_layers} layers · d_model "
                       f"{model_cfg.d_model} · {model_cfg.n_heads} heads × d_head {dh} (d_value "
                       f"{dv}) · shared {tok.kind} vocabulary of {tok.vocab_size}")
+        if dist.device.type == "cpu":
+            console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
         console.print(f"data: {len(train_pairs):,} training pairs "
                       f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
                       f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch, padding "

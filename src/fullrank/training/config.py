@@ -42,8 +42,10 @@ class TrainConfig:
         max_minutes: stop (evaluate, save) after this much wall time, counted across resumes
             (a resumed run whose time is spent takes no step); the schedule still follows
             ``steps``. ``None`` = no limit.
-        fast_matmul: route CPU float32 matrix multiplies through oneDNN (faster here, float32
-            accuracy kept; see :mod:`fullrank.runtime`). No effect on GPUs.
+        fast_matmul: route CPU float32 matrix multiplies through oneDNN where that keeps
+            float32 accuracy on this CPU (measured once per process; elsewhere, e.g. CPUs
+            with AMX, it would compute in bfloat16 and is left off; see
+            :mod:`fullrank.runtime`). No effect on GPUs.
     """
 
     steps: int = 1000
