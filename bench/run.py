@@ -122,7 +122,8 @@ def collect(threads: int) -> str:
                f"{threads} threads, float32; torch {info['torch']}, transformers "
                f"{info['transformers']}, x-transformers {info['x-transformers']}. Each section "
                f"gives the date of its run. Ratios are medians of per-round ratios (throughput, "
-               f"> 1 = fullrank faster).\n\n" + "\n".join(sections))
+               f"> 1 = fullrank faster). {info['cpu_matmul']} (fullrank's defaults).\n\n"
+               + "\n".join(sections))
     write("summary", summary, everything)
     return summary
 
@@ -143,6 +144,7 @@ def main() -> None:
     info = machine()
     print(f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
           f"transformers {info['transformers']} · x-transformers {info['x-transformers']}")
+    print(f"{info['cpu_matmul']} (fullrank's defaults)")
     for workload in args.only:
         print(f"\n== {workload} ({args.rounds} interleaved rounds)")
         if workload == "decode":

@@ -49,7 +49,8 @@ def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, b
         compile: run the decoder steps ``torch.compile``d (:func:`compiled_decode`): about a
             minute of compiling first on a CPU, then faster steps; the same translations.
 
-    CPU matrix multiplies go through oneDNN meanwhile (:mod:`fullrank.runtime`).
+    CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
+    (:mod:`fullrank.runtime`).
     """
     if beam < 1 or not 1 <= n_best <= beam:
         raise ConfigError(f"need beam ≥ 1 and 1 ≤ n_best ≤ beam, got beam={beam}, "
