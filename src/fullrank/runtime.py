@@ -6,13 +6,14 @@ oneDNN then computes depends on the CPU: on AVX-512-BF16 CPUs without AMX (the A
 this project was first measured on) it is faster and keeps float32-level accuracy; on CPUs with
 AMX (recent Intel Xeons) it computes in bfloat16 (relative error ~2e-3 against float64, where
 float32 gives ~1e-6). So fullrank measures it once per process (:func:`fast_matmul_available`: one
-512 × 512 product against float64, a few milliseconds) and uses the setting only where the error
+512 × 512 product against float64, about a tenth of a second) and uses the setting only where the error
 stays at float32 level; elsewhere float32 stays float32, and ``train.precision=bf16`` (autocast)
 is the explicit way to trade accuracy for speed. ``tests/test_runtime.py`` checks products, a
 model's outputs and its gradients against float64 wherever the setting is used. fullrank turns it
 on while it trains and decodes (``train.fast_matmul``, on by default; decoding too) and restores
 the previous value afterwards; nothing changes on GPUs (no TF32: that would trade accuracy).
 """
+
 from __future__ import annotations
 
 import contextlib
