@@ -133,10 +133,8 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = 
     ``(B, H, T, Dv)``; ``mask`` broadcastable to ``(B, H, T, S)``.
     """
     t, s = q.shape[-2], k.shape[-2]
-    if t == 0 or s == 0 or q.shape[:-2].numel() == 0:  # nothing to split: no scores at all
-        out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
-        assert isinstance(out, Tensor)
-        return out
+    if t == 0 or s == 0 or q.shape[:-2].numel() == 0:  # no scores at all: nothing to split
+        return _attend_block(q, k, v, mask, dropout_p)  # (causality: no pair to forbid)
     if chunk is None:
         chunk = max(16, CHUNK_SCORES // (q.shape[:-2].numel() * s))
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
