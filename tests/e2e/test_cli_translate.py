@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from fullrank.cli import main
 
 WORDS = "the a man woman dog cat sees runs big small red blue house car".split()
@@ -200,3 +202,32 @@ def test_a_tuned_alpha_equal_to_decode_alpha_reuses_the_decoded_splits(tmp_path,
     assert sorted(calls) == ["test.last.de", "valid.last.de"]  # each split decoded once
     assert ((run / "translations" / "test.last.tuned.de").read_text()
             == (run / "translations" / "test.last.de").read_text())
+
+
+def test_no_decode_splits_means_nothing_is_decoded_or_tuned(tmp_path, capsys, monkeypatch):
+    import fullrank.recipes.mt as mt
+
+    calls = []
+    monkeypatch.setattr(mt, "evaluate_bleu", lambda *a, **k: calls.append(a[-2].name))
+    write_corpus(tmp_path, (("train", 50, 0), ("val", 6, 1), ("test", 5, 2)))
+    cfg = small_config(tmp_path, rest="decode: {average_last: 1, tune_alpha: [0.6, 1.0]}")
+    # it used to tune α on valid anyway, then fail on the tuning table's missing signature
+    assert main(["train", str(cfg), "--quiet", "train.steps=4", "decode.splits=[]"]) == 0
+    run = tmp_path / "runs" / "tiny_mt"
+    assert json.loads((run / "results.json").read_text())["extra"]["bleu"] == {}
+    assert calls == [] and "signature" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["translate", "CKPT", "--beam", "0"], "--beam must be >= 1"),
+    (["translate", "CKPT", "--beam", "2", "--n-best", "3"], "--n-best must be between 1 and --beam"),
+    (["translate", "CKPT", "--max-len-b", "0"], "--max-len-b must be >= 1"),
+    (["translate", "CKPT", "--max-len-a", "-1"], "--max-len-a must be >= 0"),
+    (["generate", "CKPT", "--top-k", "0"], "--top-k must be a positive integer"),
+    (["generate", "CKPT", "--temperature", "-1"], "--temperature must be ≥ 0"),
+])
+def test_bad_decoding_options_are_named_as_typed_before_any_checkpoint_is_read(argv, message,
+                                                                               capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0 and "CKPT" not in err

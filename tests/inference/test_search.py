@@ -222,8 +222,12 @@ def test_bad_settings_are_one_line_errors():
         Seq2SeqDecoder(model.train(), src)
     from fullrank.inference.translate import translate  # checked before the model is touched
 
-    with pytest.raises(ConfigError, match="n_best ≤ beam"):
+    with pytest.raises(ConfigError, match=r"n_best must be between 1 and beam \(1\), got 2"):
         translate(model.eval(), None, ["a"], beam=1, n_best=2)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"batch_size must be >= 1, got 0"):
+        translate(model.eval(), None, ["a"], batch_size=0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^b must be >= 1"):
+        translate(model.eval(), None, ["a"], b=0)  # type: ignore[arg-type]
 
 
 def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():

@@ -78,6 +78,23 @@ def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
         load_experiment(write(tmp_path, BASE), ["data.eval_sets.news=x"])
 
 
+@pytest.mark.parametrize("override, message", [
+    ("decode.beam=0", r"decode\.beam must be >= 1 \(1 = greedy search\), got 0"),
+    ("decode.batch_size=0", r"decode\.batch_size must be >= 1, got 0"),
+    ("decode.a=-1", r"decode\.a must be >= 0 .*got -1"),
+    ("decode.b=0", r"decode\.b must be >= 1 .*got 0"),
+    ("decode.average_last=-1", r"decode\.average_last must be >= 0"),
+    ("sample.temperature=-0.5", r"sample\.temperature must be ≥ 0"),
+    ("sample.top_k=0", r"sample\.top_k must be a positive integer, got 0"),
+    ("sample.max_new_tokens=-1", r"sample\.max_new_tokens must be non-negative"),
+])
+def test_decoding_and_sampling_settings_fail_when_loaded_not_after_training(tmp_path, override,
+                                                                            message):
+    # they are used only after training; a bad one used to surface there, hours later
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(write(tmp_path, BASE), [override])
+
+
 def test_overrides_and_toml(tmp_path):
     exp = load_experiment(write(tmp_path, BASE), ["train.steps=7", "model.d_head=24",
                                                   "model.n_heads=3", "data.valid=v.txt"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fullrank.errors import CheckpointError
+from fullrank.inference.sampling import check_sample_settings
 from fullrank.recipes.lm import generate_text
 from fullrank.training.checkpoints import load_checkpoint
 from fullrank.training.distributed import pick_device
@@ -24,8 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 0 or args.temperature < 0 or (args.top_k is not None and args.top_k < 1):
-        raise CheckpointError("--max-new-tokens and --temperature must be >= 0 and --top-k >= 1")
+    check_sample_settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                          top_k=args.top_k, name=lambda key: "--" + key.replace("_", "-"))
     ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
     if ckpt.task != "lm" or ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: `fullrank generate` needs a language-model "

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from fullrank.data.text import read_lines
-from fullrank.errors import CheckpointError, ConfigError
-from fullrank.inference.translate import translate
+from fullrank.errors import CheckpointError
+from fullrank.inference.translate import check_settings, translate
 from fullrank.training.checkpoints import load_checkpoint
 from fullrank.training.distributed import pick_device
 
@@ -31,9 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "faster steps (for large inputs); the same translations")
 
 
+def _option(setting: str) -> str:
+    """The command-line option that sets ``setting`` (for :func:`check_settings`' messages)."""
+    return {"a": "--max-len-a", "b": "--max-len-b"}.get(setting, "--" + setting.replace("_", "-"))
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.beam < 1 or args.batch_size < 1 or not 1 <= args.n_best <= args.beam:
-        raise ConfigError("--beam and --batch-size must be >= 1 and 1 <= --n-best <= --beam")
+    check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
+                   a=args.max_len_a, b=args.max_len_b, name=_option)
     ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
     if ckpt.task != "mt" or ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: `fullrank translate` needs a translation checkpoint "

@@ -5,11 +5,26 @@ Shapes: ``B`` rows, ``T0`` prompt length, ``V`` vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from fullrank.errors import ConfigError
 from fullrank.inference.decoders import Decoder
+
+
+def check_sample_settings(*, max_new_tokens: int, temperature: float, top_k: int | None,
+                          name: Callable[[str], str] = str) -> None:
+    """Raise :class:`ConfigError` unless ``max_new_tokens ≥ 0``, ``temperature ≥ 0`` and
+    ``top_k`` is ``None`` or ``≥ 1``; ``name`` spells a setting for the message (e.g.
+    ``"sample.{}".format`` for a config)."""
+    if max_new_tokens < 0:
+        raise ConfigError(f"{name('max_new_tokens')} must be non-negative, got {max_new_tokens}")
+    if temperature < 0:
+        raise ConfigError(f"{name('temperature')} must be ≥ 0 (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ConfigError(f"{name('top_k')} must be a positive integer, got {top_k}")
 
 
 def next_token(logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None,
@@ -52,12 +67,7 @@ def sample(decoder: Decoder, prompt: Tensor, *, max_new_tokens: int, temperature
         ``(B, T0 + N')`` int64: the prompt and the new tokens, ``N' ≤ N`` (``N' < N`` only
         when every row ended with EOS).
     """
-    if max_new_tokens < 0:
-        raise ConfigError(f"max_new_tokens must be non-negative, got {max_new_tokens}")
-    if temperature < 0:
-        raise ConfigError(f"temperature must be ≥ 0 (0 = greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ConfigError(f"top_k must be a positive integer, got {top_k}")
+    check_sample_settings(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ConfigError(f"prompt must be (B, T0) token ids with T0 ≥ 1, got shape "
                           f"{tuple(prompt.shape)}")

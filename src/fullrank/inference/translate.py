@@ -7,7 +7,7 @@ positional table (``max_len`` tokens: BOS and the first ``max_len − 1`` of the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -27,6 +27,23 @@ def first_too_long(encoded: Sequence[Sequence[int]], max_len: int) -> tuple[int,
         if len(ids) + 1 > max_len:
             return i, len(ids) + 1
     return None
+
+
+def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float = 1.0,
+                   b: int = 50, name: Callable[[str], str] = str) -> None:
+    """Raise :class:`ConfigError` unless ``beam ≥ 1``, ``1 ≤ n_best ≤ beam``, ``batch_size ≥ 1``,
+    ``a ≥ 0`` and ``b ≥ 1`` (so that every output may have a token); ``name`` spells a setting
+    for the message (e.g. ``"decode.{}".format`` for a config)."""
+    length = "outputs may have a·|src| + b tokens"
+    checks = ((beam >= 1, f"{name('beam')} must be >= 1 (1 = greedy search), got {beam}"),
+              (1 <= n_best <= beam, f"{name('n_best')} must be between 1 and {name('beam')} "
+                                    f"({beam}), got {n_best}"),
+              (batch_size >= 1, f"{name('batch_size')} must be >= 1, got {batch_size}"),
+              (a >= 0, f"{name('a')} must be >= 0 ({length}), got {a}"),
+              (b >= 1, f"{name('b')} must be >= 1 ({length}), got {b}"))
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
 
 
 @torch.inference_mode()
@@ -52,9 +69,7 @@ def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, b
     CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
     (:mod:`fullrank.runtime`).
     """
-    if beam < 1 or not 1 <= n_best <= beam:
-        raise ConfigError(f"need beam ≥ 1 and 1 ≤ n_best ≤ beam, got beam={beam}, "
-                          f"n_best={n_best}")
+    check_settings(beam=beam, n_best=n_best, batch_size=batch_size, a=a, b=b)
     with fast_matmul():
         return _translate(model, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
                           batch_size=batch_size, n_best=n_best, progress=progress,

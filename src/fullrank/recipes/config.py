@@ -23,6 +23,8 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.errors import ConfigError, FullrankError, closest
+from fullrank.inference.sampling import check_sample_settings
+from fullrank.inference.translate import check_settings
 from fullrank.models import FAMILIES, ModelConfig, config_to_dict
 from fullrank.models.decoder_lm import DecoderLMConfig
 from fullrank.models.encoder_decoder import EncoderDecoderConfig
@@ -95,6 +97,10 @@ class SampleConfig:
     temperature: float = 0.8
     top_k: int | None = 50
 
+    def __post_init__(self) -> None:
+        check_sample_settings(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                              top_k=self.top_k, name="sample.{}".format)
+
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeConfig:
@@ -123,6 +129,11 @@ class DecodeConfig:
     tune_alpha: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
+        check_settings(beam=self.beam, batch_size=self.batch_size, a=self.a, b=self.b,
+                       name="decode.{}".format)
+        if self.average_last < 0:
+            raise ConfigError(f"decode.average_last must be >= 0 (0 = no averaging), got "
+                              f"{self.average_last}")
         if any(a < 0 for a in self.tune_alpha):
             raise ConfigError(f"decode.tune_alpha must hold exponents >= 0, got "
                               f"{list(self.tune_alpha)}")

@@ -173,11 +173,12 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
             r = evaluate_bleu(m, tok, pairs, decode, out_file, progress)
             results[f"{split}.{name}"] = r
             _print_result(console, f"{split} ({name}) beam {decode.beam}, α {decode.alpha:g}", r)
-    if decode.tune_alpha:
+    if decode.tune_alpha and decode.splits:  # no splits: nothing is decoded, nor tuned
         results.update(_tuned_alpha(exp, run_dir, models, tok, scored, results, progress,
                                     console))
-    if results:
-        console.print(f"sacreBLEU signature: {next(iter(results.values()))['signature']}")
+    signature = next((r["signature"] for r in results.values() if "signature" in r), None)
+    if signature:
+        console.print(f"sacreBLEU signature: {signature}")
     return results
 
 
