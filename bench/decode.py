@@ -120,12 +120,15 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
 
 def fullrank_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str,
                     cached: bool = True, fast: bool = True, decode=None) -> list[list[int]]:
-    from fullrank.inference import Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search
+    from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search,
+                                    decoding_layout, greedy_search)
     from fullrank.runtime import fast_matmul
 
     # fast: as `fullrank translate` decodes, CPU matrix multiplies through oneDNN
-    # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings
-    with fast_matmul(fast):
+    # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings. Either way the
+    # linear weights are column-major while decoding, converted inside the timed call, as
+    # `fullrank translate` does once per file (inference.decoding_layout: fullrank's code)
+    with fast_matmul(fast), decoding_layout(model):
         decoder = (Seq2SeqDecoder(model, src, decode=decode) if cached
                    else UncachedSeq2SeqDecoder(model, src))
         kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens,

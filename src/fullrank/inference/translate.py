@@ -16,6 +16,7 @@ from tqdm import tqdm
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
 from fullrank.inference.decoders import Seq2SeqDecoder, compiled_decode
+from fullrank.inference.layout import decoding_layout
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
 from fullrank.runtime import fast_matmul
 
@@ -67,10 +68,11 @@ def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, b
             minute of compiling first on a CPU, then faster steps; the same translations.
 
     CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
-    (:mod:`fullrank.runtime`).
+    (:mod:`fullrank.runtime`), and the model's linear weights are stored column-major
+    (:func:`~fullrank.inference.layout.decoding_layout`; restored on return).
     """
     check_settings(beam=beam, n_best=n_best, batch_size=batch_size, a=a, b=b)
-    with fast_matmul():
+    with fast_matmul(), decoding_layout(model):
         return _translate(model, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
                           batch_size=batch_size, n_best=n_best, progress=progress,
                           compile=compile)

@@ -18,6 +18,7 @@ from fullrank.data.corpus import tokenize_file
 from fullrank.data.lm import LMBlocks
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.inference.decoders import LMDecoder
+from fullrank.inference.layout import decoding_layout
 from fullrank.inference.sampling import sample
 from fullrank.models import build_model
 from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
@@ -128,7 +129,7 @@ def generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_t
     The model sees at most ``seq_len`` positions, so a long sample is drawn in windows: when the
     context is full, decoding restarts (a fresh cache) from the last ``seq_len // 2`` tokens.
     """
-    with fast_matmul():
+    with fast_matmul(), decoding_layout(model):
         return _generate_text(model, tok, prompt, max_new_tokens, temperature, top_k, seed)
 
 

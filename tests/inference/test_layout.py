@@ -1,0 +1,83 @@
+"""``decoding_layout``: column-major linear weights while decoding, the same outputs, and the
+model exactly as it was afterwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fullrank.inference import (LMDecoder, Seq2SeqDecoder, beam_search, decoding_layout,
+                                greedy_search, max_output_len, sample)
+from fullrank.inference.search import argmax_rows
+from tests.inference.toy import BOS, EOS, language_model, padded_sources, translation_model
+
+V = 13
+
+
+def linear_weights(model: nn.Module) -> list[nn.Parameter]:
+    return [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+
+
+def test_weights_are_column_major_inside_and_the_originals_come_back():
+    model = translation_model(vocab_size=V, tie_embeddings=False)
+    weights = linear_weights(model)
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    originals = [w.data_ptr() for w in weights]
+    with decoding_layout(model) as same:
+        assert same is model
+        for w in weights:
+            assert w.stride() == (1, w.shape[0]) and not w.is_contiguous()
+        assert set(model.state_dict()) == set(before)
+        for name, t in model.state_dict().items():
+            assert torch.equal(t, before[name]), name
+    for w, original in zip(weights, originals):
+        assert w.data_ptr() == original and w.is_contiguous()  # the very same storage, no copy
+
+
+def test_the_model_is_restored_when_the_block_raises():
+    model = translation_model(vocab_size=V)
+    with pytest.raises(RuntimeError, match="inside"):
+        with decoding_layout(model):
+            raise RuntimeError("inside")
+    assert all(w.is_contiguous() for w in linear_weights(model))
+
+
+def test_nested_blocks_convert_once_and_shared_weights_once():
+    lin = nn.Linear(6, 5)
+    tied = nn.Sequential(lin, nn.Linear(6, 5))
+    tied[1].weight = lin.weight                                        # one parameter, two layers
+    with decoding_layout(tied):
+        inner = lin.weight.data_ptr()
+        assert lin.weight.stride() == (1, 5)                           # transposed once, not twice
+        with decoding_layout(tied):
+            assert lin.weight.data_ptr() == inner                      # already column-major
+    assert lin.weight.is_contiguous()
+
+
+def test_decoding_inside_gives_the_same_outputs():
+    torch.manual_seed(0)
+    model = translation_model(vocab_size=V, tie_embeddings=False)
+    src, keep = padded_sources([7, 3, 5], V)
+    kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=6))
+    outside = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=4, n_best=4, **kw)
+    greedy = greedy_search(Seq2SeqDecoder(model, src, keep), **kw)
+    with decoding_layout(model):
+        inside = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=4, n_best=4, **kw)
+        assert greedy_search(Seq2SeqDecoder(model, src, keep), **kw) == greedy
+    assert [[h.tokens for h in s] for s in inside] == [[h.tokens for h in s] for s in outside]
+    for a, b in zip(inside, outside):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-9)
+
+    lm = language_model(vocab_size=V)
+    prompt = torch.randint(3, V, (2, 4))
+    plain = sample(LMDecoder(lm), prompt, max_new_tokens=6, temperature=0.0)
+    with decoding_layout(lm):
+        assert torch.equal(sample(LMDecoder(lm), prompt, max_new_tokens=6, temperature=0.0), plain)
+
+
+def test_argmax_rows_is_argmax_and_takes_the_first_of_equals():
+    x = torch.randn(16, 1000)
+    assert torch.equal(argmax_rows(x), x.argmax(dim=1))
+    ties = torch.tensor([[0.0, 2.0, 2.0, 1.0], [3.0, 3.0, 3.0, 3.0]])
+    assert argmax_rows(ties).tolist() == [1, 0]
