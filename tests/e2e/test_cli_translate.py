@@ -88,6 +88,31 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     assert all(len(x.split("\t")) == 2 for x in (tmp_path / "avg.txt").read_text().splitlines()
                if x)
 
+    # an ensemble: a model with itself finds the model's own n-best lists (16 steps of training
+    # make the best translation mostly empty; the n-best lists are not); with another model, one
+    # line of n-best translations per input line
+    nbest = ["-i", str(tmp_path / "in.txt"), "--beam", "4", "--n-best", "3"]
+    assert main(["translate", str(run), *nbest, "-o", str(tmp_path / "alone.txt")]) == 0
+    assert main(["translate", str(run), str(run), *nbest, "-o", str(tmp_path / "self.txt")]) == 0
+    alone = (tmp_path / "alone.txt").read_text()
+    assert (tmp_path / "self.txt").read_text() == alone and alone.replace("\t", "").strip()
+    assert main(["translate", str(run), str(tmp_path / "avg"), *nbest, "-o",
+                 str(tmp_path / "ens.txt")]) == 0
+    ensembled = (tmp_path / "ens.txt").read_text().split("\n")[:-1]
+    assert len(ensembled) == 4 and all(len(x.split("\t")) == 3 for x in ensembled)
+    # members with different tokenizers: a one-line error naming both
+    import shutil
+
+    from fullrank.data.tokenizers import Tokenizer
+
+    other = tmp_path / "other_tok"
+    shutil.copytree(tmp_path / "avg", other)
+    Tokenizer.train("bpe", [str(tmp_path / "other.en")], vocab_size=40).save(other / "tokenizer.json")
+    capsys.readouterr()
+    assert main(["translate", str(run), str(other), "-i", str(tmp_path / "in.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "different tokenizers" in err and "other_tok" in err
+
     assert main(["bleu", str(tmp_path / "out.txt"), "--ref", str(tmp_path / "in.txt")]) == 0
     printed = capsys.readouterr().out
     assert "sacreBLEU" in printed and "chrF" in printed and "tokenized BLEU, lowercased" in printed

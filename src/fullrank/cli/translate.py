@@ -1,4 +1,8 @@
-"""``fullrank translate CKPT [--beam 4 --alpha 0.6 …] < input > output``."""
+"""``fullrank translate CKPT [CKPT …] [--beam 4 --alpha 0.6 …] < input > output``.
+
+Several checkpoints decode as an ensemble (the mean of their next-token probabilities); they
+must share one tokenizer.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ HELP = "Translate lines from stdin (or --input) with beam search; one output lin
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
+    p.add_argument("checkpoint", nargs="+",
+                   help="checkpoint directory or run directory (its latest); several: an "
+                        "ensemble of models that share one tokenizer")
     p.add_argument("--input", "-i", default=None, help="file to translate (default: stdin)")
     p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
     p.add_argument("--beam", type=int, default=4, help="beam size k; 1 = greedy ([V17]: 4)")
@@ -39,18 +45,26 @@ def _option(setting: str) -> str:
 def run(args: argparse.Namespace) -> int:
     check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
                    a=args.max_len_a, b=args.max_len_b, name=_option)
-    ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
-    if ckpt.task != "mt" or ckpt.tokenizer is None:
-        raise CheckpointError(f"{ckpt.path}: `fullrank translate` needs a translation checkpoint "
-                              f"with its tokenizer (this one has task={ckpt.task!r})")
+    device = pick_device(args.device)
+    ckpts = [load_checkpoint(path, device=device) for path in args.checkpoint]
+    for ckpt in ckpts:
+        if ckpt.task != "mt" or ckpt.tokenizer is None:
+            raise CheckpointError(f"{ckpt.path}: `fullrank translate` needs a translation "
+                                  f"checkpoint with its tokenizer (this one has "
+                                  f"task={ckpt.task!r})")
+    first = ckpts[0]
+    for ckpt in ckpts[1:]:
+        if ckpt.tokenizer.fingerprint() != first.tokenizer.fingerprint():  # type: ignore[union-attr]
+            raise CheckpointError(f"{ckpt.path} and {first.path} have different tokenizers; an "
+                                  f"ensemble needs models trained with one shared vocabulary")
     if args.input:
         lines = read_lines(args.input, allow_blank=True)
     else:
         lines = sys.stdin.read().splitlines()
-    outputs = translate(ckpt.model, ckpt.tokenizer, lines, beam=args.beam, alpha=args.alpha,
-                        a=args.max_len_a, b=args.max_len_b, batch_size=args.batch_size,
-                        n_best=args.n_best, progress=args.input is not None,
-                        compile=args.compile)
+    outputs = translate([c.model for c in ckpts], first.tokenizer, lines, beam=args.beam,
+                        alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
+                        batch_size=args.batch_size, n_best=args.n_best,
+                        progress=args.input is not None, compile=args.compile)
     text = "".join("\t".join(o) + "\n" for o in outputs)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -15,8 +15,9 @@ model class; adapters wrap the models' ``decode_step`` and key/value cache::
     text = sample(LMDecoder(lm), prompt, max_new_tokens=200, temperature=0.8, top_k=40)
 """
 
-from fullrank.inference.decoders import (Decoder, LMDecoder, Seq2SeqDecoder, UncachedLMDecoder,
-                                         UncachedSeq2SeqDecoder, compiled_decode)
+from fullrank.inference.decoders import (Decoder, EnsembleDecoder, LMDecoder, Seq2SeqDecoder,
+                                         UncachedLMDecoder, UncachedSeq2SeqDecoder,
+                                         compiled_decode)
 from fullrank.inference.layout import decoding_layout
 from fullrank.inference.sampling import next_token, sample
 from fullrank.inference.search import (Hypothesis, beam_search, greedy_search, length_penalty,
@@ -24,6 +25,7 @@ from fullrank.inference.search import (Hypothesis, beam_search, greedy_search, l
 
 __all__ = [
     "Decoder",
+    "EnsembleDecoder",
     "Hypothesis",
     "LMDecoder",
     "Seq2SeqDecoder",

@@ -13,6 +13,8 @@ wrap a model's ``encode``/``decode_step``/``init_cache`` methods by duck typing:
   recomputes the decoder over all of it at every step. Cached decoding is tested against it.
 - :class:`LMDecoder` and :class:`UncachedLMDecoder` — the same two for a decoder-only language
   model.
+- :class:`EnsembleDecoder` — several decoders of one vocabulary as one: the log of the mean of
+  their next-token probabilities.
 
 Shapes: ``B`` rows (sentences, or sentences × beams), ``S`` source length, ``T`` target length so
 far, ``t`` new tokens per step, ``D`` d_model, ``V`` vocabulary.
@@ -20,7 +22,8 @@ far, ``t`` new tokens per step, ``D`` d_model, ``V`` vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -267,6 +270,47 @@ class UncachedLMDecoder:
         """Keep rows ``index (B',)`` of the prefix (no source side)."""
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)
+
+
+class EnsembleDecoder:
+    """Several decoders over the same rows and vocabulary, decoded as one model.
+
+    Each step returns ``log((p_1 + … + p_M) / M)``, the log of the mean of the members'
+    next-token distributions (the ensemble of fairseq's ``generate``): already normalised, so a
+    search's ``log_softmax`` leaves it as it is, and an ensemble of one decodes exactly like its
+    member (whose logits it passes on unchanged). Computed in float32 at least. Reordering
+    reorders every member.
+
+    Args:
+        decoders: the members, each a fresh decoder with the same rows (e.g. one
+            :class:`Seq2SeqDecoder` per model over the same sources).
+    """
+
+    def __init__(self, decoders: Sequence[Decoder]) -> None:
+        if not decoders:
+            raise ConfigError("an ensemble needs at least one decoder")
+        self.decoders = list(decoders)
+        self.device = self.decoders[0].device
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → log mean probabilities ``(B, t, V)``; advances every member."""
+        if len(self.decoders) == 1:
+            return self.decoders[0].step(tokens)                           # (B, t, V)
+        logps: list[Tensor] = []
+        for d in self.decoders:
+            logits = d.step(tokens)                                        # (B, t, V_i)
+            if logps and logits.shape != logps[0].shape:
+                raise ConfigError(f"ensemble members disagree: next-token logits of shape "
+                                  f"{tuple(logits.shape)} against {tuple(logps[0].shape)}; "
+                                  f"ensemble models that share one vocabulary")
+            dtype = torch.promote_types(logits.dtype, torch.float32)
+            logps.append(torch.log_softmax(logits, dim=-1, dtype=dtype))
+        return torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (B, t, V)
+
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
+        """Reorder every member (see :meth:`Decoder.reorder`)."""
+        for d in self.decoders:
+            d.reorder(index, sources=sources)
 
 
 def _param_device(model: object) -> torch.device:

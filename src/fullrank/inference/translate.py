@@ -7,6 +7,7 @@ positional table (``max_len`` tokens: BOS and the first ``max_len − 1`` of the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
@@ -15,7 +16,7 @@ from tqdm import tqdm
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
-from fullrank.inference.decoders import Seq2SeqDecoder, compiled_decode
+from fullrank.inference.decoders import EnsembleDecoder, Seq2SeqDecoder, compiled_decode
 from fullrank.inference.layout import decoding_layout
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
 from fullrank.runtime import fast_matmul
@@ -48,14 +49,17 @@ def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float 
 
 
 @torch.inference_mode()
-def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, beam: int = 4,
+def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, lines: Sequence[str],
+              *, beam: int = 4,
               alpha: float = 0.6, a: float = 1.0, b: int = 50, batch_size: int = 64,
               n_best: int = 1, progress: bool = False, compile: bool = False) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
         model: an encoder-decoder in eval mode (duck-typed: ``encode``/``decode_step``…, and a
-            ``config`` with ``max_len``).
+            ``config`` with ``max_len``), or several sharing ``tokenizer``: an ensemble, which
+            decodes with the mean of their next-token probabilities (:class:`EnsembleDecoder`)
+            up to the smallest ``max_len`` among them.
         tokenizer: the shared source/target tokenizer saved with the checkpoint.
         lines: source sentences, one per entry.
         beam: beam size ``k`` (1 = greedy search).
@@ -72,17 +76,22 @@ def translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, b
     (:func:`~fullrank.inference.layout.decoding_layout`; restored on return).
     """
     check_settings(beam=beam, n_best=n_best, batch_size=batch_size, a=a, b=b)
-    with fast_matmul(), decoding_layout(model):
-        return _translate(model, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
+    models = [model] if isinstance(model, nn.Module) else list(model)
+    if not models:
+        raise ConfigError("translate needs a model (or several, for an ensemble)")
+    with fast_matmul(), contextlib.ExitStack() as stack:
+        for m in models:
+            stack.enter_context(decoding_layout(m))
+        return _translate(models, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
                           batch_size=batch_size, n_best=n_best, progress=progress,
                           compile=compile)
 
 
-def _translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, beam: int,
-               alpha: float, a: float, b: int, batch_size: int, n_best: int,
+def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[str], *,
+               beam: int, alpha: float, a: float, b: int, batch_size: int, n_best: int,
                progress: bool, compile: bool) -> list[list[str]]:
-    max_len = model.config.max_len  # type: ignore[union-attr]
-    device = next(model.parameters()).device
+    max_len = min(m.config.max_len for m in models)  # type: ignore[union-attr]
+    device = next(models[0].parameters()).device
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
     results: list[list[str]] = [[""] * n_best for _ in lines]
     todo = [i for i, ids in enumerate(encoded) if ids]
@@ -91,7 +100,7 @@ def _translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, 
         raise DataError(f"line {long[0] + 1}: {long[1]} source tokens exceed the model's "
                         f"max_len={max_len}; split the line")
     todo.sort(key=lambda i: -len(encoded[i]))
-    decode = compiled_decode(model) if compile else None  # type: ignore[arg-type]
+    decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]
     batches = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
     for batch in tqdm(batches, disable=not progress, desc="translate", unit="batch"):
         seqs = [encoded[i] + [tokenizer.eos_id] for i in batch]
@@ -102,7 +111,9 @@ def _translate(model: nn.Module, tokenizer: Tokenizer, lines: Sequence[str], *, 
         src_mask = src != tokenizer.pad_id
         src, src_mask = src.to(device), src_mask.to(device)
         lengths = max_output_len([len(s) - 1 for s in seqs], a=a, b=b).clamp(max=max_len)
-        decoder = Seq2SeqDecoder(model, src, src_mask, decode=decode)  # type: ignore[arg-type]
+        members = [Seq2SeqDecoder(m, src, src_mask, decode=f)  # type: ignore[arg-type]
+                   for m, f in zip(models, decode)]
+        decoder = members[0] if len(members) == 1 else EnsembleDecoder(members)
         if beam == 1:
             outs = greedy_search(decoder, batch_size=len(seqs), bos_id=tokenizer.bos_id,
                                  eos_id=tokenizer.eos_id, max_len=lengths)
