@@ -40,10 +40,12 @@ def decoding_layout(model: nn.Module) -> Iterator[nn.Module]:
     try:
         with torch.inference_mode(False), torch.no_grad():
             for module in model.modules():
-                w = getattr(module, "weight", None) if isinstance(module, nn.Linear) else None
-                # (a weight shared by two layers is column-major, so skipped, the second time)
-                if (w is None or w.device.type != "cpu" or w.dim() != 2 or not w.is_contiguous()
-                        or w.shape[0] == 1 or w.shape[1] == 1):
+                if not isinstance(module, nn.Linear):
+                    continue
+                w = module.weight
+                # a weight shared by two layers is column-major, so skipped, the second time; a
+                # single row or column is both layouts at once
+                if w.device.type != "cpu" or not w.is_contiguous() or 1 in w.shape:
                     continue
                 original = w.data
                 w.data = original.t().contiguous().t()      # (out, in), strides (1, out)

@@ -50,9 +50,9 @@ def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float 
 
 @torch.inference_mode()
 def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, lines: Sequence[str],
-              *, beam: int = 4,
-              alpha: float = 0.6, a: float = 1.0, b: int = 50, batch_size: int = 64,
-              n_best: int = 1, progress: bool = False, compile: bool = False) -> list[list[str]]:
+              *, beam: int = 4, alpha: float = 0.6, a: float = 1.0, b: int = 50,
+              batch_size: int = 64, n_best: int = 1, progress: bool = False,
+              compile: bool = False) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
