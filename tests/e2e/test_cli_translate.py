@@ -114,8 +114,16 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     assert "different tokenizers" in err and "other_tok" in err
 
     assert main(["bleu", str(tmp_path / "out.txt"), "--ref", str(tmp_path / "in.txt")]) == 0
-    printed = capsys.readouterr().out
-    assert "sacreBLEU" in printed and "chrF" in printed and "tokenized BLEU, lowercased" in printed
+    printed = capsys.readouterr()
+    assert "sacreBLEU" in printed.out and "chrF" in printed.out
+    assert "tokenized BLEU, lowercased" in printed.out
+    # in.txt names no language: the Moses tokenizer's English rules, and a note saying so
+    assert "Moses-tokenized BLEU, lowercased" in printed.out and "-l en" in printed.out
+    assert "--lang" in printed.err
+    assert main(["bleu", str(tmp_path / "out.txt"), "--ref", str(tmp_path / "in.txt"),
+                 "--lang", "de"]) == 0
+    printed = capsys.readouterr()
+    assert "-l de" in printed.out and printed.err == ""
     assert main(["translate", str(tmp_path / "runs"), "-i", str(tmp_path / "in.txt")]) == 2
 
 

@@ -46,8 +46,10 @@ def load_split(data: DataConfig, prefix: str, tok: Tokenizer) -> tuple[list[tupl
 
 
 def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]],
-                  decode: DecodeConfig, out_file: Path, progress: bool) -> dict[str, Any]:
-    """Translate the sources of ``pairs``, write the output, and score it against the targets."""
+                  decode: DecodeConfig, out_file: Path, progress: bool, *,
+                  lang: str) -> dict[str, Any]:
+    """Translate the sources of ``pairs``, write the output, and score it against the targets
+    (in target language ``lang``)."""
     start = time.perf_counter()
     hyps = [h[0] for h in translate(model, tok, [s for s, _ in pairs], beam=decode.beam,
                                     alpha=decode.alpha, a=decode.a, b=decode.b,
@@ -55,7 +57,7 @@ def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]]
     seconds = time.perf_counter() - start
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    report = score(hyps, [t for _, t in pairs])
+    report = score(hyps, [t for _, t in pairs], lang=lang)
     return {**dataclasses.asdict(report), "sentences_per_s": len(pairs) / seconds,
             "output": str(out_file)}
 
@@ -170,7 +172,7 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
             continue
         for name, m in models.items():
             out_file = run_dir / "translations" / f"{split}.{name}.{exp.data.tgt_lang}"
-            r = evaluate_bleu(m, tok, pairs, decode, out_file, progress)
+            r = evaluate_bleu(m, tok, pairs, decode, out_file, progress, lang=exp.data.tgt_lang)
             results[f"{split}.{name}"] = r
             _print_result(console, f"{split} ({name}) beam {decode.beam}, α {decode.alpha:g}", r)
     if decode.tune_alpha and decode.splits:  # no splits: nothing is decoded, nor tuned
@@ -184,8 +186,8 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
 
 def _print_result(console: Console, what: str, r: dict[str, Any]) -> None:
     console.print(f"{what}: sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
-                  f"lowercased BLEU {r['tokenized_lowercased']:.2f} "
-                  f"({r['sentences_per_s']:.1f} sentences/s)")
+                  f"lowercased BLEU {r['tokenized_lowercased']:.2f} · Moses-tokenized lowercased "
+                  f"BLEU {r['moses_lowercased']:.2f} ({r['sentences_per_s']:.1f} sentences/s)")
 
 
 def _tuned_alpha(exp: ExperimentConfig, run_dir: Path, models: dict[str, nn.Module],
@@ -206,7 +208,7 @@ def _tuned_alpha(exp: ExperimentConfig, run_dir: Path, models: dict[str, nn.Modu
                     shutil.copyfile(out_dir / f"{split}.{name}.{lang}", out_file)
                 return done[f"{split}.{name}"]
             return evaluate_bleu(m, tok, scored[split], dataclasses.replace(decode, alpha=alpha),
-                                 out_file, progress)
+                                 out_file, progress, lang=lang)
 
         dev = {a: bleu_at("valid", a, out_dir / f"valid.{name}.alpha{a:g}.{lang}")
                ["tokenized_lowercased"] for a in dict.fromkeys(decode.tune_alpha)}
