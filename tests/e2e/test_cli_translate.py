@@ -264,3 +264,29 @@ def test_bad_decoding_options_are_named_as_typed_before_any_checkpoint_is_read(a
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and err.count("\n") == 0 and "CKPT" not in err
+
+
+def test_bpe_dropout_trains_and_resumes_exactly(tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    data = ", bpe_dropout: 0.3, max_tokens: 48"   # several batches per epoch, several epochs
+    rest = "decode: {splits: [], tune_alpha: []}"
+
+    def final(run):
+        ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+        return load_file(str(ckpt / "model.safetensors"))
+
+    straight, halves = tmp_path / "a", tmp_path / "b"
+    for d in (straight, halves):
+        d.mkdir()
+        write_corpus(d, (("train", 60, 0), ("val", 5, 1)))
+    args = ["--quiet", "train.save_every=2", "train.eval_every=100"]
+    assert main(["train", str(small_config(straight, test=False, data=data, rest=rest)), *args,
+                 "train.steps=24"]) == 0
+    out = capsys.readouterr().out
+    assert "BPE-dropout p=0.3: 16 segmentations drawn per word" in out
+    cfg = small_config(halves, test=False, data=data, rest=rest)
+    assert main(["train", str(cfg), *args, "train.steps=11"]) == 0
+    assert main(["train", str(cfg), *args, "train.steps=24", "--resume"]) == 0
+    a, b = final(straight / "runs" / "tiny_mt"), final(halves / "runs" / "tiny_mt")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

@@ -78,6 +78,21 @@ def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
         load_experiment(write(tmp_path, BASE), ["data.eval_sets.news=x"])
 
 
+def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
+    mt = BASE.replace("task: lm", "task: mt").replace(
+        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, tokenizer: bpe, "
+                              "vocab_size: 100}")
+    assert load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1"]).data.bpe_dropout == 0.1
+    with pytest.raises(ConfigError, match=r"data\.bpe_dropout = 1\.0 must be in \[0, 1\)"):
+        load_experiment(write(tmp_path, mt), ["data.bpe_dropout=1.0"])
+    with pytest.raises(ConfigError, match=r"data\.bpe_dropout = -0\.1 must be in"):
+        load_experiment(write(tmp_path, mt), ["data.bpe_dropout=-0.1"])
+    with pytest.raises(ConfigError, match=r"not of a lm run with a char tokenizer"):
+        load_experiment(write(tmp_path, BASE), ["data.bpe_dropout=0.1"])
+    with pytest.raises(ConfigError, match=r"not of a mt run with a word tokenizer"):
+        load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.tokenizer=word"])
+
+
 @pytest.mark.parametrize("override, message", [
     ("decode.beam=0", r"decode\.beam must be >= 1 \(1 = greedy search\), got 0"),
     ("decode.batch_size=0", r"decode\.batch_size must be >= 1, got 0"),

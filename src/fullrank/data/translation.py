@@ -12,7 +12,8 @@ caller to log.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,40 +78,64 @@ class ParallelBatches:
     ``index·world … index·world + world − 1`` of the epoch and rank ``r`` takes the ``r``-th, so
     ``len()`` (global batches per epoch, the training loop's ``BatchSource`` protocol) is
     ``n_batches // world``; the few left-over bucket batches of an epoch are skipped.
+
+    With ``sampler`` (e.g. BPE-dropout: ``epoch → (sources, targets)``, new token ids of the
+    same pairs every epoch, :class:`~fullrank.data.bpe_dropout.BPEDropout`), each epoch batches
+    its own token ids by their own lengths, so the budget holds for them; the number of batches
+    then varies from epoch to epoch (:meth:`epoch_length`), and ``len()`` is that of ``data``'s
+    own token ids.
     """
 
     def __init__(self, data: EncodedPairs, *, max_tokens: int, pad_id: int, bos_id: int,
-                 eos_id: int, seed: int = 0, shuffle: bool = True, world: int = 1) -> None:
+                 eos_id: int, seed: int = 0, shuffle: bool = True, world: int = 1,
+                 sampler: Callable[[int], tuple[list[np.ndarray], list[np.ndarray]]] | None = None,
+                 ) -> None:
         if len(data) == 0:
             raise DataError(f"no sentence pairs to batch ({data.n_dropped} were dropped as too long); "
                             "raise max_len or check the corpus")
         self.data = data
-        self.src_lengths = np.array([len(s) + 1 for s in data.src], dtype=np.int64)
-        self.tgt_lengths = np.array([len(t) + 1 for t in data.tgt], dtype=np.int64)
-        self.lengths = np.maximum(self.src_lengths, self.tgt_lengths)
-        if int(self.lengths.max()) > max_tokens:
-            raise ConfigError(f"max_tokens = {max_tokens} is smaller than the longest pair "
-                              f"({int(self.lengths.max())} tokens with BOS/EOS); raise max_tokens "
-                              "or lower max_len")
         self.max_tokens = max_tokens
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.seed = seed
         self.shuffle = shuffle
         check_rank(0, world)
         self.world = world
-        self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
-        self.n_batches = len(self.batches(0))  # bucket batches per epoch, the same every epoch
+        self.sampler = sampler
+        self._epoch_cache: tuple[int, _Epoch] | None = None
+        base = _Epoch.of(data.src, data.tgt)
+        if int(base.lengths.max()) > max_tokens:
+            raise ConfigError(f"max_tokens = {max_tokens} is smaller than the longest pair "
+                              f"({int(base.lengths.max())} tokens with BOS/EOS); raise max_tokens "
+                              "or lower max_len")
+        self._base = base
+        self.src_lengths, self.tgt_lengths, self.lengths = base.src_lengths, base.tgt_lengths, base.lengths
+        # bucket batches per epoch of data's own token ids, the same every epoch
+        self.n_batches = len(bucket_batches(self.lengths, max_tokens, seed=seed, epoch=0,
+                                            shuffle=shuffle))
+
+    def _epoch(self, epoch: int) -> _Epoch:
+        """The epoch's token ids, lengths and batches (the latest epoch asked for is kept)."""
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            e = self._base if self.sampler is None else _Epoch.of(*self.sampler(epoch))
+            if len(e.src) != len(self.data):
+                raise DataError(f"the sampler gave {len(e.src)} pairs for epoch {epoch}, the "
+                                f"data has {len(self.data)}")
+            e = e.batched(bucket_batches(e.lengths, self.max_tokens, seed=self.seed, epoch=epoch,
+                                         shuffle=self.shuffle))
+            self._epoch_cache = (epoch, e)
+        return self._epoch_cache[1]
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """The epoch's batches as arrays of pair indices (into ``data``), in order."""
-        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-            self._epoch_cache = (epoch, bucket_batches(self.lengths, self.max_tokens, seed=self.seed,
-                                                       epoch=epoch, shuffle=self.shuffle))
-        return self._epoch_cache[1]
+        return self._epoch(epoch).batches
 
     def __len__(self) -> int:
-        """Global batches per epoch, ``n_batches // world`` (the same in every epoch)."""
+        """Global batches per epoch of ``data``'s own token ids, ``n_batches // world``."""
         return self.n_batches // self.world
+
+    def epoch_length(self, epoch: int) -> int:
+        """Global batches in ``epoch``: ``len()``, or with a sampler that epoch's own count."""
+        return len(self) if self.sampler is None else len(self.batches(epoch)) // self.world
 
     def indices(self, epoch: int, index: int, *, rank: int = 0, world: int = 1) -> np.ndarray:
         """Pair indices (into ``data``) of bucket batch ``index * world + rank`` of ``epoch``."""
@@ -118,22 +143,46 @@ class ParallelBatches:
         if world != self.world:
             raise ConfigError(f"these batches were built for world size {self.world} but are asked for "
                               f"world size {world}; pass world={world} to ParallelBatches")
-        if epoch < 0 or not 0 <= index < len(self):
-            raise IndexError(f"batch {index} of epoch {epoch}: an epoch has batches 0..{len(self) - 1}")
+        if epoch < 0 or not 0 <= index < self.epoch_length(epoch):
+            raise IndexError(f"batch {index} of epoch {epoch}: the epoch has batches "
+                             f"0..{self.epoch_length(epoch) - 1}")
         return self.batches(epoch)[index * world + rank]
 
     def get(self, epoch: int, index: int, *, rank: int = 0, world: int = 1) -> Seq2SeqBatch:
         """This rank's share of global batch ``index`` of ``epoch``: bucket batch ``index·world + rank``."""
         b = self.indices(epoch, index, rank=rank, world=world)
-        return collate_pairs([self.data.src[i] for i in b], [self.data.tgt[i] for i in b],
+        e = self._epoch(epoch)
+        return collate_pairs([e.src[i] for i in b], [e.tgt[i] for i in b],
                              pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id)
 
     def padding_ratio(self, epoch: int = 0) -> float:
         """Padded over all positions of the padded sources and targets of ``epoch``'s batches."""
+        e = self._epoch(epoch)
         total = padded = 0
-        for b in self.batches(epoch):
-            for lengths in (self.src_lengths[b], self.tgt_lengths[b]):
+        for b in e.batches:
+            for lengths in (e.src_lengths[b], e.tgt_lengths[b]):
                 size = len(b) * int(lengths.max())
                 total += size
                 padded += size - int(lengths.sum())
         return padded / total if total else 0.0
+
+
+@dataclass
+class _Epoch:
+    """One epoch's token ids of every pair, their lengths with BOS/EOS, and its batches."""
+
+    src: list[np.ndarray]
+    tgt: list[np.ndarray]
+    src_lengths: np.ndarray
+    tgt_lengths: np.ndarray
+    lengths: np.ndarray
+    batches: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, src: list[np.ndarray], tgt: list[np.ndarray]) -> _Epoch:
+        s = np.array([len(x) + 1 for x in src], dtype=np.int64)
+        t = np.array([len(y) + 1 for y in tgt], dtype=np.int64)
+        return cls(src, tgt, s, t, np.maximum(s, t))
+
+    def batched(self, batches: list[np.ndarray]) -> _Epoch:
+        return dataclasses.replace(self, batches=batches)

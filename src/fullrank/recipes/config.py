@@ -65,6 +65,9 @@ class DataConfig:
         eval_sets: translation only — evaluation-only parallel sets, ``name → file prefix``
             (e.g. ``newstest2013: wmt14-en-de/newstest2013``); translated and scored at the end
             of a run when ``decode.splits`` names them, never trained or validated on.
+        bpe_dropout: translation with a ``bpe`` tokenizer only — BPE-dropout's merge-dropout
+            probability (Provilkov et al. 2020 use 0.1): the training pairs get a new subword
+            segmentation every epoch (:mod:`fullrank.data.bpe_dropout`); 0 = standard BPE.
     """
 
     root: str = "."
@@ -82,6 +85,7 @@ class DataConfig:
     max_tokens: int = 4096
     max_len: int = 128
     eval_sets: dict[str, str] = field(default_factory=dict)
+    bpe_dropout: float = 0.0
 
     def path(self, name: str) -> Path:
         """``root / name`` (absolute names stay as they are)."""
@@ -157,6 +161,15 @@ class ExperimentConfig:
         if self.data.eval_sets and self.task != "mt":
             raise ConfigError(f"data.eval_sets is for translation (task: mt); task '{self.task}' "
                               f"evaluates files with `fullrank eval CKPT --data FILE`")
+        if self.data.bpe_dropout:
+            if not 0.0 < self.data.bpe_dropout < 1.0:
+                raise ConfigError(f"data.bpe_dropout = {self.data.bpe_dropout} must be in [0, 1) "
+                                  f"(the paper uses 0.1; 0 turns it off)")
+            if self.task != "mt" or self.data.tokenizer != "bpe":
+                raise ConfigError(f"data.bpe_dropout resamples the BPE segmentation of translation "
+                                  f"pairs (task: mt, data.tokenizer: bpe), not of a "
+                                  f"{self.task} run with a {self.data.tokenizer} tokenizer; "
+                                  f"leave it at 0")
         reserved = {"train", "valid", "test"} & set(self.data.eval_sets)
         if reserved:
             raise ConfigError(f"data.eval_sets: '{sorted(reserved)[0]}' names a split of its own; "

@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from rich.console import Console
 from torch import nn
 
+from fullrank.data.bpe_dropout import VARIANTS, BPEDropout
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
 from fullrank.errors import ConfigError, DataError
@@ -79,7 +81,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                             resuming=start is not None)
     model_cfg = exp.model_config(tok.vocab_size)
     ensure_vocab_matches(tok, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
-    _, train_pairs = load_split(data, data.train, tok)
+    train_raw, train_pairs = load_split(data, data.train, tok)
     valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
     test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
     scored = {"valid": valid_raw, "test": test_raw, **extra}
@@ -95,9 +97,18 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     model = build_model(model_cfg)
     torch.manual_seed(cfg.seed + dist.rank)
     n_params = sum(p.numel() for p in model.parameters())
+    sampler = None
+    if data.bpe_dropout:
+        kept = [train_raw[i] for i in train_pairs.kept]
+        sides = [BPEDropout(tok, [pair[j] for pair in kept], data.bpe_dropout, seed=cfg.seed + j,
+                            max_len=data.max_len) for j in (0, 1)]
+
+        def sampler(epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+            return sides[0].epoch(epoch), sides[1].epoch(epoch)
+
     batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
                               bos_id=tok.bos_id, eos_id=tok.eos_id, seed=cfg.seed,
-                              world=dist.world)
+                              world=dist.world, sampler=sampler)
     task = Translation(tok.pad_id, cfg.label_smoothing)
     valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
                                     bos_id=tok.bos_id, eos_id=tok.eos_id,
@@ -122,6 +133,14 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch, padding "
                       f"{100 * batches.padding_ratio():.1f}%"
                       + (f" · resuming from {start.name}" if start else ""))
+        if sampler is not None:
+            first = batches.batches(0)
+            n_std = int(sum(len(x) for x in train_pairs.src) + sum(len(y) for y in train_pairs.tgt))
+            n_drop = int(sum(len(x) + len(y) for x, y in zip(*sampler(0))))
+            console.print(f"BPE-dropout p={data.bpe_dropout:g}: {VARIANTS} segmentations drawn "
+                          f"per word ({sides[0].n_words:,} source, {sides[1].n_words:,} target "
+                          f"words); epoch 0 has {n_drop / n_std - 1:+.1%} tokens, "
+                          f"{len(first) // dist.world:,} batches")
     out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)

@@ -38,11 +38,19 @@ from fullrank.training.tasks import Task
 
 class BatchSource(Protocol):
     """Deterministic batches: ``get(epoch, index, rank, world)`` is this rank's share of global
-    batch ``index`` of ``epoch``; ``len()`` is the number of global batches per epoch."""
+    batch ``index`` of ``epoch``; ``len()`` is the number of global batches per epoch. A source
+    whose epochs differ in length (new segmentations every epoch) also has
+    ``epoch_length(epoch)``, which the loop then uses instead of ``len()``."""
 
     def __len__(self) -> int: ...
 
     def get(self, epoch: int, index: int, *, rank: int = 0, world: int = 1) -> Any: ...
+
+
+def _epoch_length(data: BatchSource, epoch: int) -> int:
+    """Global batches in ``epoch``: ``data.epoch_length(epoch)`` where defined, else ``len(data)``."""
+    length = getattr(data, "epoch_length", None)
+    return length(epoch) if length is not None else len(data)
 
 
 @dataclass
@@ -177,7 +185,8 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
             group["lr"] = lr
         # this rank's micro-batches for the step (token counts taken on the CPU, before the
         # copy to the device, so that counting never waits for the accelerator)
-        cpu_batches = [data.get(*state.next_batch(len(data)), rank=dist.rank, world=dist.world)
+        cpu_batches = [data.get(*state.next_batch(_epoch_length(data, state.epoch)),
+                                rank=dist.rank, world=dist.world)
                        for _ in range(cfg.grad_accum)]
         n_local = sum(b.n_tokens for b in cpu_batches)
         n_global = float(all_reduce_sum(torch.tensor(float(n_local)), dist))
