@@ -130,8 +130,9 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
             console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
         console.print(f"data: {len(train_pairs):,} training pairs "
                       f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
-                      f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch, padding "
-                      f"{100 * batches.padding_ratio():.1f}%"
+                      f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
+                      + (" with standard BPE" if sampler is not None else
+                         f", padding {100 * batches.padding_ratio():.1f}%")
                       + (f" · resuming from {start.name}" if start else ""))
         if sampler is not None:
             first = batches.batches(0)
@@ -140,7 +141,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
             console.print(f"BPE-dropout p={data.bpe_dropout:g}: {VARIANTS} segmentations drawn "
                           f"per word ({sides[0].n_words:,} source, {sides[1].n_words:,} target "
                           f"words); epoch 0 has {n_drop / n_std - 1:+.1%} tokens, "
-                          f"{len(first) // dist.world:,} batches")
+                          f"{len(first) // dist.world:,} batches, padding "
+                          f"{100 * batches.padding_ratio(0):.1f}%")
     out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)
