@@ -74,6 +74,15 @@ def test_segment_follows_the_paper():
     assert seen == {("abc",), ("a", "bc"), ("a", "b", "c"), ("ab", "c")}
 
 
+def test_given_standard_encodings_are_used_as_they_are(tok, lines):
+    texts = lines[:200]
+    given = [np.asarray(ids, dtype=np.int32) for ids in tok.encode_batch(texts)]
+    bd = BPEDropout(tok, texts, 0.2, standard=given)
+    assert all(np.array_equal(a, b) for a, b in zip(bd.standard, given))
+    with pytest.raises(ValueError, match="199 standard encodings for 200 texts"):
+        BPEDropout(tok, texts, 0.2, standard=given[:-1])
+
+
 def test_a_sampled_text_longer_than_max_len_keeps_its_standard_pieces(tok, lines):
     long = [max(lines, key=len)]
     bd = BPEDropout(tok, long, 0.9, max_len=len(tok.encode(long[0])))
@@ -101,6 +110,9 @@ def test_parallel_batches_batch_each_epoch_by_its_own_lengths(tok, lines):
     plain, resampled = ParallelBatches(data, **kw), ParallelBatches(data, **kw, sampler=sampler)
     assert len(resampled) == len(plain)                          # counted on the standard ids
     src, tgt = sampler(2)
+    assert resampled.n_tokens() == plain.n_tokens(2) == sum(len(x) + len(y)
+                                                           for x, y in zip(data.src, data.tgt))
+    assert resampled.n_tokens(2) == sum(len(x) + len(y) for x, y in zip(src, tgt))
     seen = []
     for i in range(resampled.epoch_length(2)):
         b = resampled.get(2, i)

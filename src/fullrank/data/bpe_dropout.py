@@ -58,13 +58,15 @@ class BPEDropout:
         seed: with ``epoch``, determines every segmentation.
         variants: segmentations drawn per distinct word, ``K``.
         max_len: a sampled text longer than this many tokens keeps its standard segmentation.
+        standard: the texts' standard token ids, if the caller has them (``None``: encoded here).
 
     ``epoch(e)`` gives each text's token ids ``(len_i,)`` int32 (no specials), as
     ``tokenizer.encode`` would return them with standard BPE.
     """
 
     def __init__(self, tokenizer: Tokenizer, texts: Sequence[str], p: float, *, seed: int = 0,
-                 variants: int = VARIANTS, max_len: int | None = None) -> None:
+                 variants: int = VARIANTS, max_len: int | None = None,
+                 standard: Sequence[np.ndarray] | None = None) -> None:
         if tokenizer.kind != "bpe":
             raise ConfigError(f"BPE-dropout needs a bpe tokenizer, not {tokenizer.kind}; set "
                               "data.tokenizer: bpe or leave data.bpe_dropout at 0")
@@ -83,7 +85,11 @@ class BPEDropout:
 
         # every text as word ids; a text holding a special token's literal string is encoded
         # by the tokenizer itself (specials match before pre-tokenization): kept standard
-        self.standard = [np.asarray(ids, dtype=np.int32) for ids in tokenizer.encode_batch(texts)]
+        if standard is None:
+            standard = tokenizer.encode_batch(texts)
+        elif len(standard) != len(texts):
+            raise ValueError(f"{len(standard)} standard encodings for {len(texts)} texts")
+        self.standard = [np.asarray(ids, dtype=np.int32) for ids in standard]
         self._fixed = np.array([any(s in t for s in specials) for t in texts], dtype=bool)
         words: dict[str, int] = {}
         occ: list[int] = []

@@ -108,9 +108,8 @@ class ParallelBatches:
                               f"({int(base.lengths.max())} tokens with BOS/EOS); raise max_tokens "
                               "or lower max_len")
         self._base = base
-        self.src_lengths, self.tgt_lengths, self.lengths = base.src_lengths, base.tgt_lengths, base.lengths
         # bucket batches per epoch of data's own token ids, the same every epoch
-        self.n_batches = len(bucket_batches(self.lengths, max_tokens, seed=seed, epoch=0,
+        self.n_batches = len(bucket_batches(base.lengths, max_tokens, seed=seed, epoch=0,
                                             shuffle=shuffle))
 
     def _epoch(self, epoch: int) -> _Epoch:
@@ -154,6 +153,12 @@ class ParallelBatches:
         e = self._epoch(epoch)
         return collate_pairs([e.src[i] for i in b], [e.tgt[i] for i in b],
                              pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id)
+
+    def n_tokens(self, epoch: int | None = None) -> int:
+        """Source plus target tokens (no BOS/EOS) of every pair in ``epoch`` (``None``: of
+        ``data``'s own token ids)."""
+        e = self._base if epoch is None else self._epoch(epoch)
+        return int(e.src_lengths.sum() + e.tgt_lengths.sum()) - 2 * len(e.src)
 
     def padding_ratio(self, epoch: int = 0) -> float:
         """Padded over all positions of the padded sources and targets of ``epoch``'s batches."""

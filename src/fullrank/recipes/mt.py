@@ -101,7 +101,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     if data.bpe_dropout:
         kept = [train_raw[i] for i in train_pairs.kept]
         sides = [BPEDropout(tok, [pair[j] for pair in kept], data.bpe_dropout, seed=cfg.seed + j,
-                            max_len=data.max_len) for j in (0, 1)]
+                            max_len=data.max_len, standard=ids)
+                 for j, ids in enumerate((train_pairs.src, train_pairs.tgt))]
 
         def sampler(epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
             return sides[0].epoch(epoch), sides[1].epoch(epoch)
@@ -135,13 +136,10 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                          f", padding {100 * batches.padding_ratio():.1f}%")
                       + (f" · resuming from {start.name}" if start else ""))
         if sampler is not None:
-            first = batches.batches(0)
-            n_std = int(sum(len(x) for x in train_pairs.src) + sum(len(y) for y in train_pairs.tgt))
-            n_drop = int(sum(len(x) + len(y) for x, y in zip(*sampler(0))))
             console.print(f"BPE-dropout p={data.bpe_dropout:g}: {VARIANTS} segmentations drawn "
                           f"per word ({sides[0].n_words:,} source, {sides[1].n_words:,} target "
-                          f"words); epoch 0 has {n_drop / n_std - 1:+.1%} tokens, "
-                          f"{len(first) // dist.world:,} batches, padding "
+                          f"words); epoch 0 has {batches.n_tokens(0) / batches.n_tokens() - 1:+.1%}"
+                          f" tokens, {batches.epoch_length(0):,} batches, padding "
                           f"{100 * batches.padding_ratio(0):.1f}%")
     out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
