@@ -46,6 +46,16 @@ Usage::
 With ``--compile`` a fourth side runs: fullrank's defaults with the decoder step under
 ``torch.compile`` (:func:`fullrank.inference.compiled_decode`); its untimed warm-up decode is
 where it compiles, and the report gives that time.
+
+A file rather than one batch: ``--batches N`` gives every side ``N`` batches of ``--batch``
+sources, decoded one after another (a batch's search never sees another's sentences), and the
+rates count all ``N × batch`` sentences. ``--workers W`` adds a side: fullrank's defaults
+decoding those batches ``W`` at a time, each in its own thread with ``threads / W`` intra-op
+threads (:func:`fullrank.inference.workers.map_batches`, ``fullrank translate --workers``); its
+outputs must equal the one-batch-at-a-time fullrank side's. Every batch keeps ``--batch``
+sentences, so each search does the same work as on the other sides.
+
+    python bench/decode.py --batches 4 --workers 2   # a file of 4 × 16 sources, 2 workers
 """
 
 from __future__ import annotations
@@ -69,6 +79,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("beam", "greedy")
 SIDES = ("fullrank", "fullrank_same", "hf")  # defaults, PyTorch's defaults, Hugging Face
 COMPILED = "fullrank_compiled"  # with --compile: fullrank's defaults, decoder steps compiled
+WORKERS = "fullrank_workers"  # with --workers W > 1: fullrank's defaults, W batches at once
 
 PRESETS = {
     # the Multi30k recipe's model (configs/mt/multi30k_en_de.yaml): the default
@@ -96,12 +107,16 @@ class Setup:
     alpha: float = 0.6
     threads: int = 2
     seed: int = 0
+    batches: int = 1  # batches of `batch` sources, decoded one after another (a file)
+    workers: int = 1  # the workers side's batches decoded at once
 
 
-def sources(s: Setup) -> torch.Tensor:
-    """The ``(batch, src_len)`` random source ids (no padding) both sides decode."""
+def sources(s: Setup) -> list[torch.Tensor]:
+    """The ``s.batches`` batches of ``(batch, src_len)`` random source ids (no padding) that
+    every side decodes."""
     gen = torch.Generator().manual_seed(s.seed)
-    return torch.randint(3, s.vocab_size, (s.batch, s.src_len), generator=gen)
+    return list(torch.randint(3, s.vocab_size, (s.batches * s.batch, s.src_len),
+                              generator=gen).split(s.batch))
 
 
 def trainable(model: torch.nn.Module) -> int:
@@ -118,17 +133,15 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
     return EncoderDecoder(cfg).eval()
 
 
-def fullrank_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str,
-                    cached: bool = True, fast: bool = True, decode=None) -> list[list[int]]:
+def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup, mode: str,
+                    cached: bool = True, fast: bool = True, decode=None,
+                    workers: int = 1) -> list[list[int]]:
     from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search,
                                     decoding_layout, greedy_search)
+    from fullrank.inference.workers import map_batches
     from fullrank.runtime import fast_matmul
 
-    # fast: as `fullrank translate` decodes, CPU matrix multiplies through oneDNN
-    # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings. Either way the
-    # linear weights are column-major while decoding, converted inside the timed call, as
-    # `fullrank translate` does once per file (inference.decoding_layout: fullrank's code)
-    with fast_matmul(fast), decoding_layout(model):
+    def one(src: torch.Tensor) -> list[list[int]]:
         decoder = (Seq2SeqDecoder(model, src, decode=decode) if cached
                    else UncachedSeq2SeqDecoder(model, src))
         kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens,
@@ -137,6 +150,13 @@ def fullrank_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: s
             return greedy_search(decoder, **kw)
         hyps = beam_search(decoder, beam_size=s.beam, alpha=s.alpha, **kw)
         return [h[0].tokens for h in hyps]
+
+    # fast: as `fullrank translate` decodes, CPU matrix multiplies through oneDNN
+    # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings. Either way the
+    # linear weights are column-major while decoding, converted inside the timed call, as
+    # `fullrank translate` does once per file (inference.decoding_layout: fullrank's code)
+    with fast_matmul(fast), decoding_layout(model):
+        return [t for out in map_batches(one, batches, workers) for t in out]
 
 
 # ------------------------------------------------------------------------------ Hugging Face side
@@ -154,7 +174,8 @@ def hf_model(s: Setup) -> torch.nn.Module:
     return model.eval()
 
 
-def hf_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) -> list[list[int]]:
+def hf_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup,
+              mode: str) -> list[list[int]]:
     from transformers import GenerationConfig
 
     gen = GenerationConfig(
@@ -162,10 +183,13 @@ def hf_decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) ->
         early_stopping="never", do_sample=False, max_new_tokens=s.new_tokens,
         min_new_tokens=s.new_tokens, decoder_start_token_id=BOS, eos_token_id=EOS,
         pad_token_id=PAD, forced_eos_token_id=None, use_cache=True)
+    outputs = []
     with torch.inference_mode():
-        out = model.generate(input_ids=src, attention_mask=torch.ones_like(src, dtype=torch.bool),
-                             generation_config=gen)
-    return [row[1:] for row in out.tolist()]  # drop the decoder start token
+        for src in batches:
+            out = model.generate(input_ids=src, generation_config=gen,
+                                 attention_mask=torch.ones_like(src, dtype=torch.bool))
+            outputs += [row[1:] for row in out.tolist()]  # drop the decoder start token
+    return outputs
 
 
 def floor_seconds(s: Setup, mode: str) -> float:
@@ -205,10 +229,12 @@ def worker(side: str, s: Setup) -> dict:
 
         compiled = compiled_decode(model)
 
-    def decode(model: torch.nn.Module, src: torch.Tensor, s: Setup, mode: str) -> list[list[int]]:
+    def decode(model: torch.nn.Module, src: list[torch.Tensor], s: Setup,
+               mode: str) -> list[list[int]]:
         if side == "hf":
             return hf_decode(model, src, s, mode)
-        return fullrank_decode(model, src, s, mode, fast=side != "fullrank_same", decode=compiled)
+        return fullrank_decode(model, src, s, mode, fast=side != "fullrank_same", decode=compiled,
+                               workers=s.workers if side == WORKERS else 1)
 
     out: dict = {"side": side, "params": trainable(model),
                  "buffers": sum(b.numel() for b in model.buffers()),
@@ -253,11 +279,14 @@ def spawn(job: str, s: Setup) -> dict:
 
 # ---------------------------------------------------------------------------------------- report
 def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
-    by_side = {side: [r for r in runs if r["side"] == side] for side in (*SIDES, COMPILED)}
+    by_side = {side: [r for r in runs if r["side"] == side]
+               for side in (*SIDES, COMPILED, WORKERS)}
     by_side = {side: rs for side, rs in by_side.items() if rs}
+    sentences = s.batch * s.batches
     modes = {}
     for mode in MODES:
-        rate = {side: [s.batch / r["seconds"][mode] for r in rs] for side, rs in by_side.items()}
+        rate = {side: [sentences / r["seconds"][mode] for r in rs]
+                for side, rs in by_side.items()}
         paired = [a / b for a, b in zip(rate["fullrank"], rate["hf"])]
         same = [a / b for a, b in zip(rate["fullrank_same"], rate["hf"])]
         floor = statistics.median(s.batch / r["floor_seconds"][mode] for r in by_side["fullrank"])
@@ -276,15 +305,19 @@ def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
             == by_side["hf"][0]["outputs"][mode],
         }
         if COMPILED in by_side:
-            comp = [a / b for a, b in zip(rate[COMPILED], rate["hf"])]
             modes[mode].update({
-                "compiled_sent_per_s": rate[COMPILED],
-                "compiled_median": statistics.median(rate[COMPILED]),
-                "median_compiled_paired_ratio": statistics.median(comp),
-                "compiled_paired_ratios": comp,
+                **against_hf(rate, COMPILED, "compiled"),
                 "compile_seconds": statistics.median(r["warmup_seconds"][mode]
                                                      for r in by_side[COMPILED]),
                 "compiled_same_outputs_as_eager": by_side[COMPILED][0]["outputs"][mode]
+                == by_side["fullrank"][0]["outputs"][mode],
+            })
+        if WORKERS in by_side:
+            modes[mode].update({
+                **against_hf(rate, WORKERS, "workers"),
+                "workers_over_fullrank": statistics.median(
+                    a / b for a, b in zip(rate[WORKERS], rate["fullrank"])),
+                "workers_same_outputs_as_fullrank": by_side[WORKERS][0]["outputs"][mode]
                 == by_side["fullrank"][0]["outputs"][mode],
             })
     import transformers
@@ -311,6 +344,28 @@ def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
     }
 
 
+def against_hf(rate: dict[str, list[float]], side: str, key: str) -> dict:
+    """An extra side's per-round rates, their median and its per-round ratios to HF's, under
+    ``key``-prefixed names."""
+    paired = [a / b for a, b in zip(rate[side], rate["hf"])]
+    return {f"{key}_sent_per_s": rate[side], f"{key}_median": statistics.median(rate[side]),
+            f"median_{key}_paired_ratio": statistics.median(paired),
+            f"{key}_paired_ratios": paired}
+
+
+def side_table(rep: dict, key: str, intro: str, headers: tuple[str, str], cells) -> list[str]:
+    """Markdown lines for an extra side (``key``: ``compiled`` or ``workers``): its median rate and
+    ratios to HF per mode, plus two columns (``headers``; ``cells(m)`` gives their values)."""
+    lines = ["", intro, "", f"| mode | {key} sent/s (median) | median paired ratio to HF | "
+             f"per-round ratios | {headers[0]} | {headers[1]} |", "|---|---|---|---|---|---|"]
+    for mode, m in rep["modes"].items():
+        per = ", ".join(f"{r:.2f}" for r in m[f"{key}_paired_ratios"])
+        lines.append(f"| {mode} | {m[f'{key}_median']:.2f} | "
+                     f"{m[f'median_{key}_paired_ratio']:.2f}× | {per} | " + " | ".join(cells(m))
+                     + " |")
+    return lines
+
+
 def markdown(rep: dict) -> str:
     s = rep["setup"]
     lines = [
@@ -319,6 +374,7 @@ def markdown(rep: dict) -> str:
         f"Model: d_model {s['d_model']}, {s['n_layers']}+{s['n_layers']} layers, {s['n_heads']} "
         f"heads, d_ff {s['d_ff']}, shared vocabulary {s['vocab_size']}; trainable parameters "
         f"fullrank {rep['params']['fullrank']:,}, HF Marian {rep['params']['hf']:,}. "
+        + (f"{s['batches']} batches of " if s.get('batches', 1) > 1 else "") +
         f"{s['batch']} sources of {s['src_len']} tokens, {s['new_tokens']} new tokens (EOS "
         f"suppressed), beam {s['beam']} with α = {s['alpha']}, float32, {s['threads']} threads, "
         f"one untimed warm-up per subprocess, {len(rep['modes']['beam']['paired_ratios'])} "
@@ -339,21 +395,25 @@ def markdown(rep: dict) -> str:
     lines += ["", "Both sides decode the same weights (fullrank's, copied into Marian); the outputs "
               "are " + ", ".join(f"{mode} {'identical' if m['same_outputs_as_hf'] else 'DIFFERENT'}"
                                 for mode, m in rep["modes"].items()) + " to Hugging Face's."]
+    same = {True: "identical", False: "DIFFERENT"}
     if "compiled_median" in rep["modes"]["beam"]:
-        lines += ["", "With `--compile`: fullrank's decoder steps under `torch.compile` "
-                  "(`fullrank.inference.compiled_decode`, `fullrank translate --compile`), the "
-                  "first decode of each subprocess compiling (untimed, its time given here; "
-                  "Inductor reuses the kernels it finds in its on-disk cache, so a first run on "
-                  "a machine takes longer).", "",
-                  "| mode | compiled sent/s (median) | median paired ratio to HF | per-round "
-                  "ratios | first decode (compiling) s | outputs = eager fullrank's |",
-                  "|---|---|---|---|---|---|"]
-        for mode, m in rep["modes"].items():
-            per = ", ".join(f"{r:.2f}" for r in m["compiled_paired_ratios"])
-            lines.append(f"| {mode} | {m['compiled_median']:.2f} | "
-                         f"{m['median_compiled_paired_ratio']:.2f}× | {per} | "
-                         f"{m['compile_seconds']:.0f} | "
-                         f"{'identical' if m['compiled_same_outputs_as_eager'] else 'DIFFERENT'} |")
+        lines += side_table(
+            rep, "compiled", "With `--compile`: fullrank's decoder steps under `torch.compile` "
+            "(`fullrank.inference.compiled_decode`, `fullrank translate --compile`), the first "
+            "decode of each subprocess compiling (untimed, its time given here; Inductor reuses "
+            "the kernels it finds in its on-disk cache, so a first run on a machine takes "
+            "longer).", ("first decode (compiling) s", "outputs = eager fullrank's"),
+            lambda m: (f"{m['compile_seconds']:.0f}", same[m["compiled_same_outputs_as_eager"]]))
+    if "workers_median" in rep["modes"]["beam"]:
+        lines += side_table(
+            rep, "workers", f"With `--workers {s['workers']}`: fullrank's defaults decoding the "
+            f"{s['batches']} batches {s['workers']} at a time, each in its own thread with "
+            f"{max(1, s['threads'] // s['workers'])} intra-op thread(s) of the {s['threads']} "
+            f"(`fullrank.inference.workers.map_batches`, `fullrank translate --workers`); every "
+            f"batch still holds {s['batch']} sources.",
+            ("over one batch at a time (paired)", "outputs = fullrank's"),
+            lambda m: (f"{m['workers_over_fullrank']:.2f}×",
+                       same[m["workers_same_outputs_as_fullrank"]]))
     check = rep["cached_equals_uncached"]
     if check:
         lines += ["", "fullrank cached = uncached reference decoder on these inputs: " + ", ".join(
@@ -388,8 +448,13 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true",
                     help="also time fullrank with its decoder steps torch.compile'd (a fourth "
                          "side; each of its subprocesses compiles first, about 2 minutes)")
+    ap.add_argument("--batches", type=int, default=1,
+                    help="batches of --batch sources per side, decoded one after another")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="> 1: also time fullrank decoding the batches this many at a time")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--job", choices=[*SIDES, COMPILED, "verify"], help=argparse.SUPPRESS)
+    ap.add_argument("--job", choices=[*SIDES, COMPILED, WORKERS, "verify"],
+                    help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -402,8 +467,12 @@ def main() -> None:
     dims = {**PRESETS[args.preset], **{k: v for k, v in dict(
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, d_ff=args.d_ff,
         vocab_size=args.vocab_size).items() if v is not None}}
+    if args.batches < 1 or not 1 <= args.workers <= args.batches:
+        sys.exit(f"need --batches >= 1 and 1 <= --workers <= --batches, got --batches "
+                 f"{args.batches} --workers {args.workers}")
     s = Setup(**dims, batch=args.batch, src_len=args.src_len, new_tokens=args.new_tokens,
-              beam=args.beam, alpha=args.alpha, threads=args.threads)
+              beam=args.beam, alpha=args.alpha, threads=args.threads, batches=args.batches,
+              workers=args.workers)
     print(f"setup: {s}", flush=True)
     check = None
     if not args.no_verify:
@@ -411,10 +480,12 @@ def main() -> None:
         print(f"fullrank cached = uncached reference: {check}", flush=True)
     runs = []
     for r in range(args.rounds):
-        for side in (*SIDES, COMPILED) if args.compile else SIDES:  # A, B, C, A, B, C, ...
+        sides = (*SIDES, *[COMPILED] * args.compile, *[WORKERS] * (args.workers > 1))
+        for side in sides:  # A, B, C, A, B, C, ...
             res = spawn(side, s)
             runs.append(res)
-            times = ", ".join(f"{m} {s.batch / t:.2f} sent/s" for m, t in res["seconds"].items())
+            times = ", ".join(f"{m} {s.batch * s.batches / t:.2f} sent/s"
+                              for m, t in res["seconds"].items())
             print(f"round {r + 1} {side:13s} params {res['params']:,}: {times}", flush=True)
     rep = summarise(s, runs, check)
     if rep["params"]["fullrank"] != rep["params"]["hf"]:
@@ -422,6 +493,7 @@ def main() -> None:
     md = markdown(rep)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"decode-{args.preset}" if dims == PRESETS[args.preset] else "decode-custom"
+    stem += f"-{s.batches}x{s.batch}" if s.batches > 1 else ""
     (args.out / f"{stem}.md").write_text(md)
     (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=2) + "\n")
     print(md)

@@ -14,11 +14,16 @@ dropping finished sentences from the batch; HF ``generate`` with ``early_stoppin
 fullrank and HF run in separate processes, interleaved for ``--rounds`` rounds. The report gives
 sentences/second, the ratio, and the BLEU of each side's output against the references when a
 reference file is given.
+
+``--workers W`` (> 1) adds a third side: fullrank decoding the same batches ``W`` at a time, each
+in its own thread with ``threads / W`` intra-op threads (``fullrank translate --workers``,
+:func:`fullrank.inference.workers.map_batches`); its translations must equal fullrank's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -40,7 +45,10 @@ def batches(tok, lines: list[str], size: int) -> list[list[int]]:
 
 def run_side(side: str, args: argparse.Namespace) -> dict:
     from fullrank.data.text import read_lines
+    from fullrank.inference import decoding_layout
     from fullrank.inference.translate import translate
+    from fullrank.inference.workers import map_batches
+    from fullrank.runtime import fast_matmul
     from fullrank.training.checkpoints import load_checkpoint
 
     torch.set_num_threads(args.threads)
@@ -57,30 +65,41 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
         model = MarianMTModel(MarianConfig(**marian_config_kwargs(
             ckpt.config, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id))).eval()
         model.load_state_dict(marian_state_dict(ckpt.model), strict=True)
-    start = time.perf_counter()
-    for group in groups:
+
+    def ours(group: list[int]) -> list[str]:
         sents = [lines[i] for i in group]
-        if side == "fullrank":
-            limit = max(len(tok.encode(s)) for s in sents)
-            outs = translate(ckpt.model, tok, sents, beam=args.beam, alpha=args.alpha, a=0.0,
-                             b=limit + 50, batch_size=len(sents))
-            hyps = [o[0] for o in outs]
-        else:
-            ids = [tok.encode(s) + [tok.eos_id] for s in sents]
-            width = max(len(x) for x in ids)
-            src = torch.full((len(ids), width), tok.pad_id)
-            for r, x in enumerate(ids):
-                src[r, : len(x)] = torch.tensor(x)
-            gen = GenerationConfig(num_beams=args.beam, length_penalty=args.alpha,
-                                   early_stopping=True, max_new_tokens=width - 1 + 50,
-                                   decoder_start_token_id=tok.bos_id, eos_token_id=tok.eos_id,
-                                   pad_token_id=tok.pad_id, do_sample=False)
-            with torch.inference_mode():
-                out = model.generate(input_ids=src, attention_mask=src != tok.pad_id,
-                                     generation_config=gen)
-            hyps = [tok.decode([t for t in row[1:].tolist() if t != tok.pad_id]) for row in out]
-        for i, h in zip(group, hyps):
-            outputs[i] = h
+        limit = max(len(tok.encode(s)) for s in sents)
+        outs = translate(ckpt.model, tok, sents, beam=args.beam, alpha=args.alpha, a=0.0,
+                         b=limit + 50, batch_size=len(sents))
+        return [o[0] for o in outs]
+
+    def theirs(group: list[int]) -> list[str]:
+        ids = [tok.encode(lines[i]) + [tok.eos_id] for i in group]
+        width = max(len(x) for x in ids)
+        src = torch.full((len(ids), width), tok.pad_id)
+        for r, x in enumerate(ids):
+            src[r, : len(x)] = torch.tensor(x)
+        gen = GenerationConfig(num_beams=args.beam, length_penalty=args.alpha,
+                               early_stopping=True, max_new_tokens=width - 1 + 50,
+                               decoder_start_token_id=tok.bos_id, eos_token_id=tok.eos_id,
+                               pad_token_id=tok.pad_id, do_sample=False)
+        with torch.inference_mode():
+            out = model.generate(input_ids=src, attention_mask=src != tok.pad_id,
+                                 generation_config=gen)
+        return [tok.decode([t for t in row[1:].tolist() if t != tok.pad_id]) for row in out]
+
+    workers = args.workers if side == "fullrank_workers" else 1
+    start = time.perf_counter()
+    # fullrank: weights converted once here (the per-batch translate calls, also those in worker
+    # threads, find them converted and leave them), as `fullrank translate` does once per file
+    with contextlib.ExitStack() as stack:
+        if side != "hf":
+            stack.enter_context(fast_matmul())
+            stack.enter_context(decoding_layout(ckpt.model))
+        done = map_batches(theirs if side == "hf" else ours, groups, workers)
+        for group, hyps in zip(groups, done):
+            for i, h in zip(group, hyps):
+                outputs[i] = h
     seconds = time.perf_counter() - start
     return {"side": side, "seconds": seconds, "sentences": len(lines), "outputs": outputs}
 
@@ -96,12 +115,17 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--side", choices=["fullrank", "hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="> 1: also time fullrank decoding this many batches at a time")
+    ap.add_argument("--side", choices=["fullrank", "hf", "fullrank_workers"],
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:
         print(json.dumps(run_side(args.side, args)))
         return
     runs: dict[str, list[dict]] = {"fullrank": [], "hf": []}
+    if args.workers > 1:
+        runs["fullrank_workers"] = []
     for r in range(args.rounds):
         for side in runs:
             cmd = [sys.executable, __file__, *sys.argv[1:], "--side", side]
@@ -122,13 +146,25 @@ def main() -> None:
              f"| Hugging Face `generate` (Marian, same weights) | {rate['hf']:.2f} |",
              f"\nratio of medians {rate['fullrank'] / rate['hf']:.2f}×, median paired ratio "
              f"{paired:.2f}×."]
+    if args.workers > 1:
+        work = runs["fullrank_workers"]
+        paired_w = statistics.median(h["seconds"] / w["seconds"] for w, h in zip(work, runs["hf"]))
+        same_w = work[0]["outputs"] == runs["fullrank"][0]["outputs"]
+        lines[5:5] = [f"| fullrank `translate --workers {args.workers}` | "
+                      f"{rate['fullrank_workers']:.2f} |"]
+        lines.append(f"\n--workers {args.workers}: ratio of medians "
+                     f"{rate['fullrank_workers'] / rate['hf']:.2f}×, median paired ratio "
+                     f"{paired_w:.2f}× against `generate`; translations "
+                     f"{'identical to' if same_w else 'DIFFERENT from'} fullrank's one batch at "
+                     f"a time.")
     if args.ref:
+        from fullrank.cli.bleu import target_language
         from fullrank.data.text import read_lines
         from fullrank.evaluation.bleu import score
 
         refs = read_lines(args.ref)[: len(runs["fullrank"][0]["outputs"])]
         for side in runs:
-            b = score(runs[side][0]["outputs"], refs)
+            b = score(runs[side][0]["outputs"], refs, lang=target_language(args.ref, None) or "en")
             lines.append(f"\n{side} output: sacreBLEU {b.sacrebleu:.2f}, tokenized lowercased "
                          f"BLEU {b.tokenized_lowercased:.2f}")
         same = sum(a == b for a, b in zip(runs["fullrank"][0]["outputs"], runs["hf"][0]["outputs"]))

@@ -6,6 +6,7 @@ import json
 import random
 
 import pytest
+import torch
 
 from fullrank.cli import main
 
@@ -56,6 +57,17 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
                  str(tmp_path / "out.txt"), "--beam", "4", "--batch-size", "2"]) == 0
     outputs = (tmp_path / "out.txt").read_text().split("\n")[:-1]
     assert len(outputs) == 4 and outputs[1] == ""
+    # two workers (two batches decoded side by side in threads): the same translations (the
+    # training above set one thread; workers never outnumber threads)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
+                     str(tmp_path / "workers.txt"), "--beam", "4", "--batch-size", "1",
+                     "--workers", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert (tmp_path / "workers.txt").read_text() == (tmp_path / "out.txt").read_text()
     # each line translated alone gives the same result (batching and sorting are invisible)
     for i, line in enumerate(lines):
         (tmp_path / "one.txt").write_text(line + "\n")

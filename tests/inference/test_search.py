@@ -228,6 +228,10 @@ def test_bad_settings_are_one_line_errors():
         translate(model.eval(), None, ["a"], batch_size=0)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^b must be >= 1"):
         translate(model.eval(), None, ["a"], b=0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^workers must be >= 1"):
+        translate(model.eval(), None, ["a"], workers=0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"compiled decoding runs one batch at a time"):
+        translate(model.eval(), None, ["a"], workers=2, compile=True)  # type: ignore[arg-type]
 
 
 def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():

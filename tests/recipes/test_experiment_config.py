@@ -98,6 +98,7 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
     ("decode.batch_size=0", r"decode\.batch_size must be >= 1, got 0"),
     ("decode.a=-1", r"decode\.a must be >= 0 .*got -1"),
     ("decode.b=0", r"decode\.b must be >= 1 .*got 0"),
+    ("decode.workers=0", r"decode\.workers must be >= 1 \(batches decoded at once\), got 0"),
     ("decode.average_last=-1", r"decode\.average_last must be >= 0"),
     ("sample.temperature=-0.5", r"sample\.temperature must be ≥ 0"),
     ("sample.top_k=0", r"sample\.top_k must be a positive integer, got 0"),

@@ -31,6 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     p.add_argument("--n-best", type=int, default=1,
                    help="print the n best translations of each line, tab-separated")
+    p.add_argument("--workers", type=int, default=1,
+                   help="CPU: decode this many batches at once, each on an equal share of the "
+                        "threads (beam search on 2 cores: about 1.1× faster with 2; greedy: "
+                        "not faster); the same translations")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the decoder step: about a minute of compiling, then "
@@ -44,7 +48,7 @@ def _option(setting: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
-                   a=args.max_len_a, b=args.max_len_b, name=_option)
+                   a=args.max_len_a, b=args.max_len_b, workers=args.workers, name=_option)
     device = pick_device(args.device)
     ckpts = [load_checkpoint(path, device=device) for path in args.checkpoint]
     for ckpt in ckpts:
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     outputs = translate([c.model for c in ckpts], first.tokenizer, lines, beam=args.beam,
                         alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
                         batch_size=args.batch_size, n_best=args.n_best,
-                        progress=args.input is not None, compile=args.compile)
+                        progress=args.input is not None, compile=args.compile,
+                        workers=args.workers)
     text = "".join("\t".join(o) + "\n" for o in outputs)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -19,6 +19,7 @@ from fullrank.errors import ConfigError, DataError
 from fullrank.inference.decoders import EnsembleDecoder, Seq2SeqDecoder, compiled_decode
 from fullrank.inference.layout import decoding_layout
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
+from fullrank.inference.workers import map_batches
 from fullrank.runtime import fast_matmul
 
 
@@ -32,15 +33,17 @@ def first_too_long(encoded: Sequence[Sequence[int]], max_len: int) -> tuple[int,
 
 
 def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float = 1.0,
-                   b: int = 50, name: Callable[[str], str] = str) -> None:
+                   b: int = 50, workers: int = 1, name: Callable[[str], str] = str) -> None:
     """Raise :class:`ConfigError` unless ``beam ≥ 1``, ``1 ≤ n_best ≤ beam``, ``batch_size ≥ 1``,
-    ``a ≥ 0`` and ``b ≥ 1`` (so that every output may have a token); ``name`` spells a setting
-    for the message (e.g. ``"decode.{}".format`` for a config)."""
+    ``a ≥ 0``, ``b ≥ 1`` (so that every output may have a token) and ``workers ≥ 1``; ``name``
+    spells a setting for the message (e.g. ``"decode.{}".format`` for a config)."""
     length = "outputs may have a·|src| + b tokens"
     checks = ((beam >= 1, f"{name('beam')} must be >= 1 (1 = greedy search), got {beam}"),
               (1 <= n_best <= beam, f"{name('n_best')} must be between 1 and {name('beam')} "
                                     f"({beam}), got {n_best}"),
               (batch_size >= 1, f"{name('batch_size')} must be >= 1, got {batch_size}"),
+              (workers >= 1, f"{name('workers')} must be >= 1 (batches decoded at once), got "
+                             f"{workers}"),
               (a >= 0, f"{name('a')} must be >= 0 ({length}), got {a}"),
               (b >= 1, f"{name('b')} must be >= 1 ({length}), got {b}"))
     for ok, message in checks:
@@ -52,7 +55,7 @@ def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float 
 def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, lines: Sequence[str],
               *, beam: int = 4, alpha: float = 0.6, a: float = 1.0, b: int = 50,
               batch_size: int = 64, n_best: int = 1, progress: bool = False,
-              compile: bool = False) -> list[list[str]]:
+              compile: bool = False, workers: int = 1) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
@@ -70,26 +73,36 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
         progress: show a progress bar over batches.
         compile: run the decoder steps ``torch.compile``d (:func:`compiled_decode`): about a
             minute of compiling first on a CPU, then faster steps; the same translations.
+        workers: batches decoded at once on a CPU, each in its own thread with an equal share
+            of PyTorch's threads, never more workers than threads
+            (:func:`~fullrank.inference.workers.map_batches`). Each batch decodes exactly as it
+            would alone: the same translations for any number of workers.
 
     CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
     (:mod:`fullrank.runtime`), and the model's linear weights are stored column-major
     (:func:`~fullrank.inference.layout.decoding_layout`; restored on return).
     """
-    check_settings(beam=beam, n_best=n_best, batch_size=batch_size, a=a, b=b)
+    check_settings(beam=beam, n_best=n_best, batch_size=batch_size, a=a, b=b, workers=workers)
     models = [model] if isinstance(model, nn.Module) else list(model)
     if not models:
         raise ConfigError("translate needs a model (or several, for an ensemble)")
+    if workers > 1 and compile:
+        raise ConfigError("compiled decoding runs one batch at a time; use workers=1 with "
+                          "compile (--workers 1 with --compile)")
+    if workers > 1 and next(models[0].parameters()).device.type != "cpu":
+        raise ConfigError("workers > 1 decodes batches side by side on CPU threads; on a GPU "
+                          "use one worker and a larger batch_size")
     with fast_matmul(), contextlib.ExitStack() as stack:
         for m in models:
             stack.enter_context(decoding_layout(m))
         return _translate(models, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
                           batch_size=batch_size, n_best=n_best, progress=progress,
-                          compile=compile)
+                          compile=compile, workers=workers)
 
 
 def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[str], *,
                beam: int, alpha: float, a: float, b: int, batch_size: int, n_best: int,
-               progress: bool, compile: bool) -> list[list[str]]:
+               progress: bool, compile: bool, workers: int) -> list[list[str]]:
     max_len = min(m.config.max_len for m in models)  # type: ignore[union-attr]
     device = next(models[0].parameters()).device
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
@@ -102,7 +115,9 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
     todo.sort(key=lambda i: -len(encoded[i]))
     decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]
     batches = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
-    for batch in tqdm(batches, disable=not progress, desc="translate", unit="batch"):
+
+    def run(batch: list[int]) -> list[list[str]]:
+        """The ``n_best`` translations of each line of ``batch`` (indices into ``lines``)."""
         seqs = [encoded[i] + [tokenizer.eos_id] for i in batch]
         width = max(len(s) for s in seqs)
         src = torch.full((len(seqs), width), tokenizer.pad_id, dtype=torch.long)
@@ -117,11 +132,14 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
         if beam == 1:
             outs = greedy_search(decoder, batch_size=len(seqs), bos_id=tokenizer.bos_id,
                                  eos_id=tokenizer.eos_id, max_len=lengths)
-            for i, ids in zip(batch, outs):
-                results[i] = [tokenizer.decode(ids)] * n_best
-            continue
+            return [[tokenizer.decode(ids)] * n_best for ids in outs]
         hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=tokenizer.bos_id,
                            eos_id=tokenizer.eos_id, max_len=lengths, alpha=alpha, n_best=n_best)
-        for i, sentence in zip(batch, hyps):
-            results[i] = [tokenizer.decode(h.tokens) for h in sentence]
+        return [[tokenizer.decode(h.tokens) for h in sentence] for sentence in hyps]
+
+    for batch, translations in zip(batches, tqdm(map_batches(run, batches, workers),
+                                                 total=len(batches), disable=not progress,
+                                                 desc="translate", unit="batch")):
+        for i, t in zip(batch, translations):
+            results[i] = t
     return results

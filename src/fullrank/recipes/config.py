@@ -114,6 +114,9 @@ class DecodeConfig:
         beam, alpha: beam size and GNMT length-penalty exponent (paper: 4 and 0.6).
         a, b: maximum output length ``a·|src| + b`` (paper: input length + 50).
         batch_size: sentences decoded together.
+        workers: batches decoded at once on a CPU, each on an equal share of the threads
+            (:func:`fullrank.inference.translate.translate`); the same translations. GPUs
+            decode one batch at a time whatever this says.
         average_last: also evaluate the average of the last K checkpoints (0 = no averaging).
         splits: what to translate and score: ``valid``, ``test`` and names of
             ``data.eval_sets``.
@@ -128,13 +131,14 @@ class DecodeConfig:
     a: float = 1.0
     b: int = 50
     batch_size: int = 64
+    workers: int = 1
     average_last: int = 5
     splits: tuple[str, ...] = ("valid", "test")
     tune_alpha: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         check_settings(beam=self.beam, batch_size=self.batch_size, a=self.a, b=self.b,
-                       name="decode.{}".format)
+                       workers=self.workers, name="decode.{}".format)
         if self.average_last < 0:
             raise ConfigError(f"decode.average_last must be >= 0 (0 = no averaging), got "
                               f"{self.average_last}")

@@ -1,0 +1,94 @@
+"""``map_batches``: batches decoded side by side in threads give what a plain loop gives, in
+order; the workers really overlap, run in inference mode on their share of the threads; errors
+reach the caller; the thread count comes back."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from fullrank.inference import Seq2SeqDecoder, beam_search, max_output_len
+from fullrank.inference.workers import map_batches, worker_threads
+from tests.inference.toy import BOS, EOS, padded_sources, translation_model
+
+V = 13
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_two_workers_overlap_in_inference_mode_on_one_thread_each(two_threads):
+    both_running = threading.Barrier(2, timeout=10)  # breaks unless two batches run at once
+    seen = []
+
+    def fn(batch: int) -> tuple[int, int, bool, int]:
+        if batch < 2:
+            both_running.wait()
+        seen.append(batch)
+        return (batch, threading.get_ident(), torch.is_inference_mode_enabled(),
+                torch.get_num_threads())
+
+    out = list(map_batches(fn, list(range(6)), workers=2))
+    assert [o[0] for o in out] == list(range(6))                 # in order
+    assert len({o[1] for o in out}) == 2 and threading.get_ident() not in {o[1] for o in out}
+    assert all(o[2] for o in out) and all(o[3] == 1 for o in out)
+    assert torch.get_num_threads() == 2 and sorted(seen) == list(range(6))
+
+
+def test_one_worker_one_batch_or_one_thread_is_a_plain_loop(two_threads):
+    here = threading.get_ident()
+    assert list(map_batches(lambda b: threading.get_ident(), [0, 1], workers=1)) == [here] * 2
+    assert list(map_batches(lambda b: threading.get_ident(), [0], workers=2)) == [here]
+    torch.set_num_threads(1)  # never more workers than threads
+    assert list(map_batches(lambda b: threading.get_ident(), [0, 1, 2], workers=2)) == [here] * 3
+
+
+def test_an_error_reaches_the_caller_and_later_batches_never_start(two_threads):
+    started = []
+
+    def fn(batch: int) -> int:
+        started.append(batch)
+        if batch == 0:
+            raise ValueError("bad batch")
+        return batch
+
+    with pytest.raises(ValueError, match="bad batch"):
+        list(map_batches(fn, list(range(50)), workers=2))
+    assert len(started) < 50 and torch.get_num_threads() == 2
+
+
+def test_worker_threads_share_the_threads_and_restore_them():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        with worker_threads(2) as share:
+            assert share == 2 and torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 4
+        with pytest.raises(RuntimeError), worker_threads(8) as share:  # never below one
+            assert share == 1 and torch.get_num_threads() == 1
+            raise RuntimeError
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads):
+    torch.manual_seed(0)
+    model = translation_model(vocab_size=V)
+    batches = [padded_sources(lengths, V) for lengths in ([6, 2, 4], [5, 5], [3, 7, 1, 2])]
+
+    def decode(batch):
+        src, keep = batch
+        hyps = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=src.shape[0],
+                           beam_size=3, n_best=2, bos_id=BOS, eos_id=EOS,
+                           max_len=max_output_len(keep.sum(1), b=6))
+        return [[(h.tokens, h.score) for h in s] for s in hyps]
+
+    assert list(map_batches(decode, batches, workers=2)) == [decode(b) for b in batches]
