@@ -24,7 +24,7 @@ def write_corpus(root, splits) -> None:
         (root / f"{split}.de").write_text("\n".join(tgt) + "\n")
 
 
-def test_train_translate_average_bleu(tmp_path, capsys, monkeypatch):
+def test_train_translate_average_bleu(tmp_path, capsys, monkeypatch, two_threads):
     write_corpus(tmp_path, (("train", 600, 0), ("val", 40, 1), ("test", 30, 2), ("other", 9, 3)))
     cfg = tmp_path / "mt.yaml"
     cfg.write_text(f"""
@@ -41,6 +41,7 @@ train: {{steps: 16, lr: 2.0, schedule: noam, warmup: 8, label_smoothing: 0.1, ev
 decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_size: 7}}
 """)
     assert main(["train", str(cfg), "--quiet"]) == 0
+    assert torch.get_num_threads() == 2  # train.threads=1 held for the run only
     out = capsys.readouterr().out
     assert "test (last)" in out and "test (avg3)" in out and "nrefs:1|case:mixed" in out
     run = tmp_path / "runs" / "tiny_mt"
@@ -57,16 +58,10 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
                  str(tmp_path / "out.txt"), "--beam", "4", "--batch-size", "2"]) == 0
     outputs = (tmp_path / "out.txt").read_text().split("\n")[:-1]
     assert len(outputs) == 4 and outputs[1] == ""
-    # two workers (two batches decoded side by side in threads): the same translations (the
-    # training above set one thread; workers never outnumber threads)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
-                     str(tmp_path / "workers.txt"), "--beam", "4", "--batch-size", "1",
-                     "--workers", "2"]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    # two workers (two batches decoded side by side in threads): the same translations
+    assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
+                 str(tmp_path / "workers.txt"), "--beam", "4", "--batch-size", "1",
+                 "--workers", "2"]) == 0
     assert (tmp_path / "workers.txt").read_text() == (tmp_path / "out.txt").read_text()
     # each line translated alone gives the same result (batching and sorting are invisible)
     for i, line in enumerate(lines):

@@ -16,14 +16,6 @@ from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 V = 13
 
 
-@pytest.fixture
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_two_workers_overlap_in_inference_mode_on_one_thread_each(two_threads):
     both_running = threading.Barrier(2, timeout=10)  # breaks unless two batches run at once
     seen = []

@@ -1,11 +1,14 @@
-"""What the recipes share: the run report, the resume policy, the tokenizer."""
+"""What the recipes share: the run report, the resume policy, the tokenizer, the thread count."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
+
+import torch
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError
@@ -14,6 +17,24 @@ from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, barrier
 
 Resume = Literal["never", "auto", "always"]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def keeps_thread_count(recipe: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a recipe that may set PyTorch's thread count (``train.threads``) so that the count
+    is as before when it returns or raises: a run started from Python leaves the process as it
+    found it."""
+
+    @functools.wraps(recipe)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        before = torch.get_num_threads()
+        try:
+            return recipe(*args, **kwargs)
+        finally:
+            torch.set_num_threads(before)
+
+    return run
 
 
 @dataclass

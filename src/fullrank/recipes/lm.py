@@ -21,7 +21,8 @@ from fullrank.inference.decoders import LMDecoder
 from fullrank.inference.layout import decoding_layout
 from fullrank.inference.sampling import sample
 from fullrank.models import build_model
-from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
+from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
+                                     prepare_tokenizer)
 from fullrank.recipes.config import ExperimentConfig, save_resolved
 from fullrank.runtime import fast_matmul, matmul_summary
 from fullrank.training.checkpoints import latest_checkpoint
@@ -43,6 +44,7 @@ def corpus(exp: ExperimentConfig, name: str | None, tok: Tokenizer, dist: DistIn
     return ids
 
 
+@keeps_thread_count
 def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
            console: Console | None = None) -> RunReport:
     """Train, evaluate and sample a language model as ``exp`` describes."""

@@ -24,7 +24,8 @@ from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.bleu import score
 from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import build_model
-from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
+from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
+                                     prepare_tokenizer)
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
 from fullrank.runtime import matmul_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
@@ -66,6 +67,7 @@ def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]]
             "output": str(out_file)}
 
 
+@keeps_thread_count
 def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
            console: Console | None = None) -> RunReport:
     """Train and evaluate a translation model as ``exp`` describes."""
