@@ -139,3 +139,17 @@ def apply_fast_defaults() -> None:
     """Turn the setting on for the rest of the process (benchmarks and scripts)."""
     if fast_matmul_available():
         _set_precision("bf16")
+
+
+@contextlib.contextmanager
+def num_threads(n: int | None = None) -> Iterator[int]:
+    """PyTorch's intra-op CPU thread count set to ``n`` inside the block (``None``: left as it
+    is, and whatever the block sets is undone), and the previous count restored on exit, also
+    after an error. It is one setting for the whole process. Yields the count in effect."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

@@ -20,30 +20,25 @@ precision when the target is reachable) or by Adam then L-BFGS for larger layers
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from fullrank.errors import ConfigError
+from fullrank.runtime import num_threads
 
 
-@contextmanager
-def single_thread() -> Iterator[None]:
+def single_thread() -> AbstractContextManager[int]:
     """Run torch single-threaded inside the block, restoring the thread count after.
 
     The fits here multiply matrices of a few dozen rows thousands of times; intra-op threads
     cost more than they give at that size (on a busy 2-core machine a fit ran 7× slower with
     2 threads than with 1).
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return num_threads(1)
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,9 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             minute of compiling first on a CPU, then faster steps; the same translations.
         workers: batches decoded at once on a CPU, each in its own thread with an equal share
             of PyTorch's threads, never more workers than threads
-            (:func:`~fullrank.inference.workers.map_batches`). Each batch decodes exactly as it
-            would alone: the same translations for any number of workers.
+            (:func:`~fullrank.inference.workers.map_batches`); on a GPU one batch at a time
+            whatever this says. Each batch decodes exactly as it would alone: the same
+            translations for any number of workers.
 
     CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
     (:mod:`fullrank.runtime`), and the model's linear weights are stored column-major
@@ -89,9 +90,8 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
     if workers > 1 and compile:
         raise ConfigError("compiled decoding runs one batch at a time; use workers=1 with "
                           "compile (--workers 1 with --compile)")
-    if workers > 1 and next(models[0].parameters()).device.type != "cpu":
-        raise ConfigError("workers > 1 decodes batches side by side on CPU threads; on a GPU "
-                          "use one worker and a larger batch_size")
+    if next(models[0].parameters()).device.type != "cpu":
+        workers = 1  # CPU threads share out a CPU; a GPU takes one (larger) batch at a time
     with fast_matmul(), contextlib.ExitStack() as stack:
         for m in models:
             stack.enter_context(decoding_layout(m))

@@ -22,22 +22,17 @@ from typing import TypeVar
 
 import torch
 
+from fullrank.runtime import num_threads
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-@contextlib.contextmanager
-def worker_threads(workers: int) -> Iterator[int]:
+def worker_threads(workers: int) -> contextlib.AbstractContextManager[int]:
     """Give each of ``workers`` threads an equal share of PyTorch's intra-op CPU threads (at
-    least one) inside the block; yields the share. PyTorch's thread count is one setting for the
-    whole process: restored on exit."""
-    before = torch.get_num_threads()
-    share = max(1, before // workers)
-    torch.set_num_threads(share)
-    try:
-        yield share
-    finally:
-        torch.set_num_threads(before)
+    least one) inside the block; yields the share (:func:`fullrank.runtime.num_threads`: the
+    count is restored on exit)."""
+    return num_threads(max(1, torch.get_num_threads() // workers))
 
 
 def map_batches(fn: Callable[[T], R], batches: Sequence[T], workers: int = 1) -> Iterator[R]:

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
-import torch
-
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError
 from fullrank.recipes.config import ExperimentConfig
+from fullrank.runtime import num_threads
 from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, barrier
 
@@ -28,11 +27,8 @@ def keeps_thread_count(recipe: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(recipe)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        before = torch.get_num_threads()
-        try:
+        with num_threads():
             return recipe(*args, **kwargs)
-        finally:
-            torch.set_num_threads(before)
 
     return run
 

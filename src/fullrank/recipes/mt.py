@@ -54,11 +54,10 @@ def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]]
     """Translate the sources of ``pairs``, write the output, and score it against the targets
     (in target language ``lang``)."""
     start = time.perf_counter()
-    on_cpu = next(model.parameters()).device.type == "cpu"
     hyps = [h[0] for h in translate(model, tok, [s for s, _ in pairs], beam=decode.beam,
                                     alpha=decode.alpha, a=decode.a, b=decode.b,
                                     batch_size=decode.batch_size, progress=progress,
-                                    workers=decode.workers if on_cpu else 1)]
+                                    workers=decode.workers)]
     seconds = time.perf_counter() - start
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
