@@ -127,9 +127,11 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     args = ["--quiet", "train.eps=1.0", "train.device=cpu"]
     subprocess.run([*FULLRANK, "train", str(tiny_experiment(one, steps=6, dropout=0.0)), *args],
                    check=True, capture_output=True, env=env)
-    subprocess.run([torchrun, "--nproc_per_node=2", "--master_port", str(29500 + os.getpid() % 1000),
-                    "-m", "fullrank", "train", str(tiny_experiment(two, steps=6, dropout=0.0)),
-                    *args], check=True, capture_output=True, env=env)
+    # --standalone: torchrun picks a free port itself (a fixed one can be taken on a busy machine)
+    ddp = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "fullrank", "train",
+                          str(tiny_experiment(two, steps=6, dropout=0.0)), *args],
+                         capture_output=True, text=True, env=env)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = final_weights(one / "runs" / "tiny"), final_weights(two / "runs" / "tiny")
     for k in a:
         assert (a[k] - b[k]).abs().max() < 1e-5, k
