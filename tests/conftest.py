@@ -12,10 +12,15 @@ def _seed() -> None:
 
 
 @pytest.fixture
-def two_threads():
-    """PyTorch on two intra-op threads inside the test (whatever the machine has), as before
-    after it."""
+def restore_threads():
+    """PyTorch's intra-op thread count put back after the test, whatever the test set."""
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def two_threads(restore_threads):
+    """PyTorch on two intra-op threads inside the test (whatever the machine has), as before
+    after it."""
+    torch.set_num_threads(2)

@@ -193,21 +193,17 @@ def test_models_compile_to_one_graph_on_cpu(fast):
             assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
-def test_num_threads_sets_the_count_and_always_restores_it():
+def test_num_threads_sets_the_count_and_always_restores_it(restore_threads):
     from fullrank.runtime import num_threads
 
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(3)
-        with num_threads(1) as n:
-            assert n == 1 and torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 3
-        with num_threads() as n:  # None: left as is, what the block sets is undone
-            assert n == 3
-            torch.set_num_threads(2)
-        assert torch.get_num_threads() == 3
-        with pytest.raises(RuntimeError), num_threads(2):
-            raise RuntimeError
-        assert torch.get_num_threads() == 3
-    finally:
-        torch.set_num_threads(before)
+    torch.set_num_threads(3)
+    with num_threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 3
+    with num_threads() as n:  # None: left as is, what the block sets is undone
+        assert n == 3
+        torch.set_num_threads(2)
+    assert torch.get_num_threads() == 3
+    with pytest.raises(RuntimeError), num_threads(2):
+        raise RuntimeError
+    assert torch.get_num_threads() == 3

@@ -56,19 +56,15 @@ def test_an_error_reaches_the_caller_and_later_batches_never_start(two_threads):
     assert len(started) < 50 and torch.get_num_threads() == 2
 
 
-def test_worker_threads_share_the_threads_and_restore_them():
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(4)
-        with worker_threads(2) as share:
-            assert share == 2 and torch.get_num_threads() == 2
-        assert torch.get_num_threads() == 4
-        with pytest.raises(RuntimeError), worker_threads(8) as share:  # never below one
-            assert share == 1 and torch.get_num_threads() == 1
-            raise RuntimeError
-        assert torch.get_num_threads() == 4
-    finally:
-        torch.set_num_threads(before)
+def test_worker_threads_share_the_threads_and_restore_them(restore_threads):
+    torch.set_num_threads(4)
+    with worker_threads(2) as share:
+        assert share == 2 and torch.get_num_threads() == 2
+    assert torch.get_num_threads() == 4
+    with pytest.raises(RuntimeError), worker_threads(8) as share:  # never below one
+        assert share == 1 and torch.get_num_threads() == 1
+        raise RuntimeError
+    assert torch.get_num_threads() == 4
 
 
 def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads):
