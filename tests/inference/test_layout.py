@@ -81,3 +81,50 @@ def test_argmax_rows_is_argmax_and_takes_the_first_of_equals():
     assert torch.equal(argmax_rows(x), x.argmax(dim=1))
     ties = torch.tensor([[0.0, 2.0, 2.0, 1.0], [3.0, 3.0, 3.0, 3.0]])
     assert argmax_rows(ties).tolist() == [1, 0]
+
+
+def test_the_block_keeps_one_transposed_output_weight_for_every_decoder():
+    """Inside the block every decoder's output projection reads the block's one contiguous copy
+    of the (tied) output weight's transpose, instead of copying the largest matrix per batch;
+    outside, each gets its own; decoding gives the same outputs either way."""
+    from fullrank.inference.layout import transposed
+
+    torch.manual_seed(0)
+    model = translation_model(vocab_size=V)                            # tied: W is the embedding
+    w = model.output_weight
+    src, keep = padded_sources([5, 4], V)
+    outside = transposed(w)
+    assert outside.is_contiguous() and torch.equal(outside, w.t())
+    assert transposed(w).data_ptr() != outside.data_ptr()             # a fresh copy each time
+    kw = dict(batch_size=2, bos_id=BOS, eos_id=EOS, max_len=6)
+    plain = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=3, **kw)
+    with decoding_layout(model):
+        shared = transposed(w)
+        assert shared.is_contiguous() and torch.equal(shared, w.t())
+        assert transposed(w).data_ptr() == shared.data_ptr()          # the block's one copy
+        assert Seq2SeqDecoder(model, src, keep).project.weight_t.data_ptr() == shared.data_ptr()
+        inside = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=3, **kw)
+    assert transposed(w).data_ptr() != shared.data_ptr()              # gone with the block
+    assert [[h.tokens for h in s] for s in inside] == [[h.tokens for h in s] for s in plain]
+    untied = translation_model(vocab_size=V, tie_embeddings=False)
+    with decoding_layout(untied):  # a column-major linear weight: its transpose is a view
+        assert transposed(untied.output_weight).data_ptr() == untied.output_weight.data_ptr()
+
+
+def test_a_steps_logits_are_written_into_one_buffer_with_the_products_values():
+    """The projection reuses its output buffer between steps of the same shape (no fresh pages
+    per step) and computes exactly ``h @ Wᵀ``; under autograd it allocates as usual."""
+    from fullrank.inference.decoders import _Projection
+
+    w = torch.randn(11, 6)
+    project = _Projection(w)
+    h1, h2 = torch.randn(4, 1, 6), torch.randn(4, 1, 6)
+    first = project(h1)
+    torch.testing.assert_close(first, h1 @ w.t())
+    ptr = first.data_ptr()
+    second = project(h2)
+    assert second.data_ptr() == ptr                                   # the same buffer
+    torch.testing.assert_close(second, h2 @ w.t())
+    assert project(torch.randn(2, 3, 6)).shape == (2, 3, 11)
+    g = torch.randn(4, 1, 6, requires_grad=True)
+    assert project(g).requires_grad

@@ -108,3 +108,91 @@ def test_cached_attention_backpropagates_like_the_full_forward():
     (g_full,) = torch.autograd.grad(full.square().sum(), x)
     torch.testing.assert_close(stepped, full, atol=1e-12, rtol=0)
     torch.testing.assert_close(g_steps, g_full, atol=1e-12, rtol=0)
+
+
+def _copied_history(chunks: list[torch.Tensor], history: list[torch.Tensor]) -> torch.Tensor:
+    """Reference for a reordered cache: ``chunks[j] (B_j, H, 1, D)`` appended at step ``j`` and
+    ``history[j] (B,)`` the row of step ``j`` each final row descends from → ``(B, H, L, D)``."""
+    return torch.cat([c[h] for c, h in zip(chunks, history)], dim=2)
+
+
+def test_beam_cache_reorders_within_groups_like_a_copied_cache():
+    """BeamKVCache keeps each key where it was appended and gathers a small table instead; what
+    each row sees — its keys through the visibility mask — must be exactly a copied cache's rows,
+    through widening (1 → g rows per group), reorders within groups and groups leaving."""
+    from fullrank.layers.kv_cache import BeamKVCache
+
+    gen = torch.Generator().manual_seed(0)
+    n, g, h, d = 3, 4, 2, 5
+    beam, plain = BeamKVCache(), KVCache()
+    chunks: list[torch.Tensor] = []
+    lineage: list[torch.Tensor] = []  # per step, the row of that step each current row comes from
+    rows = n
+    for step in range(7):
+        k = torch.randn(rows, h, 1, d, generator=gen)
+        beam.append(k, k + 1)
+        plain.append(k, k + 1)
+        chunks.append(k)
+        lineage = [*lineage, torch.arange(rows)]
+        keys, values = beam.keys, beam.values                       # (N, H, L·g, D)
+        groups, size = keys.shape[0], rows // keys.shape[0]
+        seen = beam.visible(1)                                      # (N, 1, g, L·g) or None
+        for r in range(rows):
+            if seen is None:
+                mine = keys[r]                                      # one row per group
+            else:
+                mine = keys[r // size][:, seen[r // size, 0, r % size]]  # (H, L, D) in order
+            torch.testing.assert_close(mine, plain.keys[r], rtol=0, atol=0)
+            torch.testing.assert_close(mine, _copied_history(chunks, lineage)[r], rtol=0, atol=0)
+        assert torch.equal(values, keys + 1)
+        # the next reorder: widen at step 0, drop a group at step 4, else shuffle within groups
+        if step == 0:
+            index, sources = torch.arange(n).repeat_interleave(g), None
+        elif step == 4:
+            keep = torch.tensor([0, 2])
+            index = (keep[:, None] * g + torch.randint(0, g, (2, g), generator=gen)).reshape(-1)
+            sources = keep
+        else:
+            groups = rows // g
+            index = (torch.arange(groups)[:, None] * g
+                     + torch.randint(0, g, (groups, g), generator=gen)).reshape(-1)
+            sources = None
+        beam.reorder(index, sources=sources)
+        plain.reorder(index)
+        lineage = [step_rows[index] for step_rows in lineage]
+        rows = index.numel()
+    assert beam.group == g and beam.keys.shape[0] == 2
+
+
+@torch.no_grad()
+def test_beam_cache_attention_equals_a_copied_cache_and_new_positions_stay_causal():
+    """Multi-head attention over a BeamKVCache (grouped queries, mask from the cache) gives the
+    outputs of the same steps over a plain KVCache, for one new token per step and for several."""
+    import pytest
+
+    from fullrank.errors import ConfigError
+    from fullrank.layers.attention import MultiHeadAttention
+    from fullrank.layers.kv_cache import BeamKVCache
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, d_head=6, d_value=3).eval().double()
+    n, g = 2, 3
+    beam, plain = BeamKVCache(), KVCache()
+    x = torch.randn(n, 2, 16, dtype=torch.float64)
+    torch.testing.assert_close(mha(x, is_causal=True, cache=beam), mha(x, is_causal=True, cache=plain))
+    index = torch.arange(n).repeat_interleave(g)                         # widen to g rows per group
+    beam.reorder(index)
+    plain.reorder(index)
+    for t in (1, 1, 3, 1):
+        x = torch.randn(n * g, t, 16, dtype=torch.float64)
+        torch.testing.assert_close(mha(x, is_causal=True, cache=beam),
+                                   mha(x, is_causal=True, cache=plain), rtol=0, atol=1e-12)
+        index = (torch.arange(n)[:, None] * g + torch.randint(0, g, (n, g))).reshape(-1)
+        beam.reorder(index)
+        plain.reorder(index)
+    with pytest.raises(ConfigError, match="mask"):
+        mha(x[:, :1], mask=torch.ones(1, 1, 1, 1, dtype=torch.bool), cache=beam)
+    with pytest.raises(ConfigError, match="groups"):
+        beam.append(torch.randn(n * g + 1, 4, 1, 6), torch.randn(n * g + 1, 4, 1, 3))
+    with pytest.raises(ConfigError, match="gradients"):
+        BeamKVCache().append(torch.randn(1, 1, 1, 2, requires_grad=True), torch.randn(1, 1, 1, 2))

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from fullrank.errors import ConfigError
+from fullrank.inference.layout import transposed
 from fullrank.layers.kv_cache import DecoderCache
 
 
@@ -44,7 +45,8 @@ class Decoder(Protocol):
 
     def step(self, tokens: Tensor) -> Tensor:
         """Feed ``tokens (B, t)`` (the newest target tokens of each row) and return the logits
-        ``(B, t, V)`` of the token that follows each; advances the state by ``t`` positions."""
+        ``(B, t, V)`` of the token that follows each; advances the state by ``t`` positions.
+        The logits may be overwritten by the next step (copy them to keep them)."""
         ...
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
@@ -67,7 +69,7 @@ class Seq2SeqModel(Protocol):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
 
-    def init_cache(self) -> DecoderCache: ...
+    def init_cache(self, *, beams: bool = False) -> DecoderCache: ...
 
     def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
                     src_mask: Tensor | None = None) -> Tensor: ...
@@ -98,14 +100,28 @@ class _Projection:
 
     Decoding multiplies a few rows by the wide ``(V, D)`` output matrix at every step; a
     contiguous ``(D, V)`` copy of ``Wᵀ``, made once per session, makes that product up to ~3×
-    faster on CPUs than ``F.linear`` (which multiplies by the transposed view).
+    faster on CPUs than ``F.linear`` (which multiplies by the transposed view); inside
+    :func:`~fullrank.inference.layout.decoding_layout` every session shares the block's copy.
+    The logits are written into one buffer, reused while the shape stays, so that the step's
+    largest tensor (16 sentences × 4 beams × 10,000 words: 2.6 MB) is not a fresh allocation
+    whose pages the operating system maps again at every step: **a step's logits are valid
+    until the next step** (every search reads them before it steps again).
     """
 
     def __init__(self, weight: Tensor) -> None:
-        self.weight_t = weight.detach().t().contiguous()                # (D, V)
+        self.weight_t = transposed(weight)                               # (D, V)
+        self._out: Tensor | None = None
 
     def __call__(self, h: Tensor) -> Tensor:
-        return h @ self.weight_t                                         # (B, t, V)
+        b, t, d = h.shape
+        shape = (b, t, self.weight_t.shape[1])
+        if (h.requires_grad or h.dtype != self.weight_t.dtype  # out= has no autograd, no casts
+                or torch.is_autocast_enabled(h.device.type)):
+            return h @ self.weight_t                                     # (B, t, V)
+        if self._out is None or self._out.shape != shape:
+            self._out = h.new_empty(shape)
+        torch.mm(h.reshape(b * t, d), self.weight_t, out=self._out.view(b * t, -1))
+        return self._out                                                 # (B, t, V)
 
 
 def _check_eval(model: Seq2SeqModel | LanguageModel) -> None:
@@ -133,7 +149,10 @@ class Seq2SeqDecoder:
     The source side stays at one row per sentence: cross-attention groups a sentence's beams
     as queries of its one key/value row (:class:`~fullrank.layers.attention.MultiHeadAttention`),
     which reads those keys and values once instead of once per beam (they are copied only
-    when finished sentences leave the batch).
+    when finished sentences leave the batch). The target side does the same with
+    self-attention's keys (:class:`~fullrank.layers.kv_cache.BeamKVCache`): a sentence's beams
+    read all its beams' keys at once, each seeing its own history through a mask, so beam
+    search's reorder at every step moves a small table instead of copying every layer's cache.
 
     Args:
         model: an encoder-decoder in eval mode (duck-typed, see :class:`Seq2SeqModel`).
@@ -151,7 +170,7 @@ class Seq2SeqDecoder:
         self.decode = model.decode if decode is None else decode
         self.src_mask = _source(src, src_mask)                 # (B, S) or None
         self.memory = model.encode(src, self.src_mask)         # (B, S, D)
-        self.cache = model.init_cache()
+        self.cache = model.init_cache(beams=True)
         self.project = _Projection(model.output_weight)
         self.device = src.device
 
@@ -164,7 +183,7 @@ class Seq2SeqDecoder:
         """Keep target rows ``index (B',)`` and source rows ``sources (N',)``; see
         :meth:`Decoder.reorder`."""
         for c in self.cache.self_attn:
-            c.reorder(index)
+            c.reorder(index, sources=sources)
         if sources is None:
             return
         for c in self.cache.cross_attn:

@@ -190,9 +190,13 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
     fin_lp = torch.full((n, n_best), NEG_INF, device=dev)        # (N, n)
     fin_len = torch.zeros(n, n_best, dtype=torch.long, device=dev)  # (N, n) tokens without EOS
 
+    logp_buf = None  # log-probabilities written into one buffer (no fresh pages every step)
     for t in range(total):
         logits = decoder.step(tokens)[:, -1]                      # (N·Kc, V)
-        logp = F.log_softmax(logits, dim=-1, dtype=_score_dtype(logits))  # (N·Kc, V)
+        if logp_buf is None or logp_buf.numel() < logits.numel():
+            logp_buf = logits.new_empty(logits.numel(), dtype=_score_dtype(logits))
+        logp = torch.log_softmax(logits, dim=-1, dtype=logp_buf.dtype,
+                                 out=logp_buf[: logits.numel()].view(logits.shape))  # (N·Kc, V)
         vocab = logp.shape[-1]
         if t == 0:  # the ids checked; scores in the logits' precision (float32 at least)
             _check_vocab(logits, bos_id, eos_id)

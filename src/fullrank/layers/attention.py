@@ -310,28 +310,37 @@ class MultiHeadAttention(nn.Module):
         """
         b, t, _ = x.shape
         q, k, v = self.project_qkv(x, memory, cache)
-        s = k.shape[2]
-        if is_causal and (t == 1 or mask is not None or s != t):
-            # A single newest query sees every key; otherwise write the (offset) causal mask out.
-            if t > 1:
-                mask = combine(mask, causal_mask(t, s, device=x.device))
-            is_causal = False
         dropout_p = self.dropout if self.training else 0.0
-        if k.shape[0] != b:  # fewer key/value rows than query rows: grouped queries
-            out = self._grouped(q, k, v, mask, is_causal, dropout_p)
+        visible = cache.visible(t) if cache is not None and memory is None else None
+        if visible is not None:  # a beam cache: each group's keys shared by its rows
+            if mask is not None:
+                raise ConfigError("a self-attention mask cannot be combined with a beam-search "
+                                  "cache (BeamKVCache); decode without target padding")
+            out = self._grouped(q, k, v, visible, False, dropout_p, mask_rows_grouped=True)
         else:
-            out = self.core(q, k, v, mask, is_causal, dropout_p)  # (B, H, T, Dv)
+            s = k.shape[2]
+            if is_causal and (t == 1 or mask is not None or s != t):
+                # A single newest query sees every key; otherwise write the (offset) causal mask.
+                if t > 1:
+                    mask = combine(mask, causal_mask(t, s, device=x.device))
+                is_causal = False
+            if k.shape[0] != b:  # fewer key/value rows than query rows: grouped queries
+                out = self._grouped(q, k, v, mask, is_causal, dropout_p)
+            else:
+                out = self.core(q, k, v, mask, is_causal, dropout_p)  # (B, H, T, Dv)
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_value)
         return self.out_proj(out)
 
     def _grouped(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                 dropout_p: float) -> Tensor:
+                 dropout_p: float, *, mask_rows_grouped: bool = False) -> Tensor:
         """Attention of ``q (B, H, T, Dh)`` to ``k (N, H, S, Dh)``, ``v (N, H, S, Dv)`` where
         ``B = g·N`` and query rows ``i·g … i·g + g − 1`` all attend to key/value row ``i`` —
-        beam search's ``g`` beams of a sentence over its one cross-attention cache row. The
-        ``g`` rows become ``g·T`` queries of one row: the same result as copying the keys and
-        values ``g`` times, which this reads once. ``mask`` broadcastable to ``(N, H, T, S)``.
-        Returns ``(B, H, T, Dv)``."""
+        beam search's ``g`` beams of a sentence over its one cross-attention cache row, or over
+        its beams' shared self-attention keys (:class:`~fullrank.layers.kv_cache.BeamKVCache`).
+        The ``g`` rows become ``g·T`` queries of one row: the same result as copying the keys
+        and values ``g`` times, which this reads once. ``mask`` broadcastable to
+        ``(N, H, T, S)``, or, with ``mask_rows_grouped``, to ``(N, H, g·T, S)`` (a row per
+        grouped query, in :meth:`BeamKVCache.visible`'s order). Returns ``(B, H, T, Dv)``."""
         b, h, t, dh = q.shape
         n = k.shape[0]
         if b % n or is_causal:
@@ -341,7 +350,8 @@ class MultiHeadAttention(nn.Module):
         if mask is not None and mask.dim() == 4 and mask.shape[0] not in (1, n):
             raise ConfigError(f"grouped attention: the mask has {mask.shape[0]} rows, expected "
                               f"1 or {n} (one per key/value row)")
-        if mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1:  # a row per query
+        if (not mask_rows_grouped and mask is not None and mask.dim() >= 2
+                and mask.shape[-2] > 1):  # a row per query position: the same for each member
             mask = mask.repeat(*([1] * (mask.dim() - 2)), g, 1)                # (…, g·T, S)
         qg = q.reshape(n, g, h, t, dh).transpose(1, 2).reshape(n, h, g * t, dh)  # (N, H, g·T, Dh)
         out = self.core(qg, k, v, mask, False, dropout_p)                      # (N, H, g·T, Dv)
