@@ -102,7 +102,7 @@ class _Projection:
     contiguous ``(D, V)`` copy of ``Wᵀ``, made once per session, makes that product up to ~3×
     faster on CPUs than ``F.linear`` (which multiplies by the transposed view); inside
     :func:`~fullrank.inference.layout.decoding_layout` every session shares the block's copy.
-    The logits are written into one buffer, reused while the shape stays, so that the step's
+    The logits are written into one buffer, reused while it is large enough, so that the step's
     largest tensor (16 sentences × 4 beams × 10,000 words: 2.6 MB) is not a fresh allocation
     whose pages the operating system maps again at every step: **a step's logits are valid
     until the next step** (every search reads them before it steps again).
@@ -118,10 +118,12 @@ class _Projection:
         if (h.requires_grad or h.dtype != self.weight_t.dtype  # out= has no autograd, no casts
                 or torch.is_autocast_enabled(h.device.type)):
             return h @ self.weight_t                                     # (B, t, V)
-        if self._out is None or self._out.shape != shape:
-            self._out = h.new_empty(shape)
-        torch.mm(h.reshape(b * t, d), self.weight_t, out=self._out.view(b * t, -1))
-        return self._out                                                 # (B, t, V)
+        size = b * t * shape[2]
+        if self._out is None or self._out.numel() < size or self._out.device != h.device:
+            self._out = h.new_empty(size)  # rows only ever fewer: finished sentences leave
+        out = self._out[:size].view(b * t, -1)
+        torch.mm(h.reshape(b * t, d), self.weight_t, out=out)
+        return out.view(shape)                                           # (B, t, V)
 
 
 def _check_eval(model: Seq2SeqModel | LanguageModel) -> None:

@@ -167,7 +167,7 @@ class BeamKVCache(KVCache):
             raise ConfigError("BeamKVCache is for decoding without gradients; use KVCache")
         b, h, t, _ = k.shape
         if self._k is None or self._v is None or self._slots is None:
-            cap = max(t, 64)  # room for a typical sentence: growing copies the whole cache
+            cap = max(t, 16)
             self._k, self._v = k.new_empty(b, h, cap, 1, k.shape[3]), v.new_empty(b, h, cap, 1,
                                                                                    v.shape[3])
             # slot 0 everywhere: a group of one row is never written (see below)
@@ -225,8 +225,8 @@ class BeamKVCache(KVCache):
         g = index.numel() // n
         slots = self._slots.index_select(0, index)                             # (B', capacity)
         if g == self.group:
-            if sources is not None:  # whole groups leave
-                self._k, self._v = self._k.index_select(0, sources), self._v.index_select(0, sources)
+            if sources is not None:  # whole groups leave: their filled positions are copied
+                self._k, self._v = self._select(self._k, sources), self._select(self._v, sources)
             self._slots = slots
             return
         # a new grouping: every row's history into its own slot
@@ -243,6 +243,13 @@ class BeamKVCache(KVCache):
         self._k, self._v = moved
         self.group = g
         self._slots = self._own_slots()[:, None].expand(-1, cap).contiguous()
+
+    def _select(self, buf: Tensor, groups: Tensor) -> Tensor:
+        """Groups ``groups (N',)`` of ``buf (N, H, capacity, g, D)`` in a buffer of the same
+        capacity, copying only the filled positions (not the capacity's unused pages)."""
+        out = buf.new_empty((groups.numel(), *buf.shape[1:]))
+        torch.index_select(buf[:, :, : self.length], 0, groups, out=out[:, :, : self.length])
+        return out
 
     def _own_slots(self) -> Tensor:
         """``(B,)``: the slot of each row within its group, ``0 … g−1`` for every group."""
