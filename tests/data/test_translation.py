@@ -101,6 +101,12 @@ def test_ranks_take_their_own_batches(files, tok):
         two.get(0, len(two), rank=0, world=2)
     with pytest.raises(ConfigError, match="built for world size 2"):
         two.get(0, 0)
+    # more processes than batches: a one-line error when the batches are built, not an
+    # IndexError from the first step of the processes left without a batch
+    with pytest.raises(DataError, match=f"make {one.n_batches} batch.* fewer than the "
+                                        f"{one.n_batches + 1} processes"):
+        ParallelBatches(data, max_tokens=100, pad_id=0, bos_id=2, eos_id=3,
+                        world=one.n_batches + 1)
 
 
 def test_budget_and_empty_data_errors(files, tok):

@@ -111,6 +111,10 @@ class ParallelBatches:
         # bucket batches per epoch of data's own token ids, the same every epoch
         self.n_batches = len(bucket_batches(base.lengths, max_tokens, seed=seed, epoch=0,
                                             shuffle=shuffle))
+        if self.n_batches < world:
+            raise DataError(f"{len(data)} sentence pairs make {self.n_batches} batch(es) of at most "
+                            f"{max_tokens} tokens, fewer than the {world} processes that each take "
+                            f"one per step; lower max_tokens or start fewer processes")
 
     def _epoch(self, epoch: int) -> _Epoch:
         """The epoch's token ids, lengths and batches (the latest epoch asked for is kept)."""
