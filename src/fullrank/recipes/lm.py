@@ -95,6 +95,7 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                    progress=progress,
                    evaluate=(lambda m: evaluate_split(valid_ids, exp.data.valid or "", cfg.eval_batches))
                    if valid_ids is not None else None)
+    teardown()  # every rank together; what follows is rank 0's alone
     report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
     if dist.is_main:
@@ -119,7 +120,6 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")
         console.print(f"checkpoint: {report.checkpoint}\ncurves: {curves}\n"
                       f"trained {result.state.step} steps in {result.seconds / 60:.1f} min")
-    teardown()
     return report
 
 

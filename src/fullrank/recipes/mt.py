@@ -147,6 +147,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)
+    teardown()  # every rank together; what follows is rank 0's alone
     report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
     report.extra["dropped_pairs"] = train_pairs.n_dropped
@@ -163,7 +164,6 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")
         console.print(f"trained {result.state.step} steps in {result.seconds / 60:.1f} min; "
                       f"results in {run_dir / 'results.json'}")
-    teardown()
     return report
 
 

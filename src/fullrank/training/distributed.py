@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -74,5 +75,14 @@ def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
 
 
 def teardown() -> None:
+    """Leave the process group, every rank together, once training is over.
+
+    A barrier first, so that no rank closes its connections while another still works through
+    the last steps; then the training's DDP wrapper (whose reducer holds communication state) is
+    collected while the group still exists; then the group is destroyed while the interpreter
+    is fully alive (gloo's worker threads outliving it abort the process at exit). Rank 0's
+    evaluation after training needs no group, so recipes call this straight after training."""
     if dist.is_initialized():
+        dist.barrier()
+        gc.collect()
         dist.destroy_process_group()
