@@ -201,10 +201,11 @@ def compiled_decode(model: Seq2SeqModel, **options: Any) -> Callable[..., Tensor
     and cache length.
 
     On a CPU the first decode compiles for about a minute (the Multi30k model, 2 threads: beam
-    63 s, greedy 42 s with Inductor's on-disk cache empty); afterwards a step skips much of eager
-    PyTorch's per-operation cost (``bench/decode.py --compile``: 1.2× eager beam and greedy, 1.6×
-    and 1.8× Hugging Face ``generate``). Worth it for long inputs, not for a test set that
-    decodes in seconds. Same outputs as eager decoding.
+    about 65 s with Inductor's on-disk cache empty, six graphs as the beam cache fills and
+    grows); afterwards a step skips much of eager PyTorch's per-operation cost
+    (``bench/decode.py --compile``, stop 26: 1.05–1.07× eager, 1.69× beam and 1.46× greedy
+    Hugging Face ``generate``). Worth it for long inputs, not for a test set that decodes in
+    seconds. Same outputs as eager decoding.
     ``options`` go to ``torch.compile`` (e.g. ``backend="aot_eager"``: traced, not code-generated).
     """
     return torch.compile(model.decode, **{"dynamic": True, **options})

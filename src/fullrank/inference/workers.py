@@ -5,9 +5,10 @@ share each of them out with some loss. Two batches decoded at once, each in its 
 intra-op thread, is the other way to use two cores; PyTorch releases the Python global
 interpreter lock inside every operation, so the threads overlap except for the Python between
 operations. Which way is faster depends on the work: on 2 cores of an Intel Xeon, the Multi30k
-model's beam search ran 1.10× faster this way on fixed-length work and 1.13× translating 320
-test sentences with a trained model, greedy search 0.95× (``bench/decode.py --batches 4
---workers 2``, ``bench/translate_speed.py --workers 2``). So it is a setting, off by default.
+model's beam search ran 1.14× faster this way on fixed-length work and 1.09× translating 320
+test sentences with a trained model, greedy search 0.93× (``bench/decode.py --batches 4
+--workers 2``, ``bench/translate_speed.py --workers 2``; stop 26). So it is a setting, off by
+default.
 
 :func:`map_batches` is how :func:`fullrank.inference.translate.translate` (``workers=``) and
 the benchmarks decode a list of batches; each batch decodes exactly as it would alone.
