@@ -79,8 +79,8 @@ class KVCache:
         return self.keys, self.values
 
     def _grow(self, buf: Tensor, capacity: int) -> Tensor:
-        b, h, _, d = buf.shape
-        out = buf.new_empty(b, h, capacity, d)
+        """``buf`` with room for ``capacity`` positions (dimension 2), its filled ones copied."""
+        out = buf.new_empty(*buf.shape[:2], capacity, *buf.shape[3:])
         out[:, :, : self.length] = buf[:, :, : self.length]
         return out
 
@@ -146,15 +146,18 @@ class BeamKVCache(KVCache):
         """Every row's keys of each group ``(N, H, L·g, Dh)``, position-major (key ``j·g + s`` is
         slot ``s`` at position ``j``); a view, valid until the next :meth:`reorder`."""
         assert self._k is not None, "empty cache"
-        n, h, _, g, d = self._k.shape
-        return self._k[:, :, : self.length].reshape(n, h, self.length * g, d)
+        return self._filled(self._k)
 
     @property
     def values(self) -> Tensor:
         """``(N, H, L·g, Dv)``, laid out as :attr:`keys`."""
         assert self._v is not None, "empty cache"
-        n, h, _, g, d = self._v.shape
-        return self._v[:, :, : self.length].reshape(n, h, self.length * g, d)
+        return self._filled(self._v)
+
+    def _filled(self, buf: Tensor) -> Tensor:
+        """The filled positions of ``buf (N, H, capacity, g, D)`` as ``(N, H, L·g, D)``, a view."""
+        n, h, _, g, d = buf.shape
+        return buf[:, :, : self.length].reshape(n, h, self.length * g, d)
 
     def store(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         raise ConfigError("a BeamKVCache is appended to (self-attention), not stored into; use a "
@@ -189,12 +192,6 @@ class BeamKVCache(KVCache):
             self._slots[:, self.length : new_len] = self._own_slots()[:, None]
         self.length = new_len
         return self.keys, self.values
-
-    def _grow(self, buf: Tensor, capacity: int) -> Tensor:
-        n, h, _, g, d = buf.shape
-        out = buf.new_empty(n, h, capacity, g, d)
-        out[:, :, : self.length] = buf[:, :, : self.length]
-        return out
 
     def visible(self, t: int) -> Tensor | None:
         """For the ``t`` newest positions of every row, which of its group's keys it may see:
