@@ -119,6 +119,25 @@ def test_load_checkpoint_builds_the_model(tmp_path):
     torch.testing.assert_close(ckpt.model(x), model.eval()(x))
 
 
+
+def test_a_checkpoint_off_the_interval_is_kept_only_while_it_is_the_newest(tmp_path):
+    # Saves every 4 steps; a session stopped at step 10 (off the interval) and resumed.
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+
+    def save(step):
+        save_training_checkpoint(tmp_path, step, model, cfg, None, opt, {}, keep_last=3, every=4)
+        return [p.name[-2:] for p in step_dirs(tmp_path)]
+
+    assert [save(s) for s in (4, 8)][-1] == ["04", "08"]
+    assert save(10) == ["04", "08", "10"]  # the stop's checkpoint, newest: kept, counted
+    assert save(12) == ["04", "08", "12"]  # superseded: dropped, takes no place
+    assert save(13) == ["08", "12", "13"]  # a run's final step, off the interval
+    assert save(16) == ["08", "12", "16"]
+    # without an interval every checkpoint counts, as before
+    save_training_checkpoint(tmp_path, 17, model, cfg, None, opt, {}, keep_last=3)
+    assert [p.name[-2:] for p in step_dirs(tmp_path)] == ["12", "16", "17"]
+
 KILL_WHILE_SAVING = textwrap.dedent("""
     import sys, torch
     from pathlib import Path

@@ -137,6 +137,23 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     assert [r["elapsed_s"] > 30.0 for r in logged if r["step"] == 3 and "elapsed_s" in r] == [True]
 
 
+
+def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tmp_path):
+    # A session stopped off the save interval (as train.max_minutes stops one) and resumed
+    # keeps the same checkpoints as a run that never stopped: the last K to average stay
+    # evenly spaced.
+    cfg = TrainConfig(steps=9, batch_size=4, lr=1e-3, schedule="constant", warmup=1,
+                      save_every=2, keep_last=3, log_every=1, optimizer="adamw")
+    straight = RunOutput(tmp_path / "straight", make_model().config, None, {"task": "lm"})
+    run(make_model(), cfg, out=straight)
+    split = RunOutput(tmp_path / "split", make_model().config, None, {"task": "lm"})
+    run(make_model(), cfg, out=split, stop_at=7)
+    assert latest_checkpoint(split.checkpoints).name == "step-00000007"
+    run(make_model(), cfg, out=split, resume_from=latest_checkpoint(split.checkpoints))
+    names = [p.name for p in sorted(straight.checkpoints.glob("step-*"))]
+    assert names == ["step-00000006", "step-00000008", "step-00000009"]
+    assert [p.name for p in sorted(split.checkpoints.glob("step-*"))] == names
+
 def test_more_processes_than_gpus_is_a_config_error(monkeypatch):
     """torchrun --nproc_per_node=2 on a one-GPU machine: a one-line ConfigError, not CUDA's."""
     from fullrank.errors import ConfigError

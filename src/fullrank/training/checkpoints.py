@@ -229,19 +229,36 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
 
 def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: ModelConfig,
                              tokenizer: Tokenizer | None, optimizer: torch.optim.Optimizer,
-                             meta: dict[str, Any], keep_last: int) -> Path:
+                             meta: dict[str, Any], keep_last: int,
+                             every: int | None = None) -> Path:
     """Save ``step-{step}`` under ``root``, then move ``latest`` to it, then prune to
-    ``keep_last`` checkpoints."""
+    ``keep_last`` checkpoints.
+
+    With ``every`` (the run's save interval), a checkpoint off the interval — written because a
+    session stopped (a time budget, ``stop_at``) — is kept only while it is the newest: once the
+    resumed run saves again it is superseded, and it takes no place among the ``keep_last``.
+    A run stopped and resumed thus leaves the same checkpoints as one that ran straight
+    through, and ``fullrank average RUN --last K`` averages evenly spaced checkpoints
+    ([V17] §6.1: "written at 10-minute intervals")."""
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".step-*.tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     path = write_checkpoint(root / f"step-{step:08d}", model, config, tokenizer,
                             {**meta, "step": step}, optimizer)
     write_text_atomic(root / LATEST, path.name)
-    for old in step_dirs(root)[:-keep_last]:
-        if old != path:
-            shutil.rmtree(old, ignore_errors=True)
+    older = [p for p in step_dirs(root) if p != path]
+    stale = [p for p in older if every and _step(p) % every]
+    older = [p for p in older if p not in stale]
+    for old in stale + older[:max(len(older) - (keep_last - 1), 0)]:
+        shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _step(path: Path) -> int:
+    """The step of a ``step-NNNNNNNN`` checkpoint directory."""
+    m = _STEP_DIR.match(path.name)
+    assert m, path
+    return int(m.group(1))
 
 
 # ---------------------------------------------------------------------------------- load

@@ -32,7 +32,8 @@ class TrainConfig:
         clip_grad: max global gradient norm, or ``None``.
         eval_every, eval_batches: evaluate every N steps on at most this many batches
             (``None`` = the whole validation file, exact per-token perplexity).
-        save_every, keep_last: checkpoint every N steps; keep the last K.
+        save_every, keep_last: checkpoint every N steps; keep the last K (a checkpoint written
+            off the interval when a session stops is dropped once the resumed run saves again).
         log_every: metrics line every N steps.
         seed: seeds model initialisation, data order and dropout.
         precision: ``"fp32"`` or ``"bf16"`` (autocast; master weights stay fp32).

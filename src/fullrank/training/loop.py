@@ -162,7 +162,8 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         state.elapsed_s = time.perf_counter() - start
         meta = {**out.meta, "loop": dataclasses.asdict(state), "train": dataclasses.asdict(cfg)}
         return save_training_checkpoint(out.checkpoints, state.step, raw, out.model_config,
-                                        out.tokenizer, optimizer, meta, cfg.keep_last)
+                                        out.tokenizer, optimizer, meta, cfg.keep_last,
+                                        every=cfg.save_every)
 
     def run_eval() -> dict[str, float] | None:
         if evaluate is None or not dist.is_main:
