@@ -68,6 +68,7 @@ class DataConfig:
         bpe_dropout: translation with a ``bpe`` tokenizer only — BPE-dropout's merge-dropout
             probability (Provilkov et al. 2020 use 0.1): the training pairs get a new subword
             segmentation every epoch (:mod:`fullrank.data.bpe_dropout`); 0 = standard BPE.
+            A sampled pair may reach ``max_len`` tokens, so ``max_tokens`` must be ≥ ``max_len + 1``.
     """
 
     root: str = "."
@@ -174,6 +175,13 @@ class ExperimentConfig:
                                   f"pairs (task: mt, data.tokenizer: bpe), not of a "
                                   f"{self.task} run with a {self.data.tokenizer} tokenizer; "
                                   f"leave it at 0")
+            if self.data.max_tokens < self.data.max_len + 1:
+                # a resampled pair may grow to max_len tokens (+1 for BOS/EOS): checked now,
+                # not when an epoch's sample first holds one, hours into training
+                raise ConfigError(f"data.max_tokens = {self.data.max_tokens} is smaller than "
+                                  f"data.max_len + 1 = {self.data.max_len + 1}, the longest pair "
+                                  f"BPE-dropout may sample; raise data.max_tokens or lower "
+                                  f"data.max_len")
         reserved = {"train", "valid", "test"} & set(self.data.eval_sets)
         if reserved:
             raise ConfigError(f"data.eval_sets: '{sorted(reserved)[0]}' names a split of its own; "
