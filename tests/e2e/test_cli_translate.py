@@ -131,6 +131,14 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
                  "--lang", "de"]) == 0
     printed = capsys.readouterr()
     assert "-l de" in printed.out and printed.err == ""
+    assert main(["bleu", str(tmp_path / "out.txt"), "--ref", str(tmp_path / "in.txt"),
+                 "--lang", "de", "--baseline", str(tmp_path / "in.txt"), "--resamples", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert "paired bootstrap against" in printed and "bs:50" in printed
+    (tmp_path / "one_line.txt").write_text("ein satz\n")
+    assert main(["bleu", str(tmp_path / "out.txt"), "--ref", str(tmp_path / "in.txt"),
+                 "--baseline", str(tmp_path / "one_line.txt")]) == 2
+    assert "1 baseline but" in capsys.readouterr().err
     assert main(["translate", str(tmp_path / "runs"), "-i", str(tmp_path / "in.txt")]) == 2
 
 

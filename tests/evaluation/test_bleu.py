@@ -1,11 +1,13 @@
 """The four scores of ``fullrank.evaluation.bleu``: each against sacrebleu computed on text
 tokenized by hand, and the properties that tell the two tokenized measures apart."""
 
+import random
+
 import pytest
 from sacrebleu.metrics import BLEU
 
 from fullrank.errors import DataError
-from fullrank.evaluation.bleu import moses_tokenize, score
+from fullrank.evaluation.bleu import moses_tokenize, paired_bootstrap, score
 
 
 def test_moses_tokenize_is_the_multi30k_pipeline():
@@ -64,3 +66,34 @@ def test_the_cli_reads_the_language_from_the_reference_name():
     assert target_language("data/test_2016_flickr.de", None) == "de"
     assert target_language("data/test_2016_flickr.de", "en") == "en"  # --lang wins
     assert target_language("refs.txt", None) is None and target_language("refs", None) is None
+
+
+def random_sentences(n: int, words: int = 12) -> list[str]:
+    rng = random.Random(0)
+    vocab = [f"w{i}" for i in range(300)]
+    return [" ".join(rng.choices(vocab, k=words)) + " ." for _ in range(n)]
+
+
+def test_paired_bootstrap_tells_a_real_difference_from_none():
+    refs = random_sentences(80)
+    # a baseline that loses two words in every sentence against a system that has them all
+    damaged = [" ".join(r.split()[:3] + r.split()[5:]) for r in refs]
+    better = paired_bootstrap(refs, damaged, refs, resamples=200)
+    assert [r.metric for r in better] == ["sacreBLEU", "chrF", "tokenized BLEU, lowercased"]
+    assert all(r.system > r.baseline and r.p_value < 0.05 for r in better)
+    assert better[0].system == pytest.approx(score(refs, refs, lang="de").sacrebleu)
+    assert "bs:200" in better[0].signature and "*" in better[0].line()
+    # two systems equally damaged in different places: a difference that is chance
+    elsewhere = [" ".join(r.split()[:6] + r.split()[8:]) for r in refs]
+    even = paired_bootstrap(elsewhere, damaged, refs, resamples=200)
+    assert all(r.p_value > 0.05 for r in even) and "*" not in even[0].line()
+    # the same translations twice: p = 1, not sacrebleu's "significant" zero difference
+    same = paired_bootstrap(damaged, damaged, refs, resamples=200)
+    assert all(r.system == r.baseline and r.p_value == 1.0 for r in same)
+
+
+def test_paired_bootstrap_needs_aligned_systems():
+    with pytest.raises(DataError, match="2 baseline but 3 references"):
+        paired_bootstrap(["a", "b", "c"], ["a", "b"], ["a", "b", "c"])
+    with pytest.raises(DataError, match="resamples = 0"):
+        paired_bootstrap(["a"], ["a"], ["a"], resamples=0)

@@ -1,5 +1,6 @@
-"""``fullrank bleu HYPOTHESES --ref REFERENCES [--lang L]``: sacreBLEU, chrF, and tokenized
-lowercased BLEU (``13a``, and Multi30k's Moses pipeline)."""
+"""``fullrank bleu HYPOTHESES --ref REFERENCES [--lang L] [--baseline OTHER]``: sacreBLEU, chrF,
+and tokenized lowercased BLEU (``13a``, and Multi30k's Moses pipeline); with ``--baseline``, a
+paired bootstrap test of the difference to another system's translations."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 from fullrank.data.text import read_lines
-from fullrank.evaluation.bleu import score
+from fullrank.evaluation.bleu import paired_bootstrap, score
 
 HELP = "Score detokenized translations against raw references (sacrebleu), with signatures."
 
@@ -19,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ref", required=True, help="file of references, line-aligned")
     p.add_argument("--lang", help="target language (ISO code, e.g. de) for the Moses tokenizer; "
                                   "default: the reference file's suffix (test.de → de), else en")
+    p.add_argument("--baseline", help="another system's translations of the same sources: also "
+                                      "test whether the difference is chance (paired bootstrap)")
+    p.add_argument("--resamples", type=int, default=1000,
+                   help="bootstrap resamples for --baseline (default 1000)")
 
 
 def target_language(ref: str, lang: str | None) -> str | None:
@@ -36,7 +41,14 @@ def run(args: argparse.Namespace) -> int:
         lang = "en"
         print(f"note: {args.ref} does not end in a language code; the Moses tokenizer uses its "
               f"English rules (pass --lang to choose)", file=sys.stderr)
-    hyps = read_lines(args.hypotheses, allow_blank=True)
-    for line in score(hyps, read_lines(args.ref), lang=lang).lines():
+    hyps, refs = read_lines(args.hypotheses, allow_blank=True), read_lines(args.ref)
+    for line in score(hyps, refs, lang=lang).lines():
         print(line)
+    if args.baseline:
+        results = paired_bootstrap(hyps, read_lines(args.baseline, allow_blank=True), refs,
+                                   resamples=args.resamples)
+        print(f"\npaired bootstrap against {args.baseline} ({args.resamples} resamples; "
+              f"* p < 0.05: unlikely to be chance):")
+        for r in results:
+            print("  " + r.line())
     return 0
