@@ -138,6 +138,16 @@ def test_a_checkpoint_off_the_interval_is_kept_only_while_it_is_the_newest(tmp_p
     save_training_checkpoint(tmp_path, 17, model, cfg, None, opt, {}, keep_last=3)
     assert [p.name[-2:] for p in step_dirs(tmp_path)] == ["12", "16", "17"]
 
+
+def test_resuming_with_another_interval_drops_no_checkpoint_of_the_old_one(tmp_path):
+    # saved every 4 steps, resumed saving every 5: 08 and 12 were on their own interval
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+    for step in (4, 8, 12):
+        save_training_checkpoint(tmp_path, step, model, cfg, None, opt, {}, keep_last=3, every=4)
+    save_training_checkpoint(tmp_path, 15, model, cfg, None, opt, {}, keep_last=3, every=5)
+    assert [p.name[-2:] for p in step_dirs(tmp_path)] == ["08", "12", "15"]
+
 KILL_WHILE_SAVING = textwrap.dedent("""
     import sys, torch
     from pathlib import Path

@@ -239,19 +239,32 @@ def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: Mo
     resumed run saves again it is superseded, and it takes no place among the ``keep_last``.
     A run stopped and resumed thus leaves the same checkpoints as one that ran straight
     through, and ``fullrank average RUN --last K`` averages evenly spaced checkpoints
-    ([V17] §6.1: "written at 10-minute intervals")."""
+    ([V17] §6.1: "written at 10-minute intervals"). Each checkpoint records the interval it
+    was written under (``save_every`` in its meta) and is judged by that one, so resuming with
+    another ``save_every`` drops no checkpoint of the earlier interval beyond ``keep_last``."""
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".step-*.tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     path = write_checkpoint(root / f"step-{step:08d}", model, config, tokenizer,
-                            {**meta, "step": step}, optimizer)
+                            {**meta, "step": step, "save_every": every}, optimizer)
     write_text_atomic(root / LATEST, path.name)
     older = [p for p in step_dirs(root) if p != path]
-    stale = [p for p in older if every and _step(p) % every]
+    stale = [p for p in older if _off_interval(p)]
     older = [p for p in older if p not in stale]
     for old in stale + older[:max(len(older) - (keep_last - 1), 0)]:
         shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _off_interval(path: Path) -> bool:
+    """Whether checkpoint ``path`` was written off the save interval recorded in its meta (a
+    session's stop, a run's last step); ``False`` when it records none (written by
+    :func:`write_checkpoint` alone, or before intervals were recorded) or its meta is unreadable."""
+    try:
+        every = json.loads((path / META_FILE).read_text(encoding="utf-8")).get("save_every")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(every, int) and every > 0 and _step(path) % every != 0
 
 
 def _step(path: Path) -> int:
