@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from fullrank.errors import CheckpointError
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
-from fullrank.training.averaging import average_checkpoints, last_checkpoints
+from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
 from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
 
 CFG = EncoderDecoderConfig(vocab_size=19, d_model=12, n_heads=3, d_head=5, d_ff=20, n_layers=1,
@@ -47,3 +49,14 @@ def test_last_k_and_architecture_mismatch(tmp_path):
     with pytest.raises(CheckpointError, match="not in every checkpoint"):
         average_checkpoints([tmp_path / "run" / "checkpoints" / "step-00000001", other],
                             tmp_path / "bad")
+
+
+def test_uneven_spacing_is_noted_but_a_short_last_gap_is_not():
+    def note(*steps):
+        return uneven_spacing([Path(f"run/checkpoints/step-{s:08d}") for s in steps])
+
+    # evenly spaced, the run's final step after the last interval: what a run keeps
+    assert note(14800, 15200, 15600, 16000, 16055) is None
+    assert note(400, 800) is None and note(400) is None
+    # a checkpoint from a session's stop among them
+    assert "15200, 15600, 15772, 16000, 16055" in note(15200, 15600, 15772, 16000, 16055)

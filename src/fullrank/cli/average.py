@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from fullrank.errors import ConfigError
-from fullrank.training.averaging import average_checkpoints, last_checkpoints
+from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
 
 HELP = "Average checkpoints' parameters elementwise ([V17] §6.1: the last 5) into a new checkpoint."
 
@@ -22,6 +23,9 @@ def run(args: argparse.Namespace) -> int:
         if len(args.paths) != 1 or args.last < 1:
             raise ConfigError("--last K takes exactly one run directory and K >= 1")
         paths = last_checkpoints(Path(args.paths[0]), args.last)
+        note = uneven_spacing(paths)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     else:
         paths = [Path(p) for p in args.paths]
     out = average_checkpoints(paths, args.output)

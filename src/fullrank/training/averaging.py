@@ -14,7 +14,7 @@ import torch
 
 from fullrank.errors import CheckpointError
 from fullrank.training.checkpoints import (MODEL_FILE, load_checkpoint, read_safetensors,
-                                           resolve, step_dirs, write_checkpoint)
+                                           resolve, step_dirs, step_of, write_checkpoint)
 
 
 def last_checkpoints(run_dir: Path, k: int) -> list[Path]:
@@ -24,6 +24,20 @@ def last_checkpoints(run_dir: Path, k: int) -> list[Path]:
         raise CheckpointError(f"{run_dir}: {len(found)} checkpoints, fewer than --last {k}; "
                               f"keep more with train.keep_last")
     return found[-k:]
+
+
+def uneven_spacing(paths: Sequence[Path]) -> str | None:
+    """A note when checkpoints ``paths`` (``step-N`` directories, oldest first) are not evenly
+    spaced but for the newest — a run's final step may fall between intervals — else ``None``.
+
+    Runs written before off-interval checkpoints were pruned (or with ``save_every`` changed
+    on resume) can hold a checkpoint from a session's stop among their last ``K``."""
+    steps = [step_of(p) for p in paths]
+    gaps = {b - a for a, b in zip(steps[:-2], steps[1:-1])}
+    if len(gaps) <= 1:
+        return None
+    return (f"the checkpoints are unevenly spaced (steps {', '.join(map(str, steps))}); "
+            f"to average evenly spaced ones, name them instead of --last")
 
 
 @torch.no_grad()

@@ -264,10 +264,10 @@ def _off_interval(path: Path) -> bool:
         every = json.loads((path / META_FILE).read_text(encoding="utf-8")).get("save_every")
     except (OSError, ValueError, AttributeError):
         return False
-    return isinstance(every, int) and every > 0 and _step(path) % every != 0
+    return isinstance(every, int) and every > 0 and step_of(path) % every != 0
 
 
-def _step(path: Path) -> int:
+def step_of(path: Path) -> int:
     """The step of a ``step-NNNNNNNN`` checkpoint directory."""
     m = _STEP_DIR.match(path.name)
     assert m, path
