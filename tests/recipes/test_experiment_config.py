@@ -92,7 +92,8 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
     with pytest.raises(ConfigError, match=r"not of a mt run with a word tokenizer"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.tokenizer=word"])
     # a sampled pair can reach max_len tokens: a budget below it would stop training mid-run
-    with pytest.raises(ConfigError, match=r"data\.max_tokens = 100 is smaller than data\.max_len \+ 1 = 129"):
+    with pytest.raises(ConfigError,
+                       match=r"data\.max_tokens = 100 is smaller than data\.max_len \+ 1 = 129"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100"])
     assert load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100",
                                                  "data.max_len=99"]).data.max_len == 99

@@ -119,7 +119,6 @@ def test_load_checkpoint_builds_the_model(tmp_path):
     torch.testing.assert_close(ckpt.model(x), model.eval()(x))
 
 
-
 def test_a_checkpoint_off_the_interval_is_kept_only_while_it_is_the_newest(tmp_path):
     # Saves every 4 steps; a session stopped at step 10 (off the interval) and resumed.
     model, cfg = tiny_lm()
@@ -147,6 +146,7 @@ def test_resuming_with_another_interval_drops_no_checkpoint_of_the_old_one(tmp_p
         save_training_checkpoint(tmp_path, step, model, cfg, None, opt, {}, keep_last=3, every=4)
     save_training_checkpoint(tmp_path, 15, model, cfg, None, opt, {}, keep_last=3, every=5)
     assert [p.name[-2:] for p in step_dirs(tmp_path)] == ["08", "12", "15"]
+
 
 KILL_WHILE_SAVING = textwrap.dedent("""
     import sys, torch

@@ -137,7 +137,6 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     assert [r["elapsed_s"] > 30.0 for r in logged if r["step"] == 3 and "elapsed_s" in r] == [True]
 
 
-
 def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tmp_path):
     # A session stopped off the save interval (as train.max_minutes stops one) and resumed
     # keeps the same checkpoints as a run that never stopped: the last K to average stay
@@ -153,6 +152,7 @@ def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tm
     names = [p.name for p in sorted(straight.checkpoints.glob("step-*"))]
     assert names == ["step-00000006", "step-00000008", "step-00000009"]
     assert [p.name for p in sorted(split.checkpoints.glob("step-*"))] == names
+
 
 def test_more_processes_than_gpus_is_a_config_error(monkeypatch):
     """torchrun --nproc_per_node=2 on a one-GPU machine: a one-line ConfigError, not CUDA's."""

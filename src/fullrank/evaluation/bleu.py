@@ -125,8 +125,10 @@ def paired_bootstrap(hypotheses: Sequence[str], baseline: Sequence[str],
         signatures, scores = PairedTest(
             [("baseline", list(baseline)), ("system", list(hypotheses))], {label: metric},
             [list(references)], test_type="bs", n_samples=resamples)()
-        (key, (base, system)), = ((k, v) for k, v in scores.items() if k != "System")
+        # results under sacrebleu's own metric name (e.g. "chrF2"), beside the "System" column
+        (name, signature), = signatures.items()
+        base, system = scores[name]
         p_value = 1.0 if system.score == base.score else system.p_value
         out.append(PairedResult(label, system.score, base.score, float(system.ci), p_value,
-                                str(signatures[key])))
+                                str(signature)))
     return out
