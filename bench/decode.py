@@ -8,10 +8,10 @@ one shared embedding tied to the output projection; the weights copied), in floa
 is suppressed so every sentence runs exactly ``--new-tokens`` steps (fullrank ``min_len``, HF
 ``min_new_tokens``), which makes the work of both sides identical.
 
-fullrank runs twice: with its defaults (CPU float32 matrix multiplies through oneDNN,
-:mod:`fullrank.runtime`, as ``fullrank translate`` decodes) and with PyTorch's defaults — the
-settings Hugging Face runs with — so the report separates what the setting gives from what the
-code does.
+fullrank runs twice: with its defaults (CPU float32 matrix multiplies through oneDNN where that
+keeps float32 accuracy, and freed memory kept for reuse, :mod:`fullrank.runtime`, as
+``fullrank translate`` decodes) and with PyTorch's defaults — the settings Hugging Face runs
+with — so the report separates what the settings give from what the code does.
 
 Each side runs in its own subprocess, and the subprocesses alternate A, B, C, A, B, C, … for
 ``--rounds`` rounds, because these machines drift by up to ±25% from one minute to the next;
@@ -221,6 +221,10 @@ def floor_seconds(s: Setup, mode: str) -> float:
 def worker(side: str, s: Setup) -> dict:
     """Build one side's model, warm up untimed, then time one decode per mode."""
     torch.set_num_threads(s.threads)
+    if side not in ("hf", "fullrank_same"):
+        from fullrank.runtime import keep_freed_memory
+
+        keep_freed_memory()  # as the `fullrank` command does (PyTorch's defaults: glibc's)
     src = sources(s)
     model = hf_model(s) if side == "hf" else fullrank_model(s)
     compiled = None

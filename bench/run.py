@@ -18,7 +18,8 @@ Workloads (float32, 2 threads, dropout 0, warm-up steps untimed):
   in every round; every GFLOP/s figure is also given as a fraction of it.
 - ``decode`` — beam 4 and greedy decoding against Hugging Face ``generate`` (``bench/decode.py``).
 
-``fullrank`` runs with its defaults (oneDNN float32 matmuls, :mod:`fullrank.runtime`);
+``fullrank`` runs with its defaults (oneDNN float32 matmuls where float32-accurate, freed memory
+kept for reuse: :mod:`fullrank.runtime`);
 ``fullrank_same`` with PyTorch's defaults, the peers' settings. Results: a Markdown table and
 JSON per workload under ``bench/results/``, and ``summary.md``.
 """

@@ -48,10 +48,12 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
     from fullrank.inference import decoding_layout
     from fullrank.inference.translate import translate
     from fullrank.inference.workers import map_batches
-    from fullrank.runtime import fast_matmul
+    from fullrank.runtime import fast_matmul, keep_freed_memory
     from fullrank.training.checkpoints import load_checkpoint
 
     torch.set_num_threads(args.threads)
+    if side != "hf":
+        keep_freed_memory()  # as the `fullrank` command does
     ckpt = load_checkpoint(args.checkpoint)
     tok = ckpt.tokenizer
     lines = [x for x in read_lines(args.source)][: args.sentences]

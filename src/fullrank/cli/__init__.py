@@ -7,6 +7,7 @@ Every command parses its arguments, calls library functions and prints. A
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -14,6 +15,7 @@ from fullrank.cli import eval as eval_cmd
 from fullrank.cli import (advise, attention, average, bleu, bottleneck, generate, grid, heads, info,
                           plot, train, translate, widen)
 from fullrank.errors import FullrankError
+from fullrank.runtime import keep_freed_memory
 
 # name → (module's add_arguments, module's run, one-line help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
@@ -53,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.overrides += extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if os.environ.get("FULLRANK_KEEP_FREED_MEMORY", "1") != "0":
+        keep_freed_memory()  # training steps reuse their memory instead of faulting it in again
     try:
         return COMMANDS[args.command][1](args)
     except FullrankError as e:
