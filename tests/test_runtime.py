@@ -246,7 +246,18 @@ def test_keep_freed_memory_is_a_no_op_off_glibc(monkeypatch):
         raise OSError("no such library")
 
     monkeypatch.setattr(runtime.ctypes, "CDLL", no_libc)
+    monkeypatch.setattr(runtime, "_memory_kept", False)
     assert runtime.keep_freed_memory.__wrapped__() is False
+    assert "defaults" in runtime.memory_summary()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc is Linux's")
+def test_the_log_line_says_whether_freed_memory_is_kept():
+    code = ("from fullrank import runtime; print(runtime.memory_summary()); "
+            "runtime.keep_freed_memory(); print(runtime.memory_summary())")
+    before, after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                   check=True).stdout.splitlines()
+    assert "defaults" in before and "kept for reuse" in after
 
 
 def test_the_command_keeps_freed_memory_unless_told_not_to(monkeypatch, capsys):

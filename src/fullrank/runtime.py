@@ -150,6 +150,7 @@ def apply_fast_defaults() -> None:
 
 # glibc's mallopt parameters (<malloc.h>)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+_memory_kept = False  # whether keep_freed_memory() took effect in this process
 
 
 @functools.cache
@@ -181,8 +182,18 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in (
+    global _memory_kept
+    _memory_kept = all(mallopt(param, value) == 1 for param, value in (
         (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 64 << 20)))
+    return _memory_kept
+
+
+def memory_summary() -> str:
+    """One line for a CPU run's log: whether :func:`keep_freed_memory` is in effect."""
+    if _memory_kept:
+        return ("CPU memory: freed blocks kept for reuse, not returned to the system "
+                "(FULLRANK_KEEP_FREED_MEMORY=0 for glibc's defaults)")
+    return "CPU memory: the C library's defaults (freed blocks may return to the system)"
 
 
 @contextlib.contextmanager

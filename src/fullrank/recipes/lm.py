@@ -24,7 +24,7 @@ from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
 from fullrank.recipes.config import ExperimentConfig, save_resolved
-from fullrank.runtime import fast_matmul, matmul_summary
+from fullrank.runtime import fast_matmul, matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, barrier, setup, teardown
 from fullrank.training.loop import RunOutput, train
@@ -85,6 +85,7 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       f"{dh} · seq_len {model_cfg.seq_len} · vocab {tok.vocab_size} ({tok.kind})")
         if dist.device.type == "cpu":
             console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
+            console.print(memory_summary())
         console.print(f"data: {len(train_ids):,} training tokens ({len(data):,} batches of "
                       f"{cfg.batch_size}×{model_cfg.seq_len + 1} per epoch)"
                       + (f" · resuming from {start.name}" if start else ""))

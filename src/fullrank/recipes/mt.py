@@ -27,7 +27,7 @@ from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
-from fullrank.runtime import matmul_summary
+from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, setup, teardown
@@ -132,6 +132,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       f"{dv}) · shared {tok.kind} vocabulary of {tok.vocab_size}")
         if dist.device.type == "cpu":
             console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
+            console.print(memory_summary())
         console.print(f"data: {len(train_pairs):,} training pairs "
                       f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
                       f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
