@@ -70,7 +70,7 @@ def table(workload: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str,
     names = [n for n in results if n != "matmul"]
     peers = [n for n in names if n in ("hf", "xt", "torch")]
     best_peer = max(peers, key=lambda n: median(results[n]) or 0) if peers else None
-    rows, data = [], {"ceiling_gflops": ceiling, "rows": {}}
+    data = {"ceiling_gflops": ceiling, "rows": {}}
     unit = next((r["unit"] for n in names for r in results[n] if "unit" in r), "")
     lines = [f"| implementation | params | median {unit} | step ms | GFLOP/s | % of matmul ceiling "
              f"| peak RSS MB | vs best peer (paired) |", "|---|---|---|---|---|---|---|---|"]

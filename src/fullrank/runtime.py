@@ -177,10 +177,12 @@ def keep_freed_memory() -> bool:
     """
     try:
         libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version   # glibc's own symbol: musl and macOS have mallopt too
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except OSError:
         return False
+    # gnu_get_libc_version is glibc's own symbol: musl and macOS have a mallopt too
+    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
+        return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     global _memory_kept
     _memory_kept = all(mallopt(param, value) == 1 for param, value in (
