@@ -56,6 +56,10 @@ outputs must equal the one-batch-at-a-time fullrank side's. Every batch keeps ``
 sentences, so each search does the same work as on the other sides.
 
     python bench/decode.py --batches 4 --workers 2   # a file of 4 × 16 sources, 2 workers
+
+With ``--processes`` the workers side's workers are processes forked from its subprocess
+instead of threads (``fullrank translate --workers W --processes``); the fork and the workers'
+start happen inside the timed call.
 """
 
 from __future__ import annotations
@@ -109,6 +113,7 @@ class Setup:
     seed: int = 0
     batches: int = 1  # batches of `batch` sources, decoded one after another (a file)
     workers: int = 1  # the workers side's batches decoded at once
+    processes: bool = False  # the workers side's workers are forked processes, not threads
 
 
 def sources(s: Setup) -> list[torch.Tensor]:
@@ -135,7 +140,7 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
 
 def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup, mode: str,
                     cached: bool = True, fast: bool = True, decode=None,
-                    workers: int = 1) -> list[list[int]]:
+                    workers: int = 1, processes: bool = False) -> list[list[int]]:
     from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search,
                                     decoding_layout, greedy_search)
     from fullrank.inference.workers import map_batches
@@ -156,7 +161,8 @@ def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setu
     # linear weights are column-major while decoding, converted inside the timed call, as
     # `fullrank translate` does once per file (inference.decoding_layout: fullrank's code)
     with fast_matmul(fast), decoding_layout(model):
-        return [t for out in map_batches(one, batches, workers) for t in out]
+        return [t for out in map_batches(one, batches, workers, processes=processes)
+                for t in out]
 
 
 # ------------------------------------------------------------------------------ Hugging Face side
@@ -238,7 +244,8 @@ def worker(side: str, s: Setup) -> dict:
         if side == "hf":
             return hf_decode(model, src, s, mode)
         return fullrank_decode(model, src, s, mode, fast=side != "fullrank_same", decode=compiled,
-                               workers=s.workers if side == WORKERS else 1)
+                               workers=s.workers if side == WORKERS else 1,
+                               processes=s.processes and side == WORKERS)
 
     out: dict = {"side": side, "params": trainable(model),
                  "buffers": sum(b.numel() for b in model.buffers()),
@@ -411,9 +418,11 @@ def markdown(rep: dict) -> str:
     if "workers_median" in rep["modes"]["beam"]:
         lines += side_table(
             rep, "workers", f"With `--workers {s['workers']}`: fullrank's defaults decoding the "
-            f"{s['batches']} batches {s['workers']} at a time, each in its own thread with "
+            f"{s['batches']} batches {s['workers']} at a time, each in its own "
+            f"{'forked process' if s.get('processes') else 'thread'} with "
             f"{max(1, s['threads'] // s['workers'])} intra-op thread(s) of the {s['threads']} "
-            f"(`fullrank.inference.workers.map_batches`, `fullrank translate --workers`); every "
+            f"(`fullrank.inference.workers.map_batches`, `fullrank translate --workers`"
+            f"{' --processes' if s.get('processes') else ''}); every "
             f"batch still holds {s['batch']} sources.",
             ("over one batch at a time (paired)", "outputs = fullrank's"),
             lambda m: (f"{m['workers_over_fullrank']:.2f}×",
@@ -456,6 +465,8 @@ def main() -> None:
                     help="batches of --batch sources per side, decoded one after another")
     ap.add_argument("--workers", type=int, default=1,
                     help="> 1: also time fullrank decoding the batches this many at a time")
+    ap.add_argument("--processes", action="store_true",
+                    help="with --workers: the workers are forked processes, not threads")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--job", choices=[*SIDES, COMPILED, WORKERS, "verify"],
                     help=argparse.SUPPRESS)
@@ -476,7 +487,7 @@ def main() -> None:
                  f"{args.batches} --workers {args.workers}")
     s = Setup(**dims, batch=args.batch, src_len=args.src_len, new_tokens=args.new_tokens,
               beam=args.beam, alpha=args.alpha, threads=args.threads, batches=args.batches,
-              workers=args.workers)
+              workers=args.workers, processes=args.processes)
     print(f"setup: {s}", flush=True)
     check = None
     if not args.no_verify:
@@ -498,6 +509,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"decode-{args.preset}" if dims == PRESETS[args.preset] else "decode-custom"
     stem += f"-{s.batches}x{s.batch}" if s.batches > 1 else ""
+    stem += "-processes" if s.processes and s.workers > 1 else ""
     (args.out / f"{stem}.md").write_text(md)
     (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=2) + "\n")
     print(md)

@@ -17,7 +17,9 @@ reference file is given.
 
 ``--workers W`` (> 1) adds a third side: fullrank decoding the same batches ``W`` at a time, each
 in its own thread with ``threads / W`` intra-op threads (``fullrank translate --workers``,
-:func:`fullrank.inference.workers.map_batches`); its translations must equal fullrank's.
+:func:`fullrank.inference.workers.map_batches`); its translations must equal fullrank's. With
+``--processes`` those workers are forked processes instead of threads (``fullrank translate
+--workers W --processes``).
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
         if side != "hf":
             stack.enter_context(fast_matmul())
             stack.enter_context(decoding_layout(ckpt.model))
-        done = map_batches(theirs if side == "hf" else ours, groups, workers)
+        done = map_batches(theirs if side == "hf" else ours, groups, workers,
+                           processes=args.processes)
         for group, hyps in zip(groups, done):
             for i, h in zip(group, hyps):
                 outputs[i] = h
@@ -122,6 +125,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=1,
                     help="> 1: also time fullrank decoding this many batches at a time")
+    ap.add_argument("--processes", action="store_true",
+                    help="with --workers: the workers are forked processes, not threads")
     ap.add_argument("--side", choices=["fullrank", "hf", "fullrank_workers"],
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -155,7 +160,8 @@ def main() -> None:
         work = runs["fullrank_workers"]
         paired_w = statistics.median(h["seconds"] / w["seconds"] for w, h in zip(work, runs["hf"]))
         same_w = work[0]["outputs"] == runs["fullrank"][0]["outputs"]
-        lines[5:5] = [f"| fullrank `translate --workers {args.workers}` | "
+        lines[5:5] = [f"| fullrank `translate --workers {args.workers}"
+                      f"{' --processes' if args.processes else ''}` | "
                       f"{rate['fullrank_workers']:.2f} |"]
         lines.append(f"\n--workers {args.workers}: ratio of medians "
                      f"{rate['fullrank_workers'] / rate['hf']:.2f}×, median paired ratio "

@@ -63,6 +63,11 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
                  str(tmp_path / "workers.txt"), "--beam", "4", "--batch-size", "1",
                  "--workers", "2"]) == 0
     assert (tmp_path / "workers.txt").read_text() == (tmp_path / "out.txt").read_text()
+    # ... and in two forked processes
+    assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
+                 str(tmp_path / "processes.txt"), "--beam", "4", "--batch-size", "1",
+                 "--workers", "2", "--processes"]) == 0
+    assert (tmp_path / "processes.txt").read_text() == (tmp_path / "out.txt").read_text()
     # each line translated alone gives the same result (batching and sorting are invisible)
     for i, line in enumerate(lines):
         (tmp_path / "one.txt").write_text(line + "\n")

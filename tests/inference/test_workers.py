@@ -1,16 +1,19 @@
-"""``map_batches``: batches decoded side by side in threads give what a plain loop gives, in
-order; the workers really overlap, run in inference mode on their share of the threads; errors
-reach the caller; the thread count comes back."""
+"""``map_batches``: batches decoded side by side in threads (or forked processes) give what a
+plain loop gives, in order; the workers really overlap, run in inference mode on their share of
+the threads; errors reach the caller; the thread count comes back."""
 
 from __future__ import annotations
 
+import os
 import threading
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 import torch
 
 from fullrank.inference import Seq2SeqDecoder, beam_search, max_output_len
-from fullrank.inference.workers import map_batches, worker_threads
+from fullrank.errors import ConfigError
+from fullrank.inference.workers import map_batches, processes_available, worker_threads
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 
 V = 13
@@ -80,3 +83,52 @@ def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads):
         return [[(h.tokens, h.score) for h in s] for s in hyps]
 
     assert list(map_batches(decode, batches, workers=2)) == [decode(b) for b in batches]
+
+
+needs_fork = pytest.mark.skipif(not processes_available(), reason="forked workers are Linux's")
+
+
+@needs_fork
+def test_process_workers_run_in_other_processes_in_order_on_one_thread_each(two_threads):
+    out = list(map_batches(lambda b: (b, os.getpid(), torch.is_inference_mode_enabled(),
+                                      torch.get_num_threads()), list(range(6)), workers=2,
+                           processes=True))
+    assert [o[0] for o in out] == list(range(6))                 # in order
+    pids = {o[1] for o in out}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert all(o[2] for o in out) and all(o[3] == 1 for o in out)
+    assert torch.get_num_threads() == 2
+
+
+@needs_fork
+def test_an_error_in_a_process_worker_reaches_the_caller(two_threads):
+    def fn(batch: int) -> int:
+        if batch == 3:
+            raise ConfigError("batch 3 is bad")
+        return batch
+
+    with pytest.raises(ConfigError, match="batch 3 is bad"):
+        list(map_batches(fn, list(range(8)), workers=2, processes=True))
+
+    def dies(batch: int) -> int:
+        os._exit(1)
+
+    with pytest.raises(BrokenProcessPool):
+        list(map_batches(dies, [0, 1], workers=2, processes=True))
+
+
+@needs_fork
+def test_beam_search_in_process_workers_equals_one_batch_at_a_time(two_threads):
+    torch.manual_seed(0)
+    model = translation_model(vocab_size=V)
+    batches = [padded_sources(lengths, V) for lengths in ([6, 2, 4], [5, 5], [3, 7, 1, 2])]
+
+    def decode(batch):
+        src, keep = batch
+        hyps = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=src.shape[0],
+                           beam_size=3, n_best=2, bos_id=BOS, eos_id=EOS,
+                           max_len=max_output_len(keep.sum(1), b=6))
+        return [[(h.tokens, h.score) for h in s] for s in hyps]
+
+    assert (list(map_batches(decode, batches, workers=2, processes=True))
+            == [decode(b) for b in batches])
