@@ -17,6 +17,7 @@ from fullrank.inference.workers import map_batches, processes_available, worker_
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 
 V = 13
+needs_fork = pytest.mark.skipif(not processes_available(), reason="forked workers are Linux's")
 
 
 def test_two_workers_overlap_in_inference_mode_on_one_thread_each(two_threads):
@@ -70,7 +71,8 @@ def test_worker_threads_share_the_threads_and_restore_them(restore_threads):
     assert torch.get_num_threads() == 4
 
 
-def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads):
+@pytest.mark.parametrize("processes", [False, pytest.param(True, marks=needs_fork)])
+def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads, processes):
     torch.manual_seed(0)
     model = translation_model(vocab_size=V)
     batches = [padded_sources(lengths, V) for lengths in ([6, 2, 4], [5, 5], [3, 7, 1, 2])]
@@ -82,10 +84,9 @@ def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads):
                            max_len=max_output_len(keep.sum(1), b=6))
         return [[(h.tokens, h.score) for h in s] for s in hyps]
 
-    assert list(map_batches(decode, batches, workers=2)) == [decode(b) for b in batches]
+    assert (list(map_batches(decode, batches, workers=2, processes=processes))
+            == [decode(b) for b in batches])
 
-
-needs_fork = pytest.mark.skipif(not processes_available(), reason="forked workers are Linux's")
 
 
 @needs_fork
@@ -115,20 +116,3 @@ def test_an_error_in_a_process_worker_reaches_the_caller(two_threads):
 
     with pytest.raises(BrokenProcessPool):
         list(map_batches(dies, [0, 1], workers=2, processes=True))
-
-
-@needs_fork
-def test_beam_search_in_process_workers_equals_one_batch_at_a_time(two_threads):
-    torch.manual_seed(0)
-    model = translation_model(vocab_size=V)
-    batches = [padded_sources(lengths, V) for lengths in ([6, 2, 4], [5, 5], [3, 7, 1, 2])]
-
-    def decode(batch):
-        src, keep = batch
-        hyps = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=src.shape[0],
-                           beam_size=3, n_best=2, bos_id=BOS, eos_id=EOS,
-                           max_len=max_output_len(keep.sum(1), b=6))
-        return [[(h.tokens, h.score) for h in s] for s in hyps]
-
-    assert (list(map_batches(decode, batches, workers=2, processes=True))
-            == [decode(b) for b in batches])
