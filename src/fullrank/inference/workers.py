@@ -14,13 +14,13 @@ The Python between operations is what the threads do not overlap (they share the
 interpreter lock). ``processes=True`` runs the workers as processes forked from the caller
 instead (Linux): each inherits the model as it is — weights, their decoding layout, the matrix
 multiply setting — without copying it, and only batch indices go out and results come back. On
-the same machine (stop 28, 5 interleaved rounds): a file of four batches of 16, beam search,
-2.14× Hugging Face ``generate`` with two worker processes against 1.92× with two worker threads
-(a run just before)
-and 1.75× one batch at a time (``bench/decode.py --batches 4 --workers 2 --processes``); greedy
-1.87× against 1.47× and 1.53×; the trained En→De model on 320 test sentences 2.06× against 1.47×
-(``bench/translate_speed.py … --workers 2 --processes``). Forking is for CPU work only (a process that has used
-CUDA cannot fork usable children), so a caller decoding on a GPU keeps one worker.
+the same machine (stop 28, 5 interleaved rounds), a file of four batches of 16 with beam search
+ran at 2.14× Hugging Face ``generate`` with two worker processes, against 1.92× with two worker
+threads (a run just before) and 1.75× one batch at a time (``bench/decode.py --batches 4
+--workers 2 --processes``); greedy at 1.87× against 1.47× and 1.53×; the trained En→De model
+on 320 test sentences at 2.06× against 1.47× (``bench/translate_speed.py … --workers 2
+--processes``). Forking is for CPU work only (a process that has used CUDA cannot fork usable
+children), so a caller decoding on a GPU keeps one worker.
 
 :func:`map_batches` is how :func:`fullrank.inference.translate.translate` (``workers=``) and
 the benchmarks decode a list of batches; each batch decodes exactly as it would alone.
