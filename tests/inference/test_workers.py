@@ -11,8 +11,8 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 import torch
 
-from fullrank.inference import Seq2SeqDecoder, beam_search, max_output_len
 from fullrank.errors import ConfigError
+from fullrank.inference import Seq2SeqDecoder, beam_search, max_output_len
 from fullrank.inference.workers import map_batches, processes_available, worker_threads
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 
