@@ -247,7 +247,7 @@ def test_keep_freed_memory_is_a_no_op_off_glibc(monkeypatch):
 
     monkeypatch.setattr(runtime.ctypes, "CDLL", no_libc)
     monkeypatch.setattr(runtime, "_memory_kept", False)
-    assert runtime.keep_freed_memory.__wrapped__() is False
+    assert runtime.keep_freed_memory() is False
     assert "defaults" in runtime.memory_summary()
 
 

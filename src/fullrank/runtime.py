@@ -153,7 +153,6 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
 _memory_kept = False  # whether keep_freed_memory() took effect in this process
 
 
-@functools.cache
 def keep_freed_memory() -> bool:
     """Keep the memory PyTorch frees on the CPU inside the process, for its next allocations,
     instead of giving it back to the operating system (glibc's ``malloc``, on Linux).
@@ -173,7 +172,8 @@ def keep_freed_memory() -> bool:
     Process-wide and permanent, so the ``fullrank`` command turns it on for itself
     (``FULLRANK_KEEP_FREED_MEMORY=0`` leaves glibc's defaults), as do the benchmarks; a program
     that imports fullrank decides for itself. Returns whether it took effect: ``False`` where the
-    C library is not glibc (macOS, musl), where nothing changes.
+    C library is not glibc (macOS, musl), where nothing changes. Calling it again changes
+    nothing more.
     """
     try:
         libc = ctypes.CDLL(None)
