@@ -38,7 +38,8 @@ data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tg
         cache_dir: {tmp_path / 'cache'}, eval_sets: {{other: other}}}}
 train: {{steps: 16, lr: 2.0, schedule: noam, warmup: 8, label_smoothing: 0.1, eval_every: 8,
          save_every: 4, keep_last: 3, log_every: 4, threads: 1}}
-decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_size: 7}}
+decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_size: 7,
+         workers: 2, processes: true}}
 """)
     assert main(["train", str(cfg), "--quiet"]) == 0
     assert torch.get_num_threads() == 2  # train.threads=1 held for the run only
@@ -63,9 +64,10 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
                  str(tmp_path / "workers.txt"), "--beam", "4", "--batch-size", "1",
                  "--workers", "2"]) == 0
     assert (tmp_path / "workers.txt").read_text() == (tmp_path / "out.txt").read_text()
-    # ... and in two forked processes
+    # ... and in two forked processes, the three lines (one batch's worth at --batch-size 4)
+    # shared out between them as batches of 2 and 1
     assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
-                 str(tmp_path / "processes.txt"), "--beam", "4", "--batch-size", "1",
+                 str(tmp_path / "processes.txt"), "--beam", "4", "--batch-size", "4",
                  "--workers", "2", "--processes"]) == 0
     assert (tmp_path / "processes.txt").read_text() == (tmp_path / "out.txt").read_text()
     # each line translated alone gives the same result (batching and sorting are invisible)

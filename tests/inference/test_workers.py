@@ -13,7 +13,8 @@ import torch
 
 from fullrank.errors import ConfigError
 from fullrank.inference import Seq2SeqDecoder, beam_search, max_output_len
-from fullrank.inference.workers import map_batches, processes_available, worker_threads
+from fullrank.inference.workers import (map_batches, plan_batches, processes_available,
+                                        worker_threads)
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 
 V = 13
@@ -60,6 +61,29 @@ def test_an_error_reaches_the_caller_and_later_batches_never_start(two_threads):
     assert len(started) < 50 and torch.get_num_threads() == 2
 
 
+@pytest.mark.parametrize("n", [0, 1, 3, 16, 17, 64, 130, 200])
+@pytest.mark.parametrize("batch_size", [1, 5, 16, 64])
+def test_plan_batches_shares_items_evenly_among_the_workers(two_threads, n, batch_size):
+    items = list(range(n))
+    one = plan_batches(items, batch_size, workers=1)  # fixed-size batches, the last shorter
+    assert one == [items[i : i + batch_size] for i in range(0, n, batch_size)]
+    two = plan_batches(items, batch_size, workers=2)
+    assert [x for b in two for x in b] == items                     # consecutive, all, in order
+    sizes = [len(b) for b in two]
+    assert all(s <= batch_size for s in sizes) and max(sizes, default=0) - min(sizes, default=0) <= 1
+    assert len(two) % 2 == 0 or len(two) == n                       # a multiple of the workers
+    assert len(two) <= len(one) + 1                                 # no more batches than needed
+    torch.set_num_threads(1)  # one thread, one worker: plain batches
+    assert plan_batches(items, batch_size, workers=2) == one
+
+
+def test_plan_batches_splits_one_batch_between_two_workers(two_threads):
+    assert [len(b) for b in plan_batches(list(range(16)), 16, workers=2)] == [8, 8]
+    assert [len(b) for b in plan_batches(list(range(130)), 64, workers=2)] == [33, 33, 32, 32]
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        plan_batches([1, 2], 0)
+
+
 def test_worker_threads_share_the_threads_and_restore_them(restore_threads):
     torch.set_num_threads(4)
     with worker_threads(2) as share:
@@ -84,8 +108,13 @@ def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads, processe
                            max_len=max_output_len(keep.sum(1), b=6))
         return [[(h.tokens, h.score) for h in s] for s in hyps]
 
-    assert (list(map_batches(decode, batches, workers=2, processes=processes))
-            == [decode(b) for b in batches])
+    # each worker decodes on one of the two threads; alone on one thread the same batch gives
+    # the same bits (on two, a CPU's kernels may sum in another order: scores differ in the
+    # last digits on some machines)
+    torch.set_num_threads(1)
+    alone = [decode(b) for b in batches]
+    torch.set_num_threads(2)
+    assert list(map_batches(decode, batches, workers=2, processes=processes)) == alone
 
 
 

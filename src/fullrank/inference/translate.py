@@ -19,7 +19,7 @@ from fullrank.errors import ConfigError, DataError
 from fullrank.inference.decoders import EnsembleDecoder, Seq2SeqDecoder, compiled_decode
 from fullrank.inference.layout import decoding_layout
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
-from fullrank.inference.workers import map_batches
+from fullrank.inference.workers import map_batches, plan_batches
 from fullrank.runtime import fast_matmul
 
 
@@ -77,7 +77,10 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
         workers: batches decoded at once on a CPU, each in its own thread with an equal share
             of PyTorch's threads, never more workers than threads
             (:func:`~fullrank.inference.workers.map_batches`); on a GPU one batch at a time
-            whatever this says. Each batch decodes exactly as it would alone: the same
+            whatever this says. With several workers the lines are shared out in a multiple of
+            that many batches of (nearly) equal size, at most ``batch_size`` each
+            (:func:`~fullrank.inference.workers.plan_batches`): 16 lines are 2 batches of 8
+            for 2 workers. Each batch decodes exactly as it would alone: the same
             translations for any number of workers.
         processes: with ``workers > 1``, workers are processes forked from this one instead of
             threads (Linux; threads elsewhere): faster, as the Python between operations then
@@ -119,7 +122,7 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
                         f"max_len={max_len}; split the line")
     todo.sort(key=lambda i: -len(encoded[i]))
     decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]
-    batches = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
+    batches = plan_batches(todo, batch_size, workers)
 
     def run(batch: list[int]) -> list[list[str]]:
         """The ``n_best`` translations of each line of ``batch`` (indices into ``lines``)."""

@@ -24,6 +24,9 @@ children), so a caller decoding on a GPU keeps one worker.
 
 :func:`map_batches` is how :func:`fullrank.inference.translate.translate` (``workers=``) and
 the benchmarks decode a list of batches; each batch decodes exactly as it would alone.
+:func:`plan_batches` cuts the sentences into batches so that every worker has work: a multiple
+of the workers' count of batches of even size, so one batch's worth of sentences is shared out
+rather than left to one worker while the other idles.
 """
 
 from __future__ import annotations
@@ -51,6 +54,34 @@ def worker_threads(workers: int) -> contextlib.AbstractContextManager[int]:
     return num_threads(max(1, torch.get_num_threads() // workers))
 
 
+def usable_workers(workers: int) -> int:
+    """How many of ``workers`` :func:`map_batches` runs: never more than PyTorch has threads
+    (``torch.get_num_threads()``), at least one."""
+    return max(1, min(workers, torch.get_num_threads()))
+
+
+def plan_batches(items: Sequence[T], batch_size: int, workers: int = 1) -> list[Sequence[T]]:
+    """``items`` cut into consecutive batches of at most ``batch_size``, for ``workers``.
+
+    One worker gets batches of exactly ``batch_size`` (the last one shorter). With several
+    (:func:`usable_workers`), the count of batches is rounded up to a multiple of the workers
+    and the items shared out evenly (sizes differ by at most one), so no worker idles while
+    another decodes: 16 sentences at ``batch_size`` 16 for 2 workers are 2 batches of 8, 130
+    at 64 are 4 batches of 33, 33, 32, 32. Batches stay consecutive, so items sorted by length
+    keep similar lengths together.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    workers = usable_workers(workers)
+    if workers <= 1 or not items:
+        return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
+    count = -(-len(items) // batch_size)
+    count = min(len(items), -(-count // workers) * workers)
+    small, extra = divmod(len(items), count)
+    bounds = list(itertools.accumulate(small + (i < extra) for i in range(count)))
+    return [items[stop - small - (i < extra) : stop] for i, stop in enumerate(bounds)]
+
+
 def processes_available() -> bool:
     """Whether :func:`map_batches` can fork worker processes here (Linux)."""
     return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
@@ -73,7 +104,7 @@ def map_batches(fn: Callable[[T], R], batches: Sequence[T], workers: int = 1, *,
     result is pickled back. CPU work only (see the module docstring). If a worker process dies,
     the caller gets ``concurrent.futures.process.BrokenProcessPool``.
     """
-    workers = min(workers, torch.get_num_threads())
+    workers = usable_workers(workers)
     if workers <= 1 or len(batches) <= 1:
         yield from map(fn, batches)
         return

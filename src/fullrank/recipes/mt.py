@@ -57,7 +57,7 @@ def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]]
     hyps = [h[0] for h in translate(model, tok, [s for s, _ in pairs], beam=decode.beam,
                                     alpha=decode.alpha, a=decode.a, b=decode.b,
                                     batch_size=decode.batch_size, progress=progress,
-                                    workers=decode.workers)]
+                                    workers=decode.workers, processes=decode.processes)]
     seconds = time.perf_counter() - start
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
