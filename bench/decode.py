@@ -50,12 +50,15 @@ where it compiles, and the report gives that time.
 A file rather than one batch: ``--batches N`` gives every side ``N`` batches of ``--batch``
 sources, decoded one after another (a batch's search never sees another's sentences), and the
 rates count all ``N × batch`` sentences. ``--workers W`` adds a side: fullrank's defaults
-decoding those batches ``W`` at a time, each in its own thread with ``threads / W`` intra-op
-threads (:func:`fullrank.inference.workers.map_batches`, ``fullrank translate --workers``); its
-outputs must equal the one-batch-at-a-time fullrank side's. Every batch keeps ``--batch``
-sentences, so each search does the same work as on the other sides.
+decoding the same sources ``W`` batches at a time, each in its own thread with ``threads / W``
+intra-op threads (:func:`fullrank.inference.workers.map_batches`, ``fullrank translate
+--workers``); the sources are cut into batches as ``fullrank translate`` cuts a file's lines
+for ``W`` workers (:func:`fullrank.inference.workers.plan_batches`: a multiple of ``W``
+batches of at most ``--batch``, sizes even), so with ``--batches 1`` the one batch of 16 is
+two of 8 decoded side by side. Its outputs must equal the one-batch-at-a-time fullrank side's.
 
     python bench/decode.py --batches 4 --workers 2   # a file of 4 × 16 sources, 2 workers
+    python bench/decode.py --workers 2 --processes   # one batch of 16 as 2 × 8, 2 processes
 
 With ``--processes`` the workers side's workers are processes forked from its subprocess
 instead of threads (``fullrank translate --workers W --processes``); the fork and the workers'
@@ -143,7 +146,7 @@ def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setu
                     workers: int = 1, processes: bool = False) -> list[list[int]]:
     from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search,
                                     decoding_layout, greedy_search)
-    from fullrank.inference.workers import map_batches
+    from fullrank.inference.workers import map_batches, plan_batches
     from fullrank.runtime import fast_matmul
 
     def one(src: torch.Tensor) -> list[list[int]]:
@@ -160,6 +163,8 @@ def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setu
     # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings. Either way the
     # linear weights are column-major while decoding, converted inside the timed call, as
     # `fullrank translate` does once per file (inference.decoding_layout: fullrank's code)
+    if workers > 1:  # shared out as `fullrank translate --workers` shares out a file's lines
+        batches = plan_batches(torch.cat(batches), s.batch, workers)
     with fast_matmul(fast), decoding_layout(model):
         return [t for out in map_batches(one, batches, workers, processes=processes)
                 for t in out]
@@ -260,6 +265,10 @@ def worker(side: str, s: Setup) -> dict:
         out["seconds"][mode] = time.perf_counter() - start
         out["lengths"][mode] = sorted({len(t) for t in tokens})
         out["outputs"][mode] = tokens
+    if side == WORKERS:
+        from fullrank.inference.workers import plan_batches
+
+        out["batch_sizes"] = [len(b) for b in plan_batches(torch.cat(src), s.batch, s.workers)]
     if side == "fullrank":
         out["floor_seconds"] = {mode: floor_seconds(s, mode) for mode in MODES}
     return out
@@ -330,6 +339,7 @@ def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
                     a / b for a, b in zip(rate[WORKERS], rate["fullrank"])),
                 "workers_same_outputs_as_fullrank": by_side[WORKERS][0]["outputs"][mode]
                 == by_side["fullrank"][0]["outputs"][mode],
+                "workers_batch_sizes": by_side[WORKERS][0]["batch_sizes"],
             })
     import transformers
 
@@ -377,6 +387,11 @@ def side_table(rep: dict, key: str, intro: str, headers: tuple[str, str], cells)
     return lines
 
 
+def in_words(sizes: list[int]) -> str:
+    """Batch sizes in words: "2 batches of 8", "4 batches of 33/33/32/32"."""
+    return f"{len(sizes)} batches of {sizes[0] if len(set(sizes)) == 1 else '/'.join(map(str, sizes))}"
+
+
 def markdown(rep: dict) -> str:
     s = rep["setup"]
     lines = [
@@ -418,12 +433,13 @@ def markdown(rep: dict) -> str:
     if "workers_median" in rep["modes"]["beam"]:
         lines += side_table(
             rep, "workers", f"With `--workers {s['workers']}`: fullrank's defaults decoding the "
-            f"{s['batches']} batches {s['workers']} at a time, each in its own "
+            f"{s['batches'] * s['batch']} sources as "
+            f"{in_words(rep['modes']['beam']['workers_batch_sizes'])} "
+            f"{s['workers']} at a time, each in its own "
             f"{'forked process' if s.get('processes') else 'thread'} with "
             f"{max(1, s['threads'] // s['workers'])} intra-op thread(s) of the {s['threads']} "
-            f"(`fullrank.inference.workers.map_batches`, `fullrank translate --workers`"
-            f"{' --processes' if s.get('processes') else ''}); every "
-            f"batch still holds {s['batch']} sources.",
+            f"(`fullrank.inference.workers.map_batches` and `plan_batches`, "
+            f"`fullrank translate --workers`{' --processes' if s.get('processes') else ''}).",
             ("over one batch at a time (paired)", "outputs = fullrank's"),
             lambda m: (f"{m['workers_over_fullrank']:.2f}×",
                        same[m["workers_same_outputs_as_fullrank"]]))
@@ -482,9 +498,9 @@ def main() -> None:
     dims = {**PRESETS[args.preset], **{k: v for k, v in dict(
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, d_ff=args.d_ff,
         vocab_size=args.vocab_size).items() if v is not None}}
-    if args.batches < 1 or not 1 <= args.workers <= args.batches:
-        sys.exit(f"need --batches >= 1 and 1 <= --workers <= --batches, got --batches "
-                 f"{args.batches} --workers {args.workers}")
+    if args.batches < 1 or args.workers < 1:
+        sys.exit(f"need --batches >= 1 and --workers >= 1, got --batches {args.batches} "
+                 f"--workers {args.workers}")
     s = Setup(**dims, batch=args.batch, src_len=args.src_len, new_tokens=args.new_tokens,
               beam=args.beam, alpha=args.alpha, threads=args.threads, batches=args.batches,
               workers=args.workers, processes=args.processes)
@@ -509,6 +525,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"decode-{args.preset}" if dims == PRESETS[args.preset] else "decode-custom"
     stem += f"-{s.batches}x{s.batch}" if s.batches > 1 else ""
+    stem += f"-workers{s.workers}" if s.workers > 1 and s.batches == 1 else ""
     stem += "-processes" if s.processes and s.workers > 1 else ""
     (args.out / f"{stem}.md").write_text(md)
     (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=2) + "\n")
