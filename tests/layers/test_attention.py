@@ -312,3 +312,30 @@ def test_single_query_on_cpu_takes_the_fused_kernel(sdpa_calls):
         out = ScaledDotProduct(fused=True)(q, k, v, m)
         torch.testing.assert_close(out, attend(q, k, v, mask=m), rtol=1e-12, atol=1e-12)
     assert len(sdpa_calls) == 2
+
+
+def test_a_decoding_step_with_few_queries_runs_at_full_precision(monkeypatch, sdpa_calls):
+    """Under fast_matmul, a handful of query rows without gradients (beam search's grouped beams
+    over their cache) is written out at full float32 precision (PyTorch's default path reads
+    the cache's strided keys in place); with gradients, or more rows, the training rules hold."""
+    import fullrank.layers.attention as attention_module
+    from fullrank import runtime
+    from fullrank.layers.attention import CPU_EXACT_MAX_QUERIES
+
+    if not runtime._ONEDNN:
+        pytest.skip("this PyTorch build has no oneDNN (mkldnn), so the setting does nothing")
+    seen: list[str] = []
+    real = attention_module.attend
+    monkeypatch.setattr(attention_module, "attend", lambda *a, **kw: seen.append(
+        torch.backends.mkldnn.matmul.fp32_precision) or real(*a, **kw))
+    buf_k, buf_v = (torch.randn(3, 2, 16, 8) for _ in range(2))
+    k, v = buf_k[:, :, :12], buf_v[:, :, :12]                 # a cache's filled part: strided
+    q = torch.randn(3, 2, CPU_EXACT_MAX_QUERIES, 8)
+    core = ScaledDotProduct(fused=True)
+    with runtime._matmul_precision("bf16"):
+        out = core(q, k, v)
+        assert seen == ["ieee"] and not sdpa_calls
+        core(q.requires_grad_(), k, v)                        # training: the ambient setting
+        assert seen == ["ieee", "bf16"]
+    torch.testing.assert_close(out, real(q.detach().double(), k.double(), v.double()).float(),
+                               rtol=1e-5, atol=1e-6)
