@@ -54,11 +54,10 @@ decoding the same sources ``W`` batches at a time, each in its own thread with `
 intra-op threads (:func:`fullrank.inference.workers.map_batches`, ``fullrank translate
 --workers``); the sources are cut into batches as ``fullrank translate`` cuts a file's lines
 for ``W`` workers (:func:`fullrank.inference.workers.plan_batches`: a multiple of ``W``
-batches of at most ``--batch``, sizes even), so with ``--batches 1`` the one batch of 16 is
-two of 8 decoded side by side. Its outputs must equal the one-batch-at-a-time fullrank side's.
+batches of at most ``--batch``, sizes even; four batches of 16 stay four of 16). Its outputs
+must equal the one-batch-at-a-time fullrank side's.
 
     python bench/decode.py --batches 4 --workers 2   # a file of 4 × 16 sources, 2 workers
-    python bench/decode.py --workers 2 --processes   # one batch of 16 as 2 × 8, 2 processes
 
 With ``--processes`` the workers side's workers are processes forked from its subprocess
 instead of threads (``fullrank translate --workers W --processes``); the fork and the workers'
@@ -498,9 +497,9 @@ def main() -> None:
     dims = {**PRESETS[args.preset], **{k: v for k, v in dict(
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, d_ff=args.d_ff,
         vocab_size=args.vocab_size).items() if v is not None}}
-    if args.batches < 1 or args.workers < 1:
-        sys.exit(f"need --batches >= 1 and --workers >= 1, got --batches {args.batches} "
-                 f"--workers {args.workers}")
+    if args.batches < 1 or not 1 <= args.workers <= args.batches:
+        sys.exit(f"need --batches >= 1 and 1 <= --workers <= --batches (one batch stays one "
+                 f"batch), got --batches {args.batches} --workers {args.workers}")
     s = Setup(**dims, batch=args.batch, src_len=args.src_len, new_tokens=args.new_tokens,
               beam=args.beam, alpha=args.alpha, threads=args.threads, batches=args.batches,
               workers=args.workers, processes=args.processes)
@@ -525,7 +524,6 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"decode-{args.preset}" if dims == PRESETS[args.preset] else "decode-custom"
     stem += f"-{s.batches}x{s.batch}" if s.batches > 1 else ""
-    stem += f"-workers{s.workers}" if s.workers > 1 and s.batches == 1 else ""
     stem += "-processes" if s.processes and s.workers > 1 else ""
     (args.out / f"{stem}.md").write_text(md)
     (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=2) + "\n")

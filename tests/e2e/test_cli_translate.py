@@ -64,10 +64,10 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
                  str(tmp_path / "workers.txt"), "--beam", "4", "--batch-size", "1",
                  "--workers", "2"]) == 0
     assert (tmp_path / "workers.txt").read_text() == (tmp_path / "out.txt").read_text()
-    # ... and in two forked processes, the three lines (one batch's worth at --batch-size 4)
+    # ... and in two forked processes, the three lines (more than one batch at --batch-size 2)
     # shared out between them as batches of 2 and 1
     assert main(["translate", str(run), "-i", str(tmp_path / "in.txt"), "-o",
-                 str(tmp_path / "processes.txt"), "--beam", "4", "--batch-size", "4",
+                 str(tmp_path / "processes.txt"), "--beam", "4", "--batch-size", "2",
                  "--workers", "2", "--processes"]) == 0
     assert (tmp_path / "processes.txt").read_text() == (tmp_path / "out.txt").read_text()
     # each line translated alone gives the same result (batching and sorting are invisible)

@@ -71,15 +71,19 @@ def test_plan_batches_shares_items_evenly_among_the_workers(two_threads, n, batc
     assert [x for b in two for x in b] == items                     # consecutive, all, in order
     sizes = [len(b) for b in two]
     assert all(s <= batch_size for s in sizes) and max(sizes, default=0) - min(sizes, default=0) <= 1
-    assert len(two) % 2 == 0 or len(two) == n                       # a multiple of the workers
+    assert len(two) % 2 == 0 or len(two) in (1, n)                  # a multiple of the workers
     assert len(two) <= len(one) + 1                                 # no more batches than needed
     torch.set_num_threads(1)  # one thread, one worker: plain batches
     assert plan_batches(items, batch_size, workers=2) == one
 
 
-def test_plan_batches_splits_one_batch_between_two_workers(two_threads):
-    assert [len(b) for b in plan_batches(list(range(16)), 16, workers=2)] == [8, 8]
+def test_plan_batches_keeps_one_batch_whole_and_evens_out_more(two_threads):
+    assert [len(b) for b in plan_batches(list(range(16)), 16, workers=2)] == [16]
+    assert [len(b) for b in plan_batches(list(range(17)), 16, workers=2)] == [9, 8]
     assert [len(b) for b in plan_batches(list(range(130)), 64, workers=2)] == [33, 33, 32, 32]
+    rows = torch.arange(40 * 3).view(40, 3)  # a tensor of sources is cut along its rows
+    batches = plan_batches(rows, 16, workers=2)
+    assert [b.shape for b in batches] == [(10, 3)] * 4 and torch.equal(torch.cat(batches), rows)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         plan_batches([1, 2], 0)
 

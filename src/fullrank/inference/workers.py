@@ -64,18 +64,21 @@ def plan_batches(items: Sequence[T], batch_size: int, workers: int = 1) -> list[
     """``items`` cut into consecutive batches of at most ``batch_size``, for ``workers``.
 
     One worker gets batches of exactly ``batch_size`` (the last one shorter). With several
-    (:func:`usable_workers`), the count of batches is rounded up to a multiple of the workers
-    and the items shared out evenly (sizes differ by at most one), so no worker idles while
-    another decodes: 16 sentences at ``batch_size`` 16 for 2 workers are 2 batches of 8, 130
-    at 64 are 4 batches of 33, 33, 32, 32. Batches stay consecutive, so items sorted by length
-    keep similar lengths together.
+    (:func:`usable_workers`) and more than one batch's worth of items, the count of batches is
+    rounded up to a multiple of the workers and the items shared out evenly (sizes differ by at
+    most one), so no worker idles while another decodes: 17 sentences at ``batch_size`` 16 for
+    2 workers are batches of 9 and 8, 130 at 64 are 4 batches of 33, 33, 32, 32. Items that fit
+    one batch stay one batch: splitting them between workers costs more than it gains (16
+    sentences as 2 × 8 in two forked processes decode at 0.73× the speed of one batch of 16 on
+    2 threads, beam 4, ``bench/decode.py``). Batches stay consecutive, so items sorted by
+    length keep similar lengths together.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    workers = usable_workers(workers)
-    if workers <= 1 or not items:
-        return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
     count = -(-len(items) // batch_size)
+    workers = usable_workers(workers)
+    if workers <= 1 or count <= 1:
+        return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
     count = min(len(items), -(-count // workers) * workers)
     small, extra = divmod(len(items), count)
     bounds = list(itertools.accumulate(small + (i < extra) for i in range(count)))
