@@ -76,6 +76,11 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
                         color="C1", label="valid perplexity", markersize=3)
     ax_loss.set(xlabel="step", ylabel="loss (nats per token)", title="loss")
     ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
+    # plain numbers on the log axis ("6", "10"), not "6×10⁰"; minor ticks labelled only while
+    # the axis spans less than about two decades
+    ax_ppl.yaxis.set_major_formatter(matplotlib.ticker.LogFormatter())
+    ax_ppl.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False,
+                                                                    minor_thresholds=(2, 0.5)))
     for ax in (ax_loss, ax_ppl):
         ax.grid(alpha=0.3)
         ax.legend()
