@@ -57,6 +57,16 @@ def plot(by_n: list[dict], by_h: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
+
+    def plain_axes(ax, xs) -> None:
+        """Ticks at the measured x values, plain numbers on both log axes."""
+        ax.set_xticks(xs)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(LogFormatter())
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, rows, key, label in ((axes[0], by_n, "seq", "sequence length n"),
@@ -73,12 +83,18 @@ def plot(by_n: list[dict], by_h: list[dict], path: Path) -> None:
         ax.set(xlabel=label, ylabel="ms per training step", title=f"time vs {label}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
+        plain_axes(ax, x)
     rows = [r for r in by_n if "step_rss_mb" in r]
-    axes[2].loglog([r["seq"] for r in rows], [max(r["step_rss_mb"], 1e-3) for r in rows], "o-",
-                   label="memory growth during the steps (RSS)")
+    n = np.array([r["seq"] for r in rows], dtype=float)
+    mem = np.array([max(r["step_rss_mb"], 1e-3) for r in rows])
+    axes[2].loglog(n, mem, "o-", label="memory growth during the steps (RSS)")
+    if len(rows) >= 2:  # a straight line a + b·n through the points (least squares)
+        b, a = np.polyfit(n, mem, 1)
+        axes[2].loglog(n, a + b * n, "--", label=f"linear fit {a:.0f} + {b * 1000:.0f}·n/1000 MB")
     axes[2].set(xlabel="sequence length n", ylabel="MB", title="memory vs n (fused attention)")
     axes[2].grid(alpha=0.3, which="both")
     axes[2].legend(fontsize=8)
+    plain_axes(axes[2], list(n.astype(int)))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
