@@ -87,9 +87,10 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def write(name: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:
-    RESULTS.mkdir(exist_ok=True)
-    md, js = RESULTS / f"{name}.md", RESULTS / f"{name}.json"
+def write(name: str, markdown: str, data: dict[str, Any],
+          out: Path = RESULTS) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / f"{name}.md", out / f"{name}.json"
     md.write_text(markdown, encoding="utf-8")
     js.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
     return md, js

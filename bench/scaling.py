@@ -99,13 +99,14 @@ def plot(by_n: list[dict], by_h: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lengths", type=int, nargs="*", default=[128, 256, 512, 1024, 2048, 4096])
     ap.add_argument("--heads", type=int, nargs="*", default=[4, 8, 16, 32, 64])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for scaling.{md,json,png}")
+    args = ap.parse_args(argv)
     print("sequence length sweep")
     by_n = sweep([{**BASE, "seq": n} for n in args.lengths], args.threads, args.steps)
     print("heads sweep (fixed d_head)")
@@ -120,11 +121,11 @@ def main() -> None:
                              f"{r['flops_attention'] / r['flops_total']:.0%} | "
                              f"{r['step_ms'] / (r['flops_total'] / 1e9):.2f} |")
     md = "# Scaling of a training step\n\n" + "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    plot(by_n, by_h, RESULTS / "scaling.png")
-    write("scaling", md, {"machine": machine(), "by_n": by_n, "by_heads": by_h})
-    print(md + f"\nwrote {RESULTS / 'scaling.png'}")
+    write("scaling", md, {"machine": machine(), "by_n": by_n, "by_heads": by_h}, args.out)
+    plot(by_n, by_h, args.out / "scaling.png")
+    print(md + f"\nwrote {args.out / 'scaling.png'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
