@@ -145,7 +145,7 @@ def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setu
                     workers: int = 1, processes: bool = False) -> list[list[int]]:
     from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search,
                                     decoding_layout, greedy_search)
-    from fullrank.inference.workers import map_batches, plan_batches
+    from fullrank.inference.workers import map_batches
     from fullrank.runtime import fast_matmul
 
     def one(src: torch.Tensor) -> list[list[int]]:
@@ -162,8 +162,6 @@ def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setu
     # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings. Either way the
     # linear weights are column-major while decoding, converted inside the timed call, as
     # `fullrank translate` does once per file (inference.decoding_layout: fullrank's code)
-    if workers > 1:  # shared out as `fullrank translate --workers` shares out a file's lines
-        batches = plan_batches(torch.cat(batches), s.batch, workers)
     with fast_matmul(fast), decoding_layout(model):
         return [t for out in map_batches(one, batches, workers, processes=processes)
                 for t in out]
@@ -236,6 +234,10 @@ def worker(side: str, s: Setup) -> dict:
 
         keep_freed_memory()  # as the `fullrank` command does (PyTorch's defaults: glibc's)
     src = sources(s)
+    if side == WORKERS:  # cut as `fullrank translate --workers` cuts a file's lines
+        from fullrank.inference.workers import plan_batches
+
+        src = list(plan_batches(torch.cat(src), s.batch, s.workers))
     model = hf_model(s) if side == "hf" else fullrank_model(s)
     compiled = None
     if side == COMPILED:
@@ -265,9 +267,7 @@ def worker(side: str, s: Setup) -> dict:
         out["lengths"][mode] = sorted({len(t) for t in tokens})
         out["outputs"][mode] = tokens
     if side == WORKERS:
-        from fullrank.inference.workers import plan_batches
-
-        out["batch_sizes"] = [len(b) for b in plan_batches(torch.cat(src), s.batch, s.workers)]
+        out["batch_sizes"] = [len(b) for b in src]
     if side == "fullrank":
         out["floor_seconds"] = {mode: floor_seconds(s, mode) for mode in MODES}
     return out

@@ -58,15 +58,16 @@ def plot(by_n: list[dict], by_h: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    from fullrank.training.metrics import plain_log_ticks
 
     def plain_axes(ax, xs) -> None:
         """Ticks at the measured x values, plain numbers on both log axes."""
         ax.set_xticks(xs)
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.yaxis.set_major_formatter(LogFormatter())
-        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        plain_log_ticks(ax.yaxis)
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, rows, key, label in ((axes[0], by_n, "seq", "sequence length n"),

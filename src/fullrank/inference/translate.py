@@ -79,9 +79,9 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             (:func:`~fullrank.inference.workers.map_batches`); on a GPU one batch at a time
             whatever this says. With several workers the lines are shared out in a multiple of
             that many batches of (nearly) equal size, at most ``batch_size`` each
-            (:func:`~fullrank.inference.workers.plan_batches`): 17 lines are batches of 9
-            and 8 for 2 workers; lines that fit one batch stay one. Each batch decodes exactly as it would alone: the same
-            translations for any number of workers.
+            (:func:`~fullrank.inference.workers.plan_batches`): 17 lines are batches of 9 and
+            8 for 2 workers; lines that fit one batch stay one. Each batch decodes exactly as it
+            would alone: the same translations for any number of workers.
         processes: with ``workers > 1``, workers are processes forked from this one instead of
             threads (Linux; threads elsewhere): faster, as the Python between operations then
             runs in parallel too; call it from a program that can fork (no CUDA in use).

@@ -24,9 +24,8 @@ children), so a caller decoding on a GPU keeps one worker.
 
 :func:`map_batches` is how :func:`fullrank.inference.translate.translate` (``workers=``) and
 the benchmarks decode a list of batches; each batch decodes exactly as it would alone.
-:func:`plan_batches` cuts the sentences into batches so that every worker has work: a multiple
-of the workers' count of batches of even size, so one batch's worth of sentences is shared out
-rather than left to one worker while the other idles.
+:func:`plan_batches` cuts the sentences into batches so that every worker has work: when there
+is more than one batch's worth, a multiple of the workers' count of batches of even size.
 """
 
 from __future__ import annotations

@@ -191,8 +191,8 @@ class ScaledDotProduct(nn.Module):
     which keeps memory linear in the length; on CPUs, attention with dropout and, under
     :func:`fullrank.runtime.fast_matmul`, short sequences go to :func:`attend`, which is faster
     there, and a decoding step's few query rows to :func:`attend` at full float32 precision —
-    the rules above :data:`CPU_WRITTEN_OUT_MAX_BLOCK` and :data:`CPU_EXACT_MAX_QUERIES`); ``fused=False`` always calls
-    :func:`attend`.
+    the rules above :data:`CPU_WRITTEN_OUT_MAX_BLOCK` and :data:`CPU_EXACT_MAX_QUERIES`);
+    ``fused=False`` always calls :func:`attend`.
     """
 
     def __init__(self, *, fused: bool = True) -> None:

@@ -55,6 +55,15 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def plain_log_ticks(axis: Any) -> None:
+    """Plain numbers ("6", "10") on a log-scaled matplotlib ``axis`` instead of "6×10⁰"; minor
+    ticks are labelled only while the axis spans less than about two decades."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     """Loss (train and validation) and validation perplexity against step, as a PNG."""
     import matplotlib
@@ -76,11 +85,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
                         color="C1", label="valid perplexity", markersize=3)
     ax_loss.set(xlabel="step", ylabel="loss (nats per token)", title="loss")
     ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
-    # plain numbers on the log axis ("6", "10"), not "6×10⁰"; minor ticks labelled only while
-    # the axis spans less than about two decades
-    ax_ppl.yaxis.set_major_formatter(matplotlib.ticker.LogFormatter())
-    ax_ppl.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False,
-                                                                    minor_thresholds=(2, 0.5)))
+    plain_log_ticks(ax_ppl.yaxis)
     for ax in (ax_loss, ax_ppl):
         ax.grid(alpha=0.3)
         ax.legend()
