@@ -126,3 +126,21 @@ def test_gelu_feedforward_option():
     x = torch.randn(2, 3, 24)
     h = block.ffn.fc1(x)
     torch.testing.assert_close(block.ffn(x), block.ffn.fc2(torch.nn.functional.gelu(h)))
+
+
+def test_evaluation_calls_no_dropout_module_and_training_calls_them_all():
+    """In eval mode a block, its feed-forward layer and the embeddings skip their dropout modules
+    altogether (decoding calls nothing for them); in training every one of them runs."""
+    from fullrank.models import EncoderDecoder, EncoderDecoderConfig
+
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=24,
+                                                n_layers=2, dropout=0.1))
+    dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    calls = []
+    for m in dropouts:
+        m.register_forward_hook(lambda mod, args, out: calls.append(mod))
+    src, tgt = torch.randint(0, 11, (2, 5)), torch.randint(0, 11, (2, 4))
+    model.eval()(src, tgt)
+    assert calls == []
+    model.train()(src, tgt)
+    assert {id(m) for m in calls} == {id(m) for m in dropouts}

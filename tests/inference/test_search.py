@@ -275,3 +275,37 @@ def test_compiled_decoding_equals_eager():
     assert tokens(compiled) == tokens(eager)
     for a, b in zip(compiled, eager):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-9)
+
+
+class _Cast(ScriptedDecoder):
+    """A scripted decoder whose logits (unnormalised: log-probabilities + 3) come in another
+    dtype, and a record of what it returned."""
+
+    def __init__(self, probs, batch_size: int, dtype: torch.dtype) -> None:
+        super().__init__(probs, batch_size)
+        self.dtype = dtype
+        self.returned: list[torch.Tensor] = []
+
+    def step(self, tokens):
+        out = (super().step(tokens) + 3.0).to(self.dtype)
+        self.returned.append(out)
+        return out
+
+
+def test_beam_search_writes_log_probabilities_over_float_logits_and_beside_low_precision_ones():
+    """Float32 logits are overwritten with their log-probabilities (a step's logits are the
+    search's); bfloat16 logits, whose log-probabilities are kept in float32, are left alone. The
+    search is the same either way."""
+    table = lambda p: [0.1, 0.3, 0.25, 0.2, 0.15] if len(p) < 4 else [0.6, 0.1, 0.1, 0.1, 0.1]
+    kw = dict(batch_size=2, beam_size=3, alpha=0.6, bos_id=1, eos_id=0, max_len=6)
+    results = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        dec = _Cast(table, 2, dtype)
+        results[dtype] = tokens(beam_search(dec, **kw))
+        first = dec.returned[0][:, -1]
+        if dtype == torch.float32:  # log-probabilities now: each row sums to 1 in probability
+            torch.testing.assert_close(first.exp().sum(-1), torch.ones(2))
+        else:  # untouched: as the decoder returned them, rounded to bfloat16
+            assert torch.equal(first, torch.tensor([[math.log(q) + 3.0 for q in table(())]] * 2
+                                                   ).to(torch.bfloat16))
+    assert results[torch.float32] == results[torch.bfloat16]

@@ -126,6 +126,23 @@ def test_attend_returns_row_stochastic_probabilities():
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, 3, 5))
 
 
+@pytest.mark.reference
+def test_an_additive_float_mask_equals_its_boolean_mask_and_sdpa():
+    """A floating-point mask is a bias added to the scores (−∞ hides a key), as in
+    scaled_dot_product_attention: the same outputs as the boolean mask it encodes."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    keep = torch.rand(2, 1, 5, 5, generator=gen) > 0.4
+    keep[..., 0] = True  # every query keeps a key
+    bias = torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    expected = attend(q, k, v, mask=keep)
+    torch.testing.assert_close(attend(q, k, v, mask=bias), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias), expected)
+    with pytest.raises(ConfigError, match="is_causal"):
+        attend(q, k, v, mask=bias, is_causal=True)
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_fully_masked_query_rows_are_zero_not_nan(fused):
     mha = MultiHeadAttention(24, 3, fused=fused).eval()

@@ -196,3 +196,30 @@ def test_beam_cache_attention_equals_a_copied_cache_and_new_positions_stay_causa
         beam.append(torch.randn(n * g + 1, 4, 1, 6), torch.randn(n * g + 1, 4, 1, 3))
     with pytest.raises(ConfigError, match="gradients"):
         BeamKVCache().append(torch.randn(1, 1, 1, 2, requires_grad=True), torch.randn(1, 1, 1, 2))
+
+
+def test_the_layers_of_a_beam_decoder_cache_share_one_bias_per_step():
+    """The beam caches of a stack append and reorder together, so one attention bias serves every
+    layer of a step: built once, and equal to what each layer's own slot table says."""
+    gen = torch.Generator().manual_seed(0)
+    n, g, h, d, layers = 2, 3, 2, 4, 3
+    cache = DecoderCache.empty(layers, cross=False, beams=True)
+    rows = n
+    for step in range(5):
+        for c in cache.self_attn:
+            k = torch.randn(rows, h, 1, d, generator=gen)
+            c.append(k, k)
+        biases = [c.visible_bias(1) for c in cache.self_attn]
+        if step == 0:
+            assert biases == [None] * layers  # one row per group: nothing to hide
+        else:
+            assert all(b is biases[0] for b in biases)  # built once for the step
+            for c in cache.self_attn:
+                seen = c.visible(1)
+                expected = torch.zeros(seen.shape).masked_fill(~seen, float("-inf"))
+                assert torch.equal(biases[0], expected)
+        index = (torch.arange(n).repeat_interleave(g) if step == 0 else
+                 (torch.arange(n)[:, None] * g + torch.randint(0, g, (n, g), generator=gen)
+                  ).reshape(-1))
+        cache.reorder(index)
+        rows = index.numel()

@@ -46,7 +46,8 @@ class Decoder(Protocol):
     def step(self, tokens: Tensor) -> Tensor:
         """Feed ``tokens (B, t)`` (the newest target tokens of each row) and return the logits
         ``(B, t, V)`` of the token that follows each; advances the state by ``t`` positions.
-        The logits may be overwritten by the next step (copy them to keep them)."""
+        The logits are the caller's until the next step, which may overwrite them; a search may
+        overwrite them itself (beam search writes log-probabilities over them)."""
         ...
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:

@@ -190,16 +190,20 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
     fin_lp = torch.full((n, n_best), NEG_INF, device=dev)        # (N, n)
     fin_len = torch.zeros(n, n_best, dtype=torch.long, device=dev)  # (N, n) tokens without EOS
 
-    logp_buf = None  # log-probabilities written into one buffer (no fresh pages every step)
+    logp_buf = None  # log-probabilities of logits that cannot hold them (no fresh pages each step)
     for t in range(total):
         logits = decoder.step(tokens)[:, -1]                      # (N·Kc, V)
-        if logp_buf is None or logp_buf.numel() < logits.numel():
-            logp_buf = logits.new_empty(logits.numel(), dtype=_score_dtype(logits))
-        logp = torch.log_softmax(logits, dim=-1, dtype=logp_buf.dtype,
-                                 out=logp_buf[: logits.numel()].view(logits.shape))  # (N·Kc, V)
-        vocab = logp.shape[-1]
-        if t == 0:  # the ids checked; scores in the logits' precision (float32 at least)
+        vocab = logits.shape[-1]
+        if t == 0:
             _check_vocab(logits, bos_id, eos_id)
+        if logits.dtype == _score_dtype(logits) and logits.is_contiguous():
+            logp = torch.log_softmax(logits, dim=-1, out=logits)  # (N·Kc, V), over the logits
+        else:
+            if logp_buf is None or logp_buf.numel() < logits.numel():
+                logp_buf = logits.new_empty(logits.numel(), dtype=_score_dtype(logits))
+            logp = torch.log_softmax(logits, dim=-1, dtype=logp_buf.dtype,
+                                     out=logp_buf[: logits.numel()].view(logits.shape))
+        if t == 0:  # scores in the log-probabilities' precision (float32 at least)
             alive_lp, fin_score, fin_lp = (x.to(logp.dtype) for x in (alive_lp, fin_score, fin_lp))
         if t < min_len:
             logp[:, eos_id] = NEG_INF

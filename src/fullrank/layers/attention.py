@@ -66,18 +66,26 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_ca
         q: queries ``(B, H, T, Dh)``.
         k: keys ``(B, H, S, Dh)``.
         v: values ``(B, H, S, Dv)``.
-        mask: boolean, ``True`` = may attend, broadcastable to ``(B, H, T, S)``.
+        mask: boolean, ``True`` = may attend, broadcastable to ``(B, H, T, S)``; or, as in
+            :func:`torch.nn.functional.scaled_dot_product_attention`, a floating-point bias
+            added to the scores (``−∞`` hides a key), which must leave every query a key.
         is_causal: also forbid key ``j > i`` for query ``i`` (aligned at the top left, as in
-            :func:`torch.nn.functional.scaled_dot_product_attention`).
+            :func:`torch.nn.functional.scaled_dot_product_attention`); with a boolean mask only.
         scale: multiplier of the dot products; default ``1/√Dh``.
         dropout_p: dropout on the attention probabilities.
         return_probs: also return the probabilities ``(B, H, T, S)``.
 
     Returns:
         ``(B, H, T, Dv)``, and the probabilities if ``return_probs``. A query whose keys are all
-        masked gets zero probabilities and a zero output, never NaN.
+        masked by a boolean mask gets zero probabilities and a zero output, never NaN.
     """
     scores = attention_logits(q, k, scale)
+    if mask is not None and mask.dtype != torch.bool:  # an additive bias: no row is all hidden
+        if is_causal:
+            raise ConfigError("attend: is_causal with a floating-point mask; fold causality "
+                              "into the bias, or pass a boolean mask")
+        scores = scores + mask
+        mask = None
     if is_causal:
         mask = combine(mask, causal_mask(q.shape[-2], k.shape[-2], offset=0, device=q.device))
     if mask is not None:
@@ -324,7 +332,7 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         q, k, v = self.project_qkv(x, memory, cache)
         dropout_p = self.dropout if self.training else 0.0
-        visible = cache.visible(t) if cache is not None and memory is None else None
+        visible = cache.visible_bias(t) if cache is not None and memory is None else None
         if visible is not None:  # a beam cache: each group's keys shared by its rows
             if mask is not None:
                 raise ConfigError("a self-attention mask cannot be combined with a beam-search "
@@ -353,7 +361,8 @@ class MultiHeadAttention(nn.Module):
         The ``g`` rows become ``g·T`` queries of one row: the same result as copying the keys
         and values ``g`` times, which this reads once. ``mask`` broadcastable to
         ``(N, H, T, S)``, or, with ``mask_rows_grouped``, to ``(N, H, g·T, S)`` (a row per
-        grouped query, in :meth:`BeamKVCache.visible`'s order). Returns ``(B, H, T, Dv)``."""
+        grouped query, in :meth:`BeamKVCache.visible`'s order; a boolean mask or an additive
+        bias). Returns ``(B, H, T, Dv)``."""
         b, h, t, dh = q.shape
         n = k.shape[0]
         if b % n or is_causal:

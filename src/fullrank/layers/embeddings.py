@@ -115,4 +115,4 @@ class InputEmbedding(nn.Module):
             x = x + self.segments(seg)
         if self.norm is not None:
             x = self.norm(x)
-        return self.dropout(x)
+        return self.dropout(x) if self.dropout.training else x  # eval: no call

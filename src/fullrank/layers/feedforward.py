@@ -40,4 +40,4 @@ class FeedForward(nn.Module):
         """``(B, T, D) → (B, T, D)``."""
         h = self.fc1(x)  # (B, T, F)
         h = F.relu(h) if self.activation == "relu" else F.gelu(h)
-        return self.fc2(self.dropout(h))
+        return self.fc2(self.dropout(h) if self.dropout.training else h)  # eval: no call

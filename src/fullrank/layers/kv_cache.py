@@ -113,6 +113,25 @@ class KVCache:
         here (each row sees its own keys); see :meth:`BeamKVCache.visible`."""
         return None
 
+    def visible_bias(self, t: int) -> Tensor | None:
+        """:meth:`visible` as an additive score bias: ``None`` here; see
+        :meth:`BeamKVCache.visible_bias`."""
+        return None
+
+
+class BeamMasks:
+    """The newest attention bias of the beam caches of one decoder stack, shared by its layers.
+
+    Every layer of a stack appends the same positions and is reordered by the same rows, so the
+    slot tables of its :class:`BeamKVCache` s agree, and the bias that one layer builds for a step
+    (:meth:`BeamKVCache.visible_bias`) is every layer's: built once per step instead of once per
+    layer. Any reorder forgets it; :meth:`DecoderCache.empty` gives a stack's caches one of these.
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple[int, ...] | None = None  # (length, t, groups, g) it was built for
+        self.bias: Tensor | None = None
+
 
 class BeamKVCache(KVCache):
     """A self-attention cache for beam search whose reorders copy no keys or values.
@@ -126,7 +145,9 @@ class BeamKVCache(KVCache):
     only that table. Attention then reads a group's ``L·g`` keys once for all its ``g`` query rows
     — :attr:`keys` ``(N, H, L·g, Dh)`` — each row seeing only its own history through the mask
     of :meth:`visible` (the same result as a copied cache, as
-    :class:`~fullrank.layers.attention.MultiHeadAttention` groups cross-attention's queries).
+    :class:`~fullrank.layers.attention.MultiHeadAttention` groups cross-attention's queries),
+    which attention adds to its scores as :meth:`visible_bias`, one per step for all the caches
+    that share ``masks`` (a :class:`BeamMasks`; by default the cache's own).
 
     Reorders that change the grouping (one row per sentence widened to ``g`` beams, or a
     different ``g``) copy each row's history once into its own slot; dropping whole groups
@@ -135,11 +156,12 @@ class BeamKVCache(KVCache):
     cached positions, ``Dh``/``Dv`` key/value sizes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, masks: BeamMasks | None = None) -> None:
         super().__init__()
         self.group = 1                      # g, rows per group
         self._slots: Tensor | None = None   # (B, capacity) slot of each row's key at each position
         self._own: Tensor | None = None     # (B,) slot of each row: see _own_slots
+        self._masks = BeamMasks() if masks is None else masks
 
     @property
     def keys(self) -> Tensor:
@@ -209,11 +231,30 @@ class BeamKVCache(KVCache):
             seen = seen & (key_pos[None, :] <= query_pos[:, None])                   # (N, g, t, L·g)
         return seen.reshape(n, 1, g * t, length * g)
 
+    def visible_bias(self, t: int) -> Tensor | None:
+        """:meth:`visible` as an additive bias for attention scores, ``0`` where a key is visible
+        and ``−∞`` where not, ``(N, 1, g·t, L·g)`` in the keys' dtype (every row sees at least its
+        own keys, so no row is all ``−∞``); ``None`` while each group is one row. Built once per
+        step for all the caches that share this one's :class:`BeamMasks`."""
+        if self._slots is None or self.group == 1:
+            return None
+        assert self._k is not None
+        key = (self.length, t, self._k.shape[0], self.group)
+        memo = self._masks
+        if memo.key != key or memo.bias is None:
+            seen = self.visible(t)
+            assert seen is not None
+            memo.bias = torch.zeros(seen.shape, dtype=self._k.dtype, device=seen.device
+                                    ).masked_fill_(~seen, float("-inf"))
+            memo.key = key
+        return memo.bias
+
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index (B',)`` in that order. With ``sources=None`` the groups stay and every
         row ``r`` must take a row of its own group (``index[r] // g == r // g'`` for ``g' = B'/N``);
         with ``sources (N',)`` group ``i`` continues old group ``sources[i]``. Copies no keys when
         ``g'`` is ``g`` and the groups stay; see the class docstring."""
+        self._masks.key = None  # the shared bias no longer holds for this step
         if self._k is None or self._v is None or self._slots is None:
             return
         n = self._k.shape[0] if sources is None else sources.numel()
@@ -273,10 +314,11 @@ class DecoderCache:
     @classmethod
     def empty(cls, n_layers: int, cross: bool, *, beams: bool = False) -> DecoderCache:
         """Empty caches for ``n_layers`` layers; ``beams``: self-attention caches for beam search
-        (:class:`BeamKVCache`), reordered within groups without copying."""
-        self_cache = BeamKVCache if beams else KVCache
+        (:class:`BeamKVCache`), reordered within groups without copying, sharing one
+        :class:`BeamMasks`."""
+        masks = BeamMasks()
         return cls(
-            self_attn=[self_cache() for _ in range(n_layers)],
+            self_attn=[BeamKVCache(masks) if beams else KVCache() for _ in range(n_layers)],
             cross_attn=[KVCache() for _ in range(n_layers)] if cross else [],
         )
 
