@@ -13,6 +13,11 @@ of the weights differ inside the block (checkpoints are written contiguous in an
 both layouts are equally fast, so only CPU weights are touched. Training inside the block is
 possible but pointless: the layout suits few-row products, not training's large ones.
 
+Where fullrank multiplies through oneDNN (:func:`fullrank.runtime.fast_matmul`, float32-accurate
+on the CPU), the block instead packs each weight of the model's attention and feed-forward layers
+into oneDNN's own blocked layout the first time it is used (:func:`fullrank.layers.linear.packed_weights`,
+faster still), and leaves the weights as they are.
+
 The output projection to the vocabulary multiplies by ``Wᵀ`` too, where ``W (V, D)`` is usually
 the embedding (tied, so it stays row-major for lookups): the block also keeps one contiguous
 ``Wᵀ`` of the model's ``output_weight``, which :func:`transposed` hands to every decoder made
@@ -26,6 +31,8 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
+
+from fullrank.layers.linear import packed_weights
 
 
 # id(weight) → (weight, contiguous weightᵀ) for the output weights of the models inside a block
@@ -47,14 +54,16 @@ def transposed(weight: Tensor) -> Tensor:
 
 @contextlib.contextmanager
 def decoding_layout(model: nn.Module) -> Iterator[nn.Module]:
-    """Store the weights of ``model``'s ``nn.Linear`` layers column-major inside the block.
+    """Store the weights of ``model``'s ``nn.Linear`` layers column-major inside the block, or
+    pack them for oneDNN where fullrank multiplies through it (see the module docstring).
 
     Each CPU weight that is row-major now is replaced (``param.data``, so the parameter objects,
     their names and any tying stay) by a column-major copy with the same values; on exit the
     original tensors come back, also when the block raises. Weights already column-major (an
     enclosing block) are left alone, so nesting costs nothing. Converting costs one copy of the
     linear weights (about 9 ms for the Multi30k model's 6M on one CPU thread), once per block:
-    wrap a whole file's decoding, not each batch.
+    wrap a whole file's decoding, not each batch. Where the block packs instead, the weights
+    stay as they are and each is packed when first used (a copy of the same cost).
 
     The model's ``output_weight`` (if it has one, on a CPU) gets a contiguous transposed copy
     for :func:`transposed`, kept until the block exits (about 6 ms for a 10,000 × 256 matrix).
@@ -63,27 +72,35 @@ def decoding_layout(model: nn.Module) -> Iterator[nn.Module]:
     """
     swapped: list[tuple[nn.Parameter, Tensor]] = []
     kept: int | None = None  # the id of the output weight whose transpose this block keeps
-    try:
-        with torch.inference_mode(False), torch.no_grad():
-            for module in model.modules():
-                if not isinstance(module, nn.Linear):
-                    continue
-                w = module.weight
-                # a weight shared by two layers is column-major, so skipped, the second time; a
-                # single row or column is both layouts at once
-                if w.device.type != "cpu" or not w.is_contiguous() or 1 in w.shape:
-                    continue
-                original = w.data
-                w.data = original.t().contiguous().t()      # (out, in), strides (1, out)
-                swapped.append((w, original))
-            out = getattr(model, "output_weight", None)
-            if (isinstance(out, Tensor) and out.dim() == 2 and out.device.type == "cpu"
-                    and id(out) not in _TRANSPOSED and not out.t().is_contiguous()):
-                kept = id(out)
-                _TRANSPOSED[kept] = (out, out.detach().t().contiguous())   # (D, V)
-        yield model
-    finally:
-        if kept is not None:
-            del _TRANSPOSED[kept]
-        for w, original in swapped:
-            w.data = original
+    with packed_weights() as packing:
+        try:
+            with torch.inference_mode(False), torch.no_grad():
+                if not packing:
+                    _column_major(model, swapped)
+                out = getattr(model, "output_weight", None)
+                if (isinstance(out, Tensor) and out.dim() == 2 and out.device.type == "cpu"
+                        and id(out) not in _TRANSPOSED and not out.t().is_contiguous()):
+                    kept = id(out)
+                    _TRANSPOSED[kept] = (out, out.detach().t().contiguous())   # (D, V)
+            yield model
+        finally:
+            if kept is not None:
+                del _TRANSPOSED[kept]
+            for w, original in swapped:
+                w.data = original
+
+
+def _column_major(model: nn.Module, swapped: list[tuple[nn.Parameter, Tensor]]) -> None:
+    """Make the CPU weights of ``model``'s ``nn.Linear`` layers column-major, recording each
+    parameter and its original tensor in ``swapped``."""
+    for module in model.modules():
+        if not isinstance(module, nn.Linear):
+            continue
+        w = module.weight
+        # a weight shared by two layers is column-major, so skipped, the second time; a single
+        # row or column is both layouts at once
+        if w.device.type != "cpu" or not w.is_contiguous() or 1 in w.shape:
+            continue
+        original = w.data
+        w.data = original.t().contiguous().t()      # (out, in), strides (1, out)
+        swapped.append((w, original))

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from fullrank.errors import ConfigError
 from fullrank.layers.kv_cache import KVCache
+from fullrank.layers.linear import Linear, linear
 from fullrank.layers.masks import causal_mask, combine
 from fullrank.runtime import fast_matmul_active, run_exact
 
@@ -256,8 +257,8 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.n_heads = d_model, n_heads
         self.d_head, self.d_value = resolve_head_sizes(d_model, n_heads, d_head, d_value)
         self.dropout = dropout
-        self.qkv_proj = nn.Linear(d_model, n_heads * (2 * self.d_head + self.d_value), bias=bias)
-        self.out_proj = nn.Linear(n_heads * self.d_value, d_model, bias=bias)
+        self.qkv_proj = Linear(d_model, n_heads * (2 * self.d_head + self.d_value), bias=bias)
+        self.out_proj = Linear(n_heads * self.d_value, d_model, bias=bias)
         self.core = ScaledDotProduct(fused=fused)
         self.reset_parameters()
 
@@ -299,10 +300,10 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
             return q, k, v
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        q = self._split_heads(F.linear(x, w[:hd], None if b is None else b[:hd]), self.d_head)
+        q = self._split_heads(linear(x, w[:hd], None if b is None else b[:hd]), self.d_head)
         if cache is not None and not cache.is_empty:
             return q, cache.keys, cache.values
-        kv = F.linear(memory, w[hd:], None if b is None else b[hd:])  # (B, S, H·(Dh+Dv))
+        kv = linear(memory, w[hd:], None if b is None else b[hd:])  # (B, S, H·(Dh+Dv))
         k, v = kv.split([hd, self.n_heads * self.d_value], dim=-1)
         k, v = self._split_heads(k, self.d_head), self._split_heads(v, self.d_value)
         if cache is not None:

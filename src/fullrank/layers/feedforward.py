@@ -10,6 +10,8 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fullrank.layers.linear import Linear
+
 Activation = Literal["relu", "gelu"]
 
 
@@ -27,8 +29,8 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, *, activation: Activation = "relu",
                  dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.fc1 = Linear(d_model, d_ff, bias=bias)
+        self.fc2 = Linear(d_ff, d_model, bias=bias)
         self.activation = activation
         self.dropout = nn.Dropout(dropout)
         for lin in (self.fc1, self.fc2):
