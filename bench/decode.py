@@ -15,9 +15,10 @@ with — so the report separates what the settings give from what the code does.
 
 Each side runs in its own subprocess, and the subprocesses alternate A, B, C, A, B, C, … for
 ``--rounds`` rounds, because these machines drift by up to ±25% from one minute to the next;
-each subprocess builds its model, decodes once untimed (warm-up), then times one decode per
-mode. The report gives medians over rounds, the ratio of medians and the median of the per-round
-ratios, as a Markdown table and JSON under ``bench/results/``.
+each subprocess builds its model, decodes once untimed (warm-up), then times ``--repeats``
+decodes per mode (3 by default) and keeps their median, so that one unlucky second of a noisy
+machine does not decide a round. The report gives medians over rounds, the ratio of medians and
+the median of the per-round ratios, as a Markdown table and JSON under ``bench/results/``.
 
 Each fullrank subprocess also times the **floor**: the matrix multiplies that one cached decoder
 step cannot avoid (per layer the self-attention q/k/v and output projections, the
@@ -113,6 +114,7 @@ class Setup:
     alpha: float = 0.6
     threads: int = 2
     seed: int = 0
+    repeats: int = 3  # timed decodes per mode in each subprocess; their median counts
     batches: int = 1  # batches of `batch` sources, decoded one after another (a file)
     workers: int = 1  # the workers side's batches decoded at once
     processes: bool = False  # the workers side's workers are forked processes, not threads
@@ -227,7 +229,8 @@ def floor_seconds(s: Setup, mode: str) -> float:
 
 # ---------------------------------------------------------------------------------- subprocesses
 def worker(side: str, s: Setup) -> dict:
-    """Build one side's model, warm up untimed, then time one decode per mode."""
+    """Build one side's model, warm up untimed, then time ``s.repeats`` decodes per mode and
+    keep their median."""
     torch.set_num_threads(s.threads)
     if side not in ("hf", "fullrank_same"):
         from fullrank.runtime import keep_freed_memory
@@ -256,14 +259,19 @@ def worker(side: str, s: Setup) -> dict:
     out: dict = {"side": side, "params": trainable(model),
                  "buffers": sum(b.numel() for b in model.buffers()),
                  "frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
-                 "seconds": {}, "lengths": {}, "outputs": {}, "warmup_seconds": {}}
+                 "seconds": {}, "repeat_seconds": {}, "lengths": {}, "outputs": {},
+                 "warmup_seconds": {}}
     for mode in MODES:
         start = time.perf_counter()
         decode(model, src, s, mode)  # warm-up, untimed (compiling, for the compiled side)
         out["warmup_seconds"][mode] = time.perf_counter() - start
-        start = time.perf_counter()
-        tokens = decode(model, src, s, mode)
-        out["seconds"][mode] = time.perf_counter() - start
+        times = []
+        for _ in range(s.repeats):
+            start = time.perf_counter()
+            tokens = decode(model, src, s, mode)
+            times.append(time.perf_counter() - start)
+        out["repeat_seconds"][mode] = times
+        out["seconds"][mode] = statistics.median(times)
         out["lengths"][mode] = sorted({len(t) for t in tokens})
         out["outputs"][mode] = tokens
     if side == WORKERS:
@@ -402,8 +410,8 @@ def markdown(rep: dict) -> str:
         + (f"{s['batches']} batches of " if s.get('batches', 1) > 1 else "") +
         f"{s['batch']} sources of {s['src_len']} tokens, {s['new_tokens']} new tokens (EOS "
         f"suppressed), beam {s['beam']} with α = {s['alpha']}, float32, {s['threads']} threads, "
-        f"one untimed warm-up per subprocess, {len(rep['modes']['beam']['paired_ratios'])} "
-        f"interleaved rounds.",
+        f"one untimed warm-up per subprocess, then the median of {s.get('repeats', 1)} timed "
+        f"decodes, {len(rep['modes']['beam']['paired_ratios'])} interleaved rounds.",
         "",
         "| mode | fullrank sent/s (median) | HF sent/s (median) | ratio of medians "
         "| median paired ratio | per-round ratios | fullrank at PyTorch's defaults sent/s "
@@ -472,6 +480,8 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed decodes per mode in each subprocess (their median counts)")
     ap.add_argument("--no-verify", action="store_true", help="skip the cached = uncached check")
     ap.add_argument("--compile", action="store_true",
                     help="also time fullrank with its decoder steps torch.compile'd (a fourth "
@@ -501,7 +511,8 @@ def main() -> None:
         sys.exit(f"need --batches >= 1 and 1 <= --workers <= --batches (one batch stays one "
                  f"batch), got --batches {args.batches} --workers {args.workers}")
     s = Setup(**dims, batch=args.batch, src_len=args.src_len, new_tokens=args.new_tokens,
-              beam=args.beam, alpha=args.alpha, threads=args.threads, batches=args.batches,
+              beam=args.beam, alpha=args.alpha, threads=args.threads, repeats=args.repeats,
+              batches=args.batches,
               workers=args.workers, processes=args.processes)
     print(f"setup: {s}", flush=True)
     check = None

@@ -100,3 +100,16 @@ def test_decoding_layout_packs_instead_of_moving_weights_and_decodes_the_same():
     for ours, ref in zip(packed[0], plain[0]):
         assert [t for t, _ in ours] == [t for t, _ in ref]
         assert [s for _, s in ours] == pytest.approx([s for _, s in ref], rel=1e-5)
+
+
+def test_the_fused_relu_equals_relu_of_the_product_in_and_out_of_the_block():
+    _packing_here()
+    gen = torch.Generator().manual_seed(1)
+    x, w, b = (torch.randn(*shape, generator=gen) for shape in ((5, 2, 16), (24, 16), (24,)))
+    expected = F.relu(F.linear(x, w, b))
+    assert torch.equal(L.linear(x, w, b, relu=True), expected)  # outside: F.linear, F.relu
+    with torch.no_grad(), fast_matmul(), L.packed_weights():
+        fused = L.linear(x, w, b, relu=True)
+        assert len(L._packs) == 1
+    assert (fused >= 0).all()
+    torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)

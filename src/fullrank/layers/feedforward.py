@@ -10,7 +10,7 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fullrank.layers.linear import Linear
+from fullrank.layers.linear import Linear, linear
 
 Activation = Literal["relu", "gelu"]
 
@@ -40,6 +40,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, D) → (B, T, D)``."""
-        h = self.fc1(x)  # (B, T, F)
-        h = F.relu(h) if self.activation == "relu" else F.gelu(h)
+        if self.activation == "relu":  # one call: the packed kernel fuses the ReLU
+            h = linear(x, self.fc1.weight, self.fc1.bias, relu=True)  # (B, T, F)
+        else:
+            h = F.gelu(self.fc1(x))
         return self.fc2(self.dropout(h) if self.dropout.training else h)  # eval: no call

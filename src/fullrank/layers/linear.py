@@ -14,6 +14,10 @@ and there the packed product is faster:
 - in a whole decode of the Multi30k-sized model (16 sentences, 50 tokens): the decoder's linear
   layers 91 → 80 ms in beam search, greedy decoding about 9% faster.
 
+:class:`~fullrank.layers.feedforward.FeedForward` asks for its ReLU in the same call
+(``relu=True``), which the packed kernel applies as it writes the product (one pass over the
+``(rows, d_ff)`` activations fewer).
+
 The products are oneDNN's float32 products either way (the tests compare them with ``F.linear``
 and float64). :class:`Linear` is ``nn.Linear`` (same parameters, ``state_dict`` and
 initialisation) whose forward is :func:`linear`.
@@ -49,20 +53,34 @@ def packing_available() -> bool:
     return hasattr(ops, "_linear_pointwise") and hasattr(ops, "_reorder_linear_weight")
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x Wᵀ + b``: ``F.linear``, through a packed copy of ``weight`` inside
-    :func:`packed_weights` (see the module docstring)."""
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *,
+           relu: bool = False) -> Tensor:
+    """``x Wᵀ + b`` (then ReLU if ``relu``): ``F.linear``, through a packed copy of ``weight``
+    inside :func:`packed_weights` (see the module docstring), where the ReLU is applied by the
+    same kernel as it writes the product."""
+    packed = _packed(x, weight)
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "relu" if relu else "none",
+                                                  [], "")
+    out = F.linear(x, weight, bias)
+    return F.relu(out) if relu else out
+
+
+def _packed(x: Tensor, weight: Tensor) -> Tensor | None:
+    """The packed copy of ``weight`` to multiply ``x`` by, made now if need be, or ``None`` where
+    ``F.linear`` must run: outside :func:`packed_weights`, with gradients, under autocast or
+    ``torch.compile``, off the CPU, or in another dtype than float32."""
     packs = _packs
     if (packs is None or torch.is_grad_enabled() or x.dtype != torch.float32
             or weight.dtype != torch.float32 or x.device.type != "cpu"
             or torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling()):
-        return F.linear(x, weight, bias)
+        return None
     key = (weight.data_ptr(), weight.shape, weight.stride(), weight._version)
     entry = packs.get(key)
     if entry is None:
         w = weight.detach()
         entry = packs[key] = (w, torch.ops.mkldnn._reorder_linear_weight(w.contiguous()))
-    return torch.ops.mkldnn._linear_pointwise(x, entry[1], bias, "none", [], "")
+    return entry[1]
 
 
 @contextlib.contextmanager
