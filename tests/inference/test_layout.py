@@ -76,9 +76,17 @@ def test_decoding_inside_gives_the_same_outputs():
         assert torch.equal(sample(LMDecoder(lm), prompt, max_new_tokens=6, temperature=0.0), plain)
 
 
-def test_argmax_rows_is_argmax_and_takes_the_first_of_equals():
-    x = torch.randn(16, 1000)
+@pytest.mark.parametrize("width", [4, 1000, 1024, 10_000, 10_001])
+def test_argmax_rows_is_argmax_and_takes_the_first_of_equals(width):
+    gen = torch.Generator().manual_seed(width)
+    x = torch.randn(16, width, generator=gen)
     assert torch.equal(argmax_rows(x), x.argmax(dim=1))
+    x[0, -1] = x[1, 0] = 100.0                   # the maximum in the ragged tail, in block 0
+    x[2, width // 2] = x[2, width - 1] = 100.0   # equal maxima in different blocks
+    x[3, 1] = x[3, 2] = 100.0                    # equal maxima in one block
+    x[4] = float("-inf")                         # nothing possible
+    assert torch.equal(argmax_rows(x), x.argmax(dim=1))
+    assert argmax_rows(x)[:5].tolist() == [width - 1, 0, width // 2, 1, 0]
     ties = torch.tensor([[0.0, 2.0, 2.0, 1.0], [3.0, 3.0, 3.0, 3.0]])
     assert argmax_rows(ties).tolist() == [1, 0]
 

@@ -191,6 +191,8 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
     fin_len = torch.zeros(n, n_best, dtype=torch.long, device=dev)  # (N, n) tokens without EOS
 
     logp_buf = None  # log-probabilities of logits that cannot hold them (no fresh pages each step)
+    among_k = torch.arange(2 * k, device=dev) < k                 # (2K,) the K best candidates
+    limit_lp = None                                               # (N,) lp(maximum length)
     for t in range(total):
         logits = decoder.step(tokens)[:, -1]                      # (N·Kc, V)
         vocab = logits.shape[-1]
@@ -205,6 +207,7 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
                                      out=logp_buf[: logits.numel()].view(logits.shape))
         if t == 0:  # scores in the log-probabilities' precision (float32 at least)
             alive_lp, fin_score, fin_lp = (x.to(logp.dtype) for x in (alive_lp, fin_score, fin_lp))
+            limit_lp = length_penalty(limit.to(logp.dtype), alpha)
         if t < min_len:
             logp[:, eos_id] = NEG_INF
         # --- the 2K best continuations of all open beams of each sentence
@@ -217,9 +220,9 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         last = limit <= t + 1                                     # (N,) at maximum length
         ending = (top_tok == eos_id) | last[:, None]              # (N, 2K) leave the beam
         # --- candidates that end (EOS, or maximum length) among the K best join the finished set
-        finish = ending & (torch.arange(2 * k, device=dev) < k)   # (N, 2K)
-        new_score = (top_lp / length_penalty(t + 1.0, alpha)).masked_fill(~finish, NEG_INF)  # (N, 2K)
-        if bool((new_score > NEG_INF).any()):
+        finish = ending & among_k                                 # (N, 2K)
+        if bool(finish.any()):
+            new_score = (top_lp / length_penalty(t + 1.0, alpha)).masked_fill(~finish, NEG_INF)
             top_seq = _extend(alive_seq, top_beam, top_tok)       # (N, 2K, t + 1)
             top_seq = F.pad(top_seq, (0, total - t - 1), value=eos_id)  # (N, 2K, L)
             top_len = (t + 1) - (top_tok == eos_id).long()        # (N, 2K)
@@ -238,8 +241,7 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         # --- a sentence is done when no open beam can beat its n-th finished hypothesis: the
         # best an open beam can still reach is its log-prob now (log-probs only fall) over the
         # largest penalty it can still get (at the maximum length for α ≥ 0, the next for α < 0).
-        best_lp = length_penalty(limit.to(logp.dtype), alpha).clamp(    # (N,)
-            min=length_penalty(t + 2.0, alpha))
+        best_lp = limit_lp.clamp(min=length_penalty(t + 2.0, alpha))  # (N,)
         done = last | (alive_lp[:, 0] / best_lp <= fin_score[:, -1])  # (N,)
         if bool(done.any()):
             _emit(out, sent[done], fin_seq[done], fin_score[done], fin_lp[done], fin_len[done])
@@ -248,8 +250,8 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
             if n == 0:
                 break
             decoder.reorder(rows[keep].reshape(-1), sources=keep)
-            sent, limit, alive_seq, alive_lp, tok = (sent[keep], limit[keep], alive_seq[keep],
-                                                     alive_lp[keep], tok[keep])
+            sent, limit, limit_lp, alive_seq, alive_lp, tok = (
+                sent[keep], limit[keep], limit_lp[keep], alive_seq[keep], alive_lp[keep], tok[keep])
             fin_seq, fin_score, fin_lp, fin_len = (fin_seq[keep], fin_score[keep], fin_lp[keep],
                                                    fin_len[keep])
         else:
@@ -259,15 +261,29 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
     return out
 
 
+# Block width of :func:`topk_rows` and :func:`argmax_rows`; rows narrower than
+# ``4·k·TOPK_BLOCK`` use ``torch.topk`` (``max`` for the argmax).
+TOPK_BLOCK = 64
+
+
 def argmax_rows(x: Tensor) -> Tensor:
     """The column of each row's largest entry of ``x (N, M)`` → ``(N,)``, the first among equals:
-    ``x.argmax(dim=1)``, through ``max``'s kernel, which on CPUs is about 3× faster at decoding's
-    shapes (16 × 10,000 on one thread: 72 µs against 223 µs)."""
-    return x.max(dim=1).indices
-
-
-# Block width of :func:`topk_rows`; rows narrower than ``4·k·TOPK_BLOCK`` use ``torch.topk``.
-TOPK_BLOCK = 64
+    ``x.argmax(dim=1)``, through block maxima as in :func:`topk_rows`: the first block holding
+    the row's maximum (``amax`` over blocks of :data:`TOPK_BLOCK` entries, which is several times
+    faster on CPUs than a reduction that also tracks positions), then the first maximum inside
+    it. Greedy decoding's 16 × 10,000 logits on 2 threads: 33 µs against ``max``'s 44 µs and
+    ``argmax``'s 48 µs."""
+    n, m = x.shape
+    b = TOPK_BLOCK
+    if m < 4 * b or x.stride(1) != 1:
+        return x.max(dim=1).indices
+    full = m - m % b
+    block_max = x[:, :full].view(n, full // b, b).amax(dim=2)           # (N, M/b)
+    if full < m:  # the ragged tail is one more block
+        block_max = torch.cat([block_max, x[:, full:].amax(dim=1, keepdim=True)], dim=1)
+    start = block_max.max(dim=1).indices * b                            # (N,) its first column
+    cols = (start[:, None] + torch.arange(b, device=x.device)).clamp_(max=m - 1)  # (N, b)
+    return start + x.gather(1, cols).max(dim=1).indices
 
 
 def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
