@@ -53,6 +53,19 @@ def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_row
     torch.testing.assert_close(grads[1], w.grad, rtol=1e-12, atol=1e-12)
 
 
+def test_fused_cross_entropy_of_no_rows_and_a_second_backward():
+    w = torch.randn(37, 24, dtype=torch.float64, requires_grad=True)
+    empty = linear_cross_entropy(torch.randn(0, 24, dtype=torch.float64, requires_grad=True), w,
+                                 torch.zeros(0, dtype=torch.long))
+    empty.loss.backward()
+    assert float(empty.loss) == 0.0 and torch.equal(w.grad, torch.zeros_like(w))
+    h = torch.randn(5, 24, dtype=torch.float64, requires_grad=True)
+    out = linear_cross_entropy(h, w, torch.randint(0, 37, (5,)))
+    out.loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="one backward pass"):
+        out.loss.backward()
+
+
 def test_fused_path_in_float32_and_without_grad():
     h = torch.randn(64, 32, requires_grad=True)
     w = torch.randn(500, 32, requires_grad=True)

@@ -52,7 +52,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     The ``(N, V)`` logits are never materialised: each chunk of rows computes its logits, its
     loss, and at once the gradient ``softmax − target`` and its products with ``weight`` and
-    ``h``, while the chunk is still in cache. The backward pass only scales the stored gradients.
+    ``h``, while the chunk is still in cache. The backward pass only scales the stored gradients,
+    in place (so one backward pass per forward).
     """
 
     @staticmethod
@@ -60,7 +61,9 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 ignore_index: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
         n, v = h.shape[0], weight.shape[0]
         grad_h = torch.empty_like(h)
-        grad_w = torch.zeros_like(weight)
+        grad_w = torch.empty_like(weight)  # the first chunk writes it, the others add to it
+        if n == 0:
+            grad_w.zero_()
         loss = h.new_zeros(())
         nll_total = h.new_zeros(())
         count = target.new_zeros(())
@@ -85,15 +88,23 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 grad.sub_(epsilon / v)
             grad.mul_(keep[:, None])
             torch.mm(grad, weight, out=grad_h[s : s + chunk])
-            grad_w.addmm_(grad.T, hc)
-        ctx.save_for_backward(grad_h, grad_w)
+            if s == 0:
+                torch.mm(grad.T, hc, out=grad_w)
+            else:
+                grad_w.addmm_(grad.T, hc)
+        # intermediate results, kept on ctx rather than saved: backward scales them in place
+        ctx.grads = (grad_h, grad_w)
         ctx.mark_non_differentiable(nll_total, count)
         return loss, nll_total, count
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _nll: Tensor, _count: Tensor):  # type: ignore[override]
-        grad_h, grad_w = ctx.saved_tensors
-        return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
+        if ctx.grads is None:
+            raise RuntimeError("the fused cross-entropy's gradients were already used: it "
+                               "supports one backward pass (no retain_graph=True)")
+        grad_h, grad_w = ctx.grads
+        ctx.grads = None  # handed over, scaled in place: no second (V, D) buffer
+        return grad_h.mul_(grad_loss), grad_w.mul_(grad_loss), None, None, None, None
 
 
 # Each chunk adds its ``(V, D)`` weight gradient with a product over its rows; with fewer rows
