@@ -456,7 +456,8 @@ def markdown(rep: dict) -> str:
     lines += ["", "fullrank's decoding layout (`inference.decoding_layout`: packed or column-major "
               "weights, the output projection transposed) is made once per subprocess, as "
               "`fullrank translate` makes it once per file, and the timed decodes are batches of "
-              "that file. Made inside each call instead — a file of one batch — fullrank decoded "
+              "that file. Made inside each timed call instead (as when that call is the whole "
+              "file), fullrank decoded "
               + ", ".join(f"{mode} {statistics.median(m['layout_per_call_sent_per_s']):.2f} "
                           f"sent/s ({m['median_layout_per_call_paired_ratio']:.2f}× HF, paired)"
                           for mode, m in rep["modes"].items()) + "."]
