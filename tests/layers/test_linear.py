@@ -89,13 +89,17 @@ def test_decoding_layout_packs_instead_of_moving_weights_and_decodes_the_same():
         return ([[(h.tokens, h.score) for h in s] for s in beams],
                 greedy_search(Seq2SeqDecoder(model, src, keep), **kw))
 
+    model.extra = torch.nn.Linear(4, 6)  # a plain nn.Linear: column-major, as without packing
     with fast_matmul():
         plain = decode()
-        pointers = [p.data_ptr() for p in model.parameters()]
+        ours = [p for n, p in model.named_parameters() if not n.startswith("extra.")]
+        pointers = [p.data_ptr() for p in ours]
         with decoding_layout(model):
-            assert [p.data_ptr() for p in model.parameters()] == pointers  # nothing moved
+            assert [p.data_ptr() for p in ours] == pointers  # fullrank's layers: nothing moved
+            assert model.extra.weight.t().is_contiguous()
             packed = decode()
             assert L._packs  # the attention and feed-forward weights were packed
+        assert model.extra.weight.is_contiguous()
     assert packed[1] == plain[1]
     for ours, ref in zip(packed[0], plain[0]):
         assert [t for t, _ in ours] == [t for t, _ in ref]

@@ -16,7 +16,8 @@ possible but pointless: the layout suits few-row products, not training's large 
 Where fullrank multiplies through oneDNN (:func:`fullrank.runtime.fast_matmul`, float32-accurate
 on the CPU), the block instead packs each weight of the model's attention and feed-forward layers
 into oneDNN's own blocked layout the first time it is used (:func:`fullrank.layers.linear.packed_weights`,
-faster still), and leaves the weights as they are.
+faster still), and leaves those weights as they are (other ``nn.Linear`` layers still go
+column-major).
 
 The output projection to the vocabulary multiplies by ``Wᵀ`` too, where ``W (V, D)`` is usually
 the embedding (tied, so it stays row-major for lookups): the block also keeps one contiguous
@@ -32,7 +33,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from fullrank.layers.linear import packed_weights
+from fullrank.layers.linear import Linear, packed_weights
 
 
 # id(weight) → (weight, contiguous weightᵀ) for the output weights of the models inside a block
@@ -75,8 +76,7 @@ def decoding_layout(model: nn.Module) -> Iterator[nn.Module]:
     with packed_weights() as packing:
         try:
             with torch.inference_mode(False), torch.no_grad():
-                if not packing:
-                    _column_major(model, swapped)
+                _column_major(model, swapped, packing)
                 out = getattr(model, "output_weight", None)
                 if (isinstance(out, Tensor) and out.dim() == 2 and out.device.type == "cpu"
                         and id(out) not in _TRANSPOSED and not out.t().is_contiguous()):
@@ -90,11 +90,13 @@ def decoding_layout(model: nn.Module) -> Iterator[nn.Module]:
                 w.data = original
 
 
-def _column_major(model: nn.Module, swapped: list[tuple[nn.Parameter, Tensor]]) -> None:
+def _column_major(model: nn.Module, swapped: list[tuple[nn.Parameter, Tensor]],
+                  packing: bool) -> None:
     """Make the CPU weights of ``model``'s ``nn.Linear`` layers column-major, recording each
-    parameter and its original tensor in ``swapped``."""
+    parameter and its original tensor in ``swapped``; with ``packing``, only those of layers that
+    are not :class:`~fullrank.layers.linear.Linear` (which multiply by packed copies)."""
     for module in model.modules():
-        if not isinstance(module, nn.Linear):
+        if not isinstance(module, nn.Linear) or (packing and isinstance(module, Linear)):
             continue
         w = module.weight
         # a weight shared by two layers is column-major, so skipped, the second time; a single
