@@ -85,7 +85,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_ca
         if is_causal:
             raise ConfigError("attend: is_causal with a floating-point mask; fold causality "
                               "into the bias, or pass a boolean mask")
-        scores = scores + mask
+        scores = scores.add_(mask)  # the scores are a fresh product: add in place
         mask = None
     if is_causal:
         mask = combine(mask, causal_mask(q.shape[-2], k.shape[-2], offset=0, device=q.device))

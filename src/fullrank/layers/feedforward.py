@@ -40,7 +40,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, D) → (B, T, D)``."""
-        if self.activation == "relu":  # one call: the packed kernel fuses the ReLU
+        if self.activation == "relu":  # one call, the packed kernel fusing the ReLU (fc1's
+            # parameters are used directly, so hooks on the fc1 module do not run here)
             h = linear(x, self.fc1.weight, self.fc1.bias, relu=True)  # (B, T, F)
         else:
             h = F.gelu(self.fc1(x))

@@ -241,7 +241,7 @@ class BeamKVCache(KVCache):
         assert self._k is not None
         key = (self.length, t, self._k.shape[0], self.group)
         memo = self._masks
-        if memo.key != key or memo.bias is None:
+        if memo.key != key:
             seen = self.visible(t)
             assert seen is not None
             memo.bias = torch.zeros(seen.shape, dtype=self._k.dtype, device=seen.device
@@ -316,7 +316,7 @@ class DecoderCache:
         """Empty caches for ``n_layers`` layers; ``beams``: self-attention caches for beam search
         (:class:`BeamKVCache`), reordered within groups without copying, sharing one
         :class:`BeamMasks`."""
-        masks = BeamMasks()
+        masks = BeamMasks() if beams else None
         return cls(
             self_attn=[BeamKVCache(masks) if beams else KVCache() for _ in range(n_layers)],
             cross_attn=[KVCache() for _ in range(n_layers)] if cross else [],
