@@ -1,64 +1,96 @@
 """The ``fullrank`` command: one explicit table of sub-commands, each a thin module.
 
-Every command parses its arguments, calls library functions and prints. A
+The table names each command's module and one-line help; a module is imported only when its
+command runs (or its ``--help`` is asked for), so ``fullrank --help`` answers without importing
+PyTorch. Every command module has ``add_arguments(parser)`` and ``run(args) -> int``. A
 :class:`~fullrank.errors.FullrankError` becomes one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from types import ModuleType
 
-from fullrank.cli import eval as eval_cmd
-from fullrank.cli import (advise, attention, average, bleu, bottleneck, generate, grid, heads, info,
-                          plot, train, translate, widen)
 from fullrank.errors import FullrankError
-from fullrank.runtime import keep_freed_memory
 
-# name → (module's add_arguments, module's run, one-line help)
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
-                          Callable[[argparse.Namespace], int], str]] = {
-    "info": (info.add_arguments, info.run, info.HELP),
-    "bottleneck": (bottleneck.add_arguments, bottleneck.run, bottleneck.HELP),
-    "advise": (advise.add_arguments, advise.run, advise.HELP),
-    "train": (train.add_arguments, train.run, train.HELP),
-    "eval": (eval_cmd.add_arguments, eval_cmd.run, eval_cmd.HELP),
-    "generate": (generate.add_arguments, generate.run, generate.HELP),
-    "plot": (plot.add_arguments, plot.run, plot.HELP),
-    "translate": (translate.add_arguments, translate.run, translate.HELP),
-    "average": (average.add_arguments, average.run, average.HELP),
-    "bleu": (bleu.add_arguments, bleu.run, bleu.HELP),
-    "grid": (grid.add_arguments, grid.run, grid.HELP),
-    "heads": (heads.add_arguments, heads.run, heads.HELP),
-    "widen": (widen.add_arguments, widen.run, widen.HELP),
-    "attention": (attention.add_arguments, attention.run, attention.HELP),
+# name → (module under fullrank.cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("info", "Summarise a model: parameters by component, head sizes, FLOPs per token, "
+                     "warnings."),
+    "bottleneck": ("bottleneck", "Measure [B20]'s low-rank bottleneck: error against head size, "
+                                 "standard vs fixed heads, and the two theorems."),
+    "advise": ("advise", "Suggest (n_heads, d_head, d_ff) under a parameter budget, standard rule "
+                         "against fixed heads."),
+    "train": ("train", "Train a model from an experiment file (YAML/TOML), with dotted key=value "
+                       "overrides."),
+    "eval": ("eval", "Perplexity of a language-model checkpoint on a text file (every token, "
+                     "exactly once)."),
+    "generate": ("generate", "Sample a continuation of a prompt from a language-model checkpoint."),
+    "plot": ("plot", "Render a run's loss and validation-perplexity curves to PNG."),
+    "translate": ("translate", "Translate lines from stdin (or --input) with beam search; one "
+                               "output line per input line."),
+    "average": ("average", "Average checkpoints' parameters elementwise ([V17] §6.1: the last 5) "
+                           "into a new checkpoint."),
+    "bleu": ("bleu", "Score detokenized translations against raw references (sacrebleu), with "
+                     "signatures."),
+    "grid": ("grid", "Run chosen rows of a folder of experiment files (e.g. [V17] Table 3) and "
+                     "tabulate them."),
+    "heads": ("heads", "Per layer and head: numerical rank of QKᵀ, effective rank and entropy of "
+                       "the attention, d_head against n."),
+    "widen": ("widen", "Turn a checkpoint into one with larger heads (d_head, d_value) that "
+                       "computes the same function."),
+    "attention": ("attention", "Draw per-head attention maps and the 'from one token' view "
+                               "([V17] Figures 3–5)."),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def load_command(name: str) -> ModuleType:
+    """The module of command ``name`` (imported now)."""
+    return importlib.import_module(f"fullrank.cli.{COMMANDS[name][0]}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s sub-parser gets its arguments (the others show help)."""
     parser = argparse.ArgumentParser(
         prog="fullrank",
         description="Transformers with a free attention head size ([V17] + [B20]).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (add_arguments, _, help_text) in COMMANDS.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            load_command(name).add_arguments(p)
     return parser
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The first argument that names a command (options before it take no value)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_in(argv)
+    parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may also come after options (`train cfg --resume a.b=1`)
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides += extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    module = load_command(args.command)
     if os.environ.get("FULLRANK_KEEP_FREED_MEMORY", "1") != "0":
+        from fullrank.runtime import keep_freed_memory
+
         keep_freed_memory()  # training steps reuse their memory instead of faulting it in again
     try:
-        return COMMANDS[args.command][1](args)
+        return module.run(args)
     except FullrankError as e:
         print(f"fullrank {args.command}: error: {e}", file=sys.stderr)
         return 2

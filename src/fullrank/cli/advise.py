@@ -11,8 +11,6 @@ from fullrank.cli.bottleneck import int_list, wide_console
 from fullrank.cli.info import human
 from fullrank.errors import ConfigError
 
-HELP = ("Suggest (n_heads, d_head, d_ff) under a parameter budget, standard rule against fixed "
-        "head sizes, flagging d_head < seq_len.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

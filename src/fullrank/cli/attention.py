@@ -14,8 +14,6 @@ from fullrank.errors import CheckpointError, ConfigError
 from fullrank.inference.translate import translate
 from fullrank.training.checkpoints import load_checkpoint
 
-HELP = ("Draw per-head attention maps (one colour per head) and the 'from one token' view of "
-        "[V17] Figures 3–5, for a sentence; the model runs on its fused path meanwhile.")
 VIEWS = ("encoder", "decoder", "cross")
 
 

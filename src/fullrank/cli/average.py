@@ -9,7 +9,6 @@ from pathlib import Path
 from fullrank.errors import ConfigError
 from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
 
-HELP = "Average checkpoints' parameters elementwise ([V17] §6.1: the last 5) into a new checkpoint."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

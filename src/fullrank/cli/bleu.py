@@ -12,7 +12,6 @@ from pathlib import Path
 from fullrank.data.text import read_lines
 from fullrank.evaluation.bleu import paired_bootstrap, score
 
-HELP = "Score detokenized translations against raw references (sacrebleu), with signatures."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

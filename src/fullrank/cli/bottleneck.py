@@ -27,8 +27,6 @@ from fullrank.analysis.theorem1 import counterexample, head_attention, theorem1_
 from fullrank.analysis.theorem2 import FITS_TOL, theorem2_experiment
 from fullrank.errors import ConfigError
 
-HELP = ("Measure [B20]'s low-rank bottleneck: error against head size, standard vs fixed heads, "
-        "Theorems 1 and 2.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

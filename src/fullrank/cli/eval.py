@@ -16,7 +16,6 @@ from fullrank.training.checkpoints import load_checkpoint
 from fullrank.training.distributed import pick_device
 from fullrank.training.tasks import LanguageModeling
 
-HELP = "Perplexity of a language-model checkpoint on a text file (every token, exactly once)."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

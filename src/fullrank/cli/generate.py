@@ -10,7 +10,6 @@ from fullrank.recipes.lm import generate_text
 from fullrank.training.checkpoints import load_checkpoint
 from fullrank.training.distributed import pick_device
 
-HELP = "Sample a continuation of a prompt from a language-model checkpoint."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

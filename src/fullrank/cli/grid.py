@@ -11,8 +11,6 @@ from rich.table import Table
 from fullrank.recipes.grid import COLUMNS, run_grid
 from fullrank.recipes.mt import run_mt
 
-HELP = ("Run chosen rows of a folder of experiment files (e.g. [V17] Table 3) and tabulate every "
-        "finished row.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

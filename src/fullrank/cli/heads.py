@@ -17,8 +17,6 @@ from fullrank.errors import CheckpointError
 from fullrank.inference.translate import translate
 from fullrank.training.checkpoints import load_checkpoint
 
-HELP = ("Per layer and head: numerical rank of QKᵀ (≤ d_head), effective rank of the attention "
-        "matrix, entropy, d_head against n; a table, a CSV and a heatmap PNG.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,6 @@ from fullrank.models.config import TransformerConfig
 from fullrank.models.presets import PRESETS, preset
 from fullrank.recipes.config import load_experiment
 
-HELP = "Summarise a model: parameters by component, head sizes, FLOPs per token, warnings."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from fullrank.training.metrics import plot_run
 
-HELP = "Render a run's loss and validation-perplexity curves to PNG."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

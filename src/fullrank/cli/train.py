@@ -9,7 +9,6 @@ from fullrank.recipes.config import load_experiment
 from fullrank.recipes.lm import run_lm
 from fullrank.recipes.mt import run_mt
 
-HELP = "Train a model from an experiment file (YAML/TOML), with dotted key=value overrides."
 
 # the recipe of each task
 RECIPES = {"lm": run_lm, "mt": run_mt}

@@ -15,7 +15,6 @@ from fullrank.inference.translate import check_settings, translate
 from fullrank.training.checkpoints import load_checkpoint
 from fullrank.training.distributed import pick_device
 
-HELP = "Translate lines from stdin (or --input) with beam search; one output line per input line."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -11,8 +11,6 @@ from fullrank.analysis.widen import widen
 from fullrank.models import config_to_dict
 from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
 
-HELP = ("Turn a checkpoint into one with larger heads (d_head, d_value) whose outputs are "
-        "unchanged, to continue training with wider heads ([B20] fixed head size).")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
