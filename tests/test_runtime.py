@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from fullrank import runtime
+from fullrank import memory, runtime
 from fullrank.models import DecoderLM, DecoderLMConfig
 from fullrank.runtime import FLOAT32_LEVEL, fast_matmul, fast_matmul_available
 
@@ -245,8 +245,8 @@ def test_keep_freed_memory_is_a_no_op_off_glibc(monkeypatch):
     def no_libc(name):
         raise OSError("no such library")
 
-    monkeypatch.setattr(runtime.ctypes, "CDLL", no_libc)
-    monkeypatch.setattr(runtime, "_memory_kept", False)
+    monkeypatch.setattr(memory.ctypes, "CDLL", no_libc)
+    monkeypatch.setattr(memory, "_memory_kept", False)
     assert runtime.keep_freed_memory() is False
     assert "defaults" in runtime.memory_summary()
 

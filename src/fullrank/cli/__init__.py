@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from fullrank.errors import FullrankError
+from fullrank.memory import keep_freed_memory
 
 # name → (module under fullrank.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -86,8 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     module = load_command(args.command)
     if os.environ.get("FULLRANK_KEEP_FREED_MEMORY", "1") != "0":
-        from fullrank.runtime import keep_freed_memory
-
         keep_freed_memory()  # training steps reuse their memory instead of faulting it in again
     try:
         return module.run(args)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
-from fullrank.analysis.advise import DEFAULT_HEADS, FAMILIES, advise, parse_count
-from fullrank.cli.bottleneck import int_list, wide_console
+from fullrank.cli.bottleneck import int_list
 from fullrank.cli.info import human
 from fullrank.errors import ConfigError
 
+# fullrank.analysis.advise's FAMILIES and DEFAULT_HEADS, written out so that --help needs no
+# PyTorch (a test keeps them equal)
+FAMILIES = ("encoder", "decoder_lm", "encoder_decoder")
+DEFAULT_HEADS = (1, 2, 4, 6, 8, 12, 16, 24, 32)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from fullrank.analysis.advise import advise, parse_count
+    from fullrank.output import console as make_console
+
     for name in ("d_model", "seq_len", "layers"):
         if getattr(args, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -35,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     candidates = advise(d_model=args.d_model, seq_len=args.seq_len, n_layers=args.layers,
                         param_budget=budget, family=args.family, vocab_size=args.vocab_size,
                         heads=int_list(args.heads, "--heads"))
-    console = wide_console()
+    console = make_console()
     if not candidates:
         raise ConfigError(f"no setting fits {args.param_budget} ({budget:,}) parameters at "
                           f"d_model={args.d_model}, {args.layers} layers: raise the budget or "

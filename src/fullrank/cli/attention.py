@@ -5,14 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
-from fullrank.analysis.capture import capture_attention
-from fullrank.analysis.inputs import lm_batch, mt_batch, token_strings
-from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
 from fullrank.errors import CheckpointError, ConfigError
-from fullrank.inference.translate import translate
-from fullrank.training.checkpoints import load_checkpoint
 
 VIEWS = ("encoder", "decoder", "cross")
 
@@ -36,6 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from fullrank.analysis.capture import capture_attention
+    from fullrank.analysis.inputs import lm_batch, mt_batch, token_strings
+    from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
+    from fullrank.inference.translate import translate
+    from fullrank.training.checkpoints import load_checkpoint
+
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:

@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 
 from fullrank.errors import ConfigError
-from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
+
     if args.last is not None:
         if len(args.paths) != 1 or args.last < 1:
             raise ConfigError("--last K takes exactly one run directory and K >= 1")

@@ -9,10 +9,6 @@ import re
 import sys
 from pathlib import Path
 
-from fullrank.data.text import read_lines
-from fullrank.evaluation.bleu import paired_bootstrap, score
-
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("hypotheses", help="file of translations, one per line")
@@ -35,6 +31,9 @@ def target_language(ref: str, lang: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.data.text import read_lines
+    from fullrank.evaluation.bleu import paired_bootstrap, score
+
     lang = target_language(args.ref, args.lang)
     if lang is None:
         lang = "en"

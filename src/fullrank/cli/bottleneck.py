@@ -12,21 +12,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from rich.console import Console
-from rich.table import Table
-
-from fullrank.analysis.multihead import FIT_TOL, multihead_experiment
-from fullrank.analysis.rank_fit import ZERO_TOL, rank_experiment, random_instance, summarise
-from fullrank.analysis.rank_fit import write_csv
-from fullrank.analysis.theorem1 import counterexample, head_attention, theorem1_construction
-from fullrank.analysis.theorem2 import FITS_TOL, theorem2_experiment
 from fullrank.errors import ConfigError
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,12 +48,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory for the CSV and PNG (default runs/bottleneck)")
 
 
-def wide_console() -> Console:
-    """A console 120 columns wide when writing to a file or pipe (rich's default is 80, which
-    folds these tables), the terminal's width otherwise."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
-
-
 def int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -83,6 +70,11 @@ def sci(x: float) -> str:
 
 # ------------------------------------------------------------------------------- rank experiment
 def run_rank(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from fullrank.analysis.plots import plot_rank_experiment
+    from fullrank.analysis.rank_fit import ZERO_TOL, rank_experiment, summarise, write_csv
+
     n = args.n or 32
     d_model = args.d_model or 64
     d_heads = int_list(args.d_heads, "--d-heads") if args.d_heads else default_d_heads(n)
@@ -91,7 +83,6 @@ def run_rank(args: argparse.Namespace, console: Console) -> int:
                            restarts=args.restarts, max_iter=args.max_iter or 400, seed=args.seed)
     elapsed = time.perf_counter() - start
     csv_path = write_csv(rows, args.out / "rank_experiment.csv")
-    from fullrank.analysis.plots import plot_rank_experiment  # matplotlib only when drawing
     png_path = args.out / "rank_experiment.png"
     plot_rank_experiment(rows, png_path)
 
@@ -129,6 +120,10 @@ def run_rank(args: argparse.Namespace, console: Console) -> int:
 
 # ------------------------------------------------------------------------------- multi-head
 def run_multihead(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from fullrank.analysis.multihead import FIT_TOL, multihead_experiment
+
     n = args.n or 4
     d_model = args.d_model or 16
     heads = tuple(int_list(args.heads, "--heads"))
@@ -178,6 +173,12 @@ def run_multihead(args: argparse.Namespace, console: Console) -> int:
 
 # ------------------------------------------------------------------------------- theorems
 def run_theorem1(args: argparse.Namespace, console: Console) -> int:
+    import torch
+    from rich.table import Table
+
+    from fullrank.analysis.rank_fit import random_instance
+    from fullrank.analysis.theorem1 import counterexample, head_attention, theorem1_construction
+
     gen = torch.Generator().manual_seed(args.seed)
     table = Table(title="Theorem 1: the construction W_q, W_k = Ŵ X⁺ reaches P (float64)",
                   header_style="bold")
@@ -208,6 +209,10 @@ def parse_configs(text: str) -> tuple[tuple[int, int, int], ...]:
 
 
 def run_theorem2(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from fullrank.analysis.theorem2 import FITS_TOL, theorem2_experiment
+
     n = args.n or 4
     start = time.perf_counter()
     rows = theorem2_experiment(parse_configs(args.configs), n=n, n_train=args.train_samples,
@@ -237,7 +242,9 @@ def run_theorem2(args: argparse.Namespace, console: Console) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = wide_console()
+    from fullrank.output import console as make_console
+
+    console = make_console()
     for name in ("n", "d_model", "seeds", "restarts", "max_iter", "train_samples"):
         value = getattr(args, name)
         if value is not None and value <= 0:

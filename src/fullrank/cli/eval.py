@@ -6,16 +6,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
-
-from fullrank.data.corpus import tokenize_file
-from fullrank.data.lm import LMBlocks
-from fullrank.data.tokenizers import ensure_vocab_matches
 from fullrank.errors import CheckpointError
-from fullrank.training.checkpoints import load_checkpoint
-from fullrank.training.distributed import pick_device
-from fullrank.training.tasks import LanguageModeling
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +19,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.data.corpus import tokenize_file
+    from fullrank.data.lm import LMBlocks
+    from fullrank.data.tokenizers import ensure_vocab_matches
+    from fullrank.training.checkpoints import load_checkpoint
+    from fullrank.output import console
+    from fullrank.training.distributed import pick_device
+    from fullrank.training.tasks import LanguageModeling
+
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
     if ckpt.task != "lm" or ckpt.tokenizer is None:
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
                           name=str(args.data))
         result = LanguageModeling().evaluate(ckpt.model, blocks.eval_batches(args.batch_size),
                                              device)
-    Console(highlight=False).print(
+    console().print(
         f"{args.data}: loss {result['loss']:.4f} nats/token · perplexity {result['ppl']:.2f} "
         f"· {result['tokens']:,} tokens · {ckpt.path}")
     return 0

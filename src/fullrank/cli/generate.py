@@ -5,11 +5,6 @@ from __future__ import annotations
 import argparse
 
 from fullrank.errors import CheckpointError
-from fullrank.inference.sampling import check_sample_settings
-from fullrank.recipes.lm import generate_text
-from fullrank.training.checkpoints import load_checkpoint
-from fullrank.training.distributed import pick_device
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.inference.sampling import check_sample_settings
+    from fullrank.recipes.lm import generate_text
+    from fullrank.training.checkpoints import load_checkpoint
+    from fullrank.training.distributed import pick_device
+
     check_sample_settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                           top_k=args.top_k, name=lambda key: "--" + key.replace("_", "-"))
     ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))

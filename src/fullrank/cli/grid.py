@@ -5,13 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from fullrank.recipes.grid import COLUMNS, run_grid
-from fullrank.recipes.mt import run_mt
-
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", help="folder of experiment files, e.g. configs/mt/table3")
@@ -24,6 +17,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from fullrank.output import console
+
+    from fullrank.recipes.grid import run_grid
+    from fullrank.recipes.mt import run_mt
+
     folder = Path(args.folder)
     out = Path(args.out) if args.out else Path("runs") / folder.name
     # `--rows A B train.threads=1`: --rows swallows what follows it, so KEY=VALUE items found
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(c, justify="right", overflow="fold")
     for line in lines:
         table.add_row(*("" if line[c] is None else str(line[c]) for c in shown))
-    Console().print(table)
+    console().print(table)
     return 0
 
 
@@ -49,6 +49,8 @@ RESULT_COLUMNS = ["params_M", "dev_PPL", "dev_BLEU", "paper_PPL", "paper_BLEU"]
 def console_columns(lines: list[dict]) -> list[str]:
     """The columns worth a terminal's width: the row name, the settings that vary between the
     chosen rows, and the results beside the paper's."""
+    from fullrank.recipes.grid import COLUMNS
+
     settings = COLUMNS[1:COLUMNS.index("params_M")]  # N … steps
     varying = [c for c in settings if len({str(line[c]) for line in lines}) > 1]
     return ["row", *varying, *RESULT_COLUMNS]

@@ -7,16 +7,7 @@ import csv
 import dataclasses
 from pathlib import Path
 
-from rich.console import Console
-
-from fullrank.analysis.head_stats import head_report, head_table
-from fullrank.analysis.inputs import lm_batch, mt_batch
-from fullrank.analysis.plots import plot_head_heatmap
-from fullrank.data.text import read_lines, read_text
 from fullrank.errors import CheckpointError
-from fullrank.inference.translate import translate
-from fullrank.training.checkpoints import load_checkpoint
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,6 +25,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.analysis.head_stats import head_report, head_table
+    from fullrank.analysis.inputs import lm_batch, mt_batch
+    from fullrank.analysis.plots import plot_head_heatmap
+    from fullrank.data.text import read_lines, read_text
+    from fullrank.inference.translate import translate
+    from fullrank.output import console as make_console
+    from fullrank.training.checkpoints import load_checkpoint
+
     ckpt = load_checkpoint(args.checkpoint)
     tok = ckpt.tokenizer
     if tok is None:
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         batch = lm_batch(tok, read_text(args.data), seq_len=cfg.seq_len,
                          n_sequences=args.sequences, eos_per_line=eos_per_line)
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask)
-    console = Console(highlight=False, width=140)
+    console = make_console()
     dh, dv = cfg.head_sizes
     console.print(f"{ckpt.path}: {cfg.n_heads} heads × d_head {dh} (d_value {dv}), measured on "
                   f"{batch.tokens.shape[0]} sequences of up to {batch.tokens.shape[1]} tokens")

@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from fullrank.errors import ConfigError
-from fullrank.models.config import TransformerConfig
-from fullrank.models.presets import PRESETS, preset
-from fullrank.recipes.config import load_experiment
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fullrank.models.config import TransformerConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +34,8 @@ def human(n: float) -> str:
 
 
 def render(name: str, cfg: TransformerConfig, console: Console) -> None:
+    from rich.table import Table
+
     dh, dv = cfg.head_sizes
     rule = "standard rule d_head = d_model / n_heads" if cfg.standard_rule else "fixed head size"
     console.print(f"[bold]{name}[/bold]  ({type(cfg).__name__})")
@@ -64,6 +65,9 @@ def render(name: str, cfg: TransformerConfig, console: Console) -> None:
 
 def load(name: str, vocab_size: int | None) -> TransformerConfig:
     """A preset by name, or the model of an experiment file."""
+    from fullrank.models.presets import preset
+    from fullrank.recipes.config import load_experiment
+
     path = Path(name)
     if path.suffix not in (".yaml", ".yml", ".toml"):
         return preset(name)
@@ -76,7 +80,10 @@ def load(name: str, vocab_size: int | None) -> TransformerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console(highlight=False)
+    from fullrank.models.presets import PRESETS  # the names alone need no PyTorch
+    from fullrank.output import console as make_console
+
+    console = make_console()
     if args.list or args.name is None:
         for name in PRESETS:
             console.print(name)

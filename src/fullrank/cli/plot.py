@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fullrank.training.metrics import plot_run
-
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `fullrank train`")
@@ -15,6 +12,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.training.metrics import plot_run
+
     out = plot_run(Path(args.run_dir), Path(args.output) if args.output else None)
     print(out)
     return 0

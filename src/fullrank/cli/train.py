@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from fullrank.errors import ConfigError
-from fullrank.recipes.config import load_experiment
-from fullrank.recipes.lm import run_lm
-from fullrank.recipes.mt import run_mt
 
-
-# the recipe of each task
-RECIPES = {"lm": run_lm, "mt": run_mt}
 RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
                 "never": "never"}
+
+
+def recipes() -> dict[str, Callable[..., object]]:
+    """The recipe of each task (imported when a run starts, not for ``--help``)."""
+    from fullrank.recipes.lm import run_lm
+    from fullrank.recipes.mt import run_mt
+
+    return {"lm": run_lm, "mt": run_mt}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
             resume = RESUME_WORDS[word]
         else:
             overrides.append(item)
+    from fullrank.recipes.config import load_experiment
+
     exp = load_experiment(args.config, overrides)
-    RECIPES[exp.task](exp, resume=resume, progress=not args.quiet)
+    recipes()[exp.task](exp, resume=resume, progress=not args.quiet)
     return 0

@@ -9,12 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fullrank.data.text import read_lines
 from fullrank.errors import CheckpointError
-from fullrank.inference.translate import check_settings, translate
-from fullrank.training.checkpoints import load_checkpoint
-from fullrank.training.distributed import pick_device
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +46,11 @@ def _option(setting: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.data.text import read_lines
+    from fullrank.inference.translate import check_settings, translate
+    from fullrank.training.checkpoints import load_checkpoint
+    from fullrank.training.distributed import pick_device
+
     check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
                    a=args.max_len_a, b=args.max_len_b, workers=args.workers, name=_option)
     device = pick_device(args.device)

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+from typing import TYPE_CHECKING
 
-import torch
-
-from fullrank.analysis.widen import widen
-from fullrank.models import config_to_dict
-from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
-
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.analysis.widen import widen
+    from fullrank.models import config_to_dict
+    from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
+
     ckpt = load_checkpoint(args.checkpoint)
     model = widen(ckpt.model, args.d_head, args.d_value, zero_init=args.zero_init)
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "model", "optimizer", "loop")}
@@ -43,12 +44,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-@torch.no_grad()
-def _max_difference(old: torch.nn.Module, new: torch.nn.Module) -> float:
+def _max_difference(old: nn.Module, new: nn.Module) -> float:
     """Largest output difference of the two models on one random batch."""
+    import torch
+
     cfg = old.config
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (2, min(cfg.seq_len, 16)), generator=gen)
-    if hasattr(old, "encode"):
-        return float((old(x, x) - new(x, x)).abs().max())
-    return float((old(x) - new(x)).abs().max())
+    with torch.no_grad():
+        if hasattr(old, "encode"):
+            return float((old(x, x) - new(x, x)).abs().max())
+        return float((old(x) - new(x)).abs().max())

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fullrank.errors import ConfigError, closest
-from fullrank.models.config import TransformerConfig
-from fullrank.models.decoder_lm import DecoderLMConfig
-from fullrank.models.encoder import EncoderConfig
-from fullrank.models.encoder_decoder import EncoderDecoderConfig
+
+if TYPE_CHECKING:
+    from fullrank.models.config import TransformerConfig
+    from fullrank.models.decoder_lm import DecoderLMConfig
+    from fullrank.models.encoder import EncoderConfig
+    from fullrank.models.encoder_decoder import EncoderDecoderConfig
+
+# The config classes live beside their models (PyTorch), so each builder imports its class when
+# called: the names and tables here, and `fullrank info --list`, need no PyTorch.
 
 # [V17] §5.1: a shared source-target BPE vocabulary of about 37,000 tokens (exact size not given).
 AIAYN_VOCAB = 37_000
@@ -34,6 +39,8 @@ def aiayn_base(**overrides: Any) -> EncoderDecoderConfig:
     ``seq_len`` (used only for FLOPs and the bottleneck check) is set to 64, a typical WMT
     sentence length in BPE tokens.
     """
+    from fullrank.models.encoder_decoder import EncoderDecoderConfig
+
     cfg = EncoderDecoderConfig(vocab_size=AIAYN_VOCAB, d_model=512, n_heads=8, d_ff=2048,
                                n_layers=6, dropout=0.1, max_len=1024, seq_len=64)
     return replace(cfg, **overrides)
@@ -107,6 +114,8 @@ def _b20_lm(**kw: Any) -> DecoderLMConfig:
     """[B20] §4 LM1B setting: 6 layers, d_ff=1024, sequence length 256, dropout 0.1."""
     base: dict[str, Any] = dict(vocab_size=LM1B_VOCAB, n_layers=6, d_ff=1024, seq_len=256,
                                 dropout=0.1, attn_dropout=0.1)
+    from fullrank.models.decoder_lm import DecoderLMConfig
+
     return DecoderLMConfig(**{**base, **kw})
 
 
@@ -128,6 +137,8 @@ def b20_bert(d_model: int, n_heads: int, d_head: int | None = None, *, n_layers:
     (the counts that reproduce the paper's parameter figures)."""
     if d_ff is None:
         d_ff = 3072 if d_model == 768 else 4096
+    from fullrank.models.encoder import EncoderConfig
+
     return EncoderConfig(vocab_size=BERT_VOCAB, d_model=d_model, n_heads=n_heads, d_head=d_head,
                          d_ff=d_ff, n_layers=n_layers, **kw)
 
