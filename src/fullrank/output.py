@@ -68,33 +68,37 @@ class ProgressLines:
         self.n = self.initial = initial
         self.start = self.last = time.monotonic()
         self.postfix = ""
-        self.closed = False
+        self.shown: int | None = None  # the count the last line showed
 
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.monotonic()
         if now - self.last >= self.every_s:
             self.last = now
-            self.file.write(self.line(now - self.start) + "\n")
-            self.file.flush()
+            self._write(now)
 
     def set_postfix(self, **values: Any) -> None:
         self.postfix = " ".join(f"{k}={v}" for k, v in values.items())
 
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.file.write(self.line(time.monotonic() - self.start) + "\n")
-            self.file.flush()
+        """Write the final count, unless the last line showed it already."""
+        if self.shown != self.n:
+            self._write(time.monotonic())
+
+    def _write(self, now: float) -> None:
+        self.shown = self.n
+        self.file.write(self.line(now - self.start) + "\n")
+        self.file.flush()
 
     def line(self, elapsed: float) -> str:
         """The line for ``elapsed`` seconds since the start."""
         done = self.n - self.initial
-        parts = [f"{self.desc} {self.n:,}/{self.total:,} {self.unit}s "
+        units = self.unit + ("es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s")
+        parts = [f"{self.desc} {self.n:,}/{self.total:,} {units} "
                  f"({100 * self.n / max(self.total, 1):.0f}%)", f"{_clock(elapsed)} elapsed"]
         if done > 0 and elapsed > 0:
             rate = done / elapsed
-            parts.append(f"{rate:.3g} {self.unit}s/s")
+            parts.append(f"{rate:.3g} {units}/s")
             if self.n < self.total:
                 parts.append(f"{_clock((self.total - self.n) / rate)} left")
         if self.postfix:

@@ -50,8 +50,11 @@ def test_train_eval_generate_plot(tmp_path, capsys):
     # a second run into the same directory without --resume is refused: nothing is overwritten
     assert main(["train", str(cfg), "--quiet"]) == 2
     assert "already holds a checkpoint" in capsys.readouterr().err
-    # resume=auto on a finished run: nothing more to train, reports again
+    # resume=auto on a finished run: nothing more to train, reports again, and logs nothing (no
+    # new TensorBoard events file)
+    events = sorted((run / "tb").iterdir())
     assert main(["train", str(cfg), "--quiet", "resume=auto"]) == 0
+    assert sorted((run / "tb").iterdir()) == events
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
@@ -135,3 +138,9 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     a, b = final_weights(one / "runs" / "tiny"), final_weights(two / "runs" / "tiny")
     for k in a:
         assert (a[k] - b[k]).abs().max() < 1e-5, k
+    # the log and results.json say how the batch was shared out
+    assert "data parallel: world size 2 · 2 sequences per rank × 2 ranks = global batch 4" in ddp.stdout
+    shared = [json.loads((d / "runs" / "tiny" / "results.json").read_text())["extra"]["parallel"]
+              for d in (one, two)]
+    assert [(p["world_size"], p["batch_per_rank"], p["global_batch"]) for p in shared] == \
+        [(1, 4, 4), (2, 2, 4)]

@@ -10,7 +10,8 @@ import torch
 from fullrank.errors import CheckpointError
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
 from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
-from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
+from fullrank.training.checkpoints import (load_checkpoint, save_training_checkpoint,
+                                           write_checkpoint)
 
 CFG = EncoderDecoderConfig(vocab_size=19, d_model=12, n_heads=3, d_head=5, d_ff=20, n_layers=1,
                            max_len=16, seq_len=8)
@@ -60,3 +61,23 @@ def test_uneven_spacing_is_noted_but_a_short_last_gap_is_not():
     assert note(400, 800) is None and note(400) is None
     # a checkpoint from a session's stop among them
     assert "15200, 15600, 15772, 16000, 16055" in note(15200, 15600, 15772, 16000, 16055)
+
+
+def test_too_few_checkpoints_say_how_many_and_which_setting_gives_more(tmp_path):
+    model = EncoderDecoder(CFG)
+    opt = torch.optim.Adam(model.parameters())
+    root = tmp_path / "run" / "checkpoints"
+    for step in (400, 800, 1200):
+        save_training_checkpoint(root, step, model, CFG, None, opt,
+                                 {"train": {"keep_last": 3}}, keep_last=3, every=400)
+    with pytest.raises(CheckpointError) as e:
+        last_checkpoints(tmp_path / "run", 5)
+    assert str(e.value) == (
+        f"{tmp_path / 'run'}: 3 checkpoints (steps 400, 800, 1200), fewer than --last 5; average "
+        f"those with --last 3, or keep more (train.keep_last, 3 in this run), or save more often "
+        f"(train.save_every, every 400 steps in this run)")
+    with pytest.raises(CheckpointError, match="fewer than decode.average_last 4; average those "
+                                              "with decode.average_last 3"):
+        last_checkpoints(tmp_path / "run", 4, setting="decode.average_last")
+    with pytest.raises(CheckpointError, match="no checkpoints, fewer than --last 2"):
+        last_checkpoints(tmp_path / "empty", 2)

@@ -3,13 +3,15 @@
 The table names each command's module and one-line help; a module is imported only when its
 command runs (or its ``--help`` is asked for), so ``fullrank --help`` answers without importing
 PyTorch. Every command module has ``add_arguments(parser)`` and ``run(args) -> int``. A
-:class:`~fullrank.errors.FullrankError` becomes one line on stderr and exit status 2.
+:class:`~fullrank.errors.FullrankError` becomes one line on stderr and exit status 2; a warning
+that the library logs becomes one line too (``fullrank translate: warning: line 3: …``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -88,8 +90,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = load_command(args.command)
     if os.environ.get("FULLRANK_KEEP_FREED_MEMORY", "1") != "0":
         keep_freed_memory()  # training steps reuse their memory instead of faulting it in again
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine(args.command))
+    logger = logging.getLogger("fullrank")
+    logger.addHandler(handler)
     try:
         return module.run(args)
     except FullrankError as e:
         print(f"fullrank {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        logger.removeHandler(handler)
+
+
+class _OneLine(logging.Formatter):
+    """``fullrank COMMAND: warning: MESSAGE``, like the command's errors."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.command = command
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"fullrank {self.command}: {record.levelname.lower()}: {record.getMessage()}"

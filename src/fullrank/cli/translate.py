@@ -34,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --workers: the workers are forked processes, not threads (Linux): "
                         "on 2 cores with 2 workers beam search 1.2–1.3× and greedy 1.1–1.2× "
                         "faster than one batch at a time; the same translations")
+    p.add_argument("--strict", action="store_true",
+                   help="a line longer than the model reads (its max_len tokens) is an error, "
+                        "before anything is translated (default: it is cut to what the model "
+                        "reads, with a warning naming the line)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the decoder step: about a minute of compiling, then "
@@ -46,7 +50,7 @@ def _option(setting: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.data.text import read_lines
+    from fullrank.data.text import read_lines, split_lines
     from fullrank.inference.translate import check_settings, translate
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
@@ -68,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
     if args.input:
         lines = read_lines(args.input, allow_blank=True)
     else:
-        lines = sys.stdin.read().splitlines()
+        lines = split_lines(sys.stdin.read())
     outputs = translate([c.model for c in ckpts], first.tokenizer, lines, beam=args.beam,
                         alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
                         batch_size=args.batch_size, n_best=args.n_best,
                         progress=args.input is not None, compile=args.compile,
-                        workers=args.workers, processes=args.processes)
+                        workers=args.workers, processes=args.processes, strict=args.strict)
     text = "".join("\t".join(o) + "\n" for o in outputs)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -1,18 +1,21 @@
 """Translate lines of text: tokenize, sort by length, batch, beam search, detokenize, restore order.
 
-Sources are encoded as in training (tokens + EOS). Empty lines translate to empty lines. The
-maximum output length is ``a·|src| + b`` ([V17] §6.1: input length + 50), capped by the model's
-positional table (``max_len`` tokens: BOS and the first ``max_len − 1`` of them are fed).
+Sources are encoded as in training (tokens + EOS). Empty lines translate to empty lines. A
+source longer than the model's positional table (``max_len`` tokens with its EOS) is cut to its
+first ``max_len − 1`` tokens, with a warning naming the line (``strict=True``: an error instead,
+before anything is decoded), so every line gets a translation. The maximum output length is
+``a·|src| + b`` ([V17] §6.1: input length + 50), capped by the model's positional table (BOS and
+the first ``max_len − 1`` output tokens are fed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
@@ -20,16 +23,21 @@ from fullrank.inference.decoders import EnsembleDecoder, Seq2SeqDecoder, compile
 from fullrank.inference.layout import decoding_layout
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
 from fullrank.inference.workers import map_batches, plan_batches
+from fullrank.output import progress as progress_bar
 from fullrank.runtime import fast_matmul
+
+log = logging.getLogger(__name__)
+
+
+def too_long(encoded: Sequence[Sequence[int]], max_len: int) -> list[tuple[int, int]]:
+    """The sources too long for a model with ``max_len`` positions, as ``(index, tokens)`` (their
+    tokens counted with the EOS that :func:`translate` appends)."""
+    return [(i, len(ids) + 1) for i, ids in enumerate(encoded) if len(ids) + 1 > max_len]
 
 
 def first_too_long(encoded: Sequence[Sequence[int]], max_len: int) -> tuple[int, int] | None:
-    """The first source too long for a model with ``max_len`` positions, as ``(index, tokens)``
-    (its tokens counted with the EOS that :func:`translate` appends), or ``None``."""
-    for i, ids in enumerate(encoded):
-        if len(ids) + 1 > max_len:
-            return i, len(ids) + 1
-    return None
+    """The first of :func:`too_long`, or ``None``."""
+    return next(iter(too_long(encoded, max_len)), None)
 
 
 def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float = 1.0,
@@ -55,8 +63,8 @@ def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float 
 def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, lines: Sequence[str],
               *, beam: int = 4, alpha: float = 0.6, a: float = 1.0, b: int = 50,
               batch_size: int = 64, n_best: int = 1, progress: bool = False,
-              compile: bool = False, workers: int = 1,
-              processes: bool = False) -> list[list[str]]:
+              compile: bool = False, workers: int = 1, processes: bool = False,
+              strict: bool = False) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
@@ -71,7 +79,7 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
         a, b: maximum output length ``a·|src| + b`` tokens.
         batch_size: sentences per batch (sorted by length, so padding is small).
         n_best: translations per line (``≤ beam``).
-        progress: show a progress bar over batches.
+        progress: show progress over batches (:func:`fullrank.output.progress`).
         compile: run the decoder steps ``torch.compile``d (:func:`compiled_decode`): about a
             minute of compiling first on a CPU, then faster steps; the same translations.
         workers: batches decoded at once on a CPU, each in its own thread with an equal share
@@ -85,6 +93,10 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
         processes: with ``workers > 1``, workers are processes forked from this one instead of
             threads (Linux; threads elsewhere): faster, as the Python between operations then
             runs in parallel too; call it from a program that can fork (no CUDA in use).
+        strict: a source longer than the model reads (``max_len`` tokens with its EOS) is a
+            :class:`DataError`, raised before anything is decoded; otherwise (the default) it
+            is cut to the first ``max_len − 1`` tokens and a warning naming its line and lengths
+            is logged (``logging``, to stderr unless configured), one per such line.
 
     CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
     (:mod:`fullrank.runtime`), and the model's linear weights are stored column-major
@@ -104,22 +116,28 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             stack.enter_context(decoding_layout(m))
         return _translate(models, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
                           batch_size=batch_size, n_best=n_best, progress=progress,
-                          compile=compile, workers=workers, processes=processes)
+                          compile=compile, workers=workers, processes=processes,
+                          strict=strict)
 
 
 def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[str], *,
                beam: int, alpha: float, a: float, b: int, batch_size: int, n_best: int,
-               progress: bool, compile: bool, workers: int,
-               processes: bool) -> list[list[str]]:
+               progress: bool, compile: bool, workers: int, processes: bool,
+               strict: bool) -> list[list[str]]:
     max_len = min(m.config.max_len for m in models)  # type: ignore[union-attr]
     device = next(models[0].parameters()).device
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
     results: list[list[str]] = [[""] * n_best for _ in lines]
     todo = [i for i, ids in enumerate(encoded) if ids]
-    long = first_too_long(encoded, max_len)
-    if long is not None:
-        raise DataError(f"line {long[0] + 1}: {long[1]} source tokens exceed the model's "
-                        f"max_len={max_len}; split the line")
+    long = too_long(encoded, max_len)
+    if long and strict:
+        more = f" (and {len(long) - 1} more lines)" if len(long) > 1 else ""
+        raise DataError(f"line {long[0][0] + 1}: {long[0][1]} source tokens exceed the model's "
+                        f"max_len={max_len}{more}; split the line")
+    for i, n in long:
+        encoded[i] = encoded[i][: max_len - 1]
+        log.warning(f"line {i + 1}: {n} source tokens (with EOS), more than the model's "
+                    f"max_len={max_len}: only its first {max_len - 1} are translated")
     todo.sort(key=lambda i: -len(encoded[i]))
     decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]
     batches = plan_batches(todo, batch_size, workers)
@@ -145,10 +163,12 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
                            eos_id=tokenizer.eos_id, max_len=lengths, alpha=alpha, n_best=n_best)
         return [[tokenizer.decode(h.tokens) for h in sentence] for sentence in hyps]
 
-    for batch, translations in zip(batches, tqdm(map_batches(run, batches, workers,
-                                                             processes=processes),
-                                                 total=len(batches), disable=not progress,
-                                                 desc="translate", unit="batch")):
+    bar = progress_bar(total=len(batches), desc="translate", unit="batch", enabled=progress)
+    # the decoded batches lead the zip, so that their generator runs to its end (and tidies up)
+    for translations, batch in zip(map_batches(run, batches, workers, processes=processes),
+                                   batches):
         for i, t in zip(batch, translations):
             results[i] = t
+        bar.update(1)
+    bar.close()
     return results

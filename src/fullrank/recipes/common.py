@@ -48,6 +48,23 @@ class RunReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def parallel_batch(dist: DistInfo, *, per_rank: int, grad_accum: int,
+                   unit: str) -> dict[str, Any]:
+    """How a step's batch is shared out, for the log and ``results.json``: ``world_size``
+    processes (``torchrun``; 1 without), each taking ``batch_per_rank`` ``unit`` per
+    micro-batch, ``grad_accum`` micro-batches per step: ``global_batch`` per optimizer step."""
+    return {"world_size": dist.world, "batch_per_rank": per_rank, "grad_accum": grad_accum,
+            "global_batch": per_rank * dist.world * grad_accum, "batch_unit": unit}
+
+
+def parallel_line(p: dict[str, Any]) -> str:
+    """One log line of :func:`parallel_batch`'s record."""
+    accum = f" × {p['grad_accum']} accumulated" if p["grad_accum"] > 1 else ""
+    return (f"data parallel: world size {p['world_size']} · {p['batch_per_rank']:,} "
+            f"{p['batch_unit']} per rank × {p['world_size']} ranks{accum} = global batch "
+            f"{p['global_batch']:,} {p['batch_unit']} per step")
+
+
 def find_resume_point(run_dir: Path, resume: Resume) -> Path | None:
     """The checkpoint to continue from, following the ``resume`` policy."""
     found = latest_checkpoint(run_dir / "checkpoints")

@@ -21,8 +21,9 @@ from fullrank.inference.decoders import LMDecoder
 from fullrank.inference.layout import decoding_layout
 from fullrank.inference.sampling import sample
 from fullrank.models import build_model
+from fullrank.output import console as make_console
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
-                                     prepare_tokenizer)
+                                     parallel_batch, parallel_line, prepare_tokenizer)
 from fullrank.recipes.config import ExperimentConfig, save_resolved
 from fullrank.runtime import fast_matmul, matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint
@@ -48,7 +49,7 @@ def corpus(exp: ExperimentConfig, name: str | None, tok: Tokenizer, dist: DistIn
 def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
            console: Console | None = None) -> RunReport:
     """Train, evaluate and sample a language model as ``exp`` describes."""
-    console = console or Console(highlight=False)
+    console = console or make_console()
     cfg = exp.train
     dist = setup(cfg.device)
     if cfg.threads:
@@ -77,6 +78,8 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                           name=name)
         return task.evaluate(model, blocks.eval_batches(eval_bs), dist.device, limit=limit)
 
+    parallel = parallel_batch(dist, per_rank=cfg.batch_size // dist.world,
+                              grad_accum=cfg.grad_accum, unit="sequences")
     if dist.is_main:
         save_resolved(exp, model_cfg, run_dir / "config.yaml")
         dh, dv = model_cfg.head_sizes
@@ -89,6 +92,8 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         console.print(f"data: {len(train_ids):,} training tokens ({len(data):,} batches of "
                       f"{cfg.batch_size}×{model_cfg.seq_len + 1} per epoch)"
                       + (f" · resuming from {start.name}" if start else ""))
+        if dist.distributed:
+            console.print(parallel_line(parallel))
     out = RunOutput(run_dir, model_cfg, tok,
                     {"task": "lm", "experiment": exp.to_dict(), "data": {
                         "eos_per_line": exp.data.eos_per_line}})
@@ -99,6 +104,7 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     teardown()  # every rank together; what follows is rank 0's alone
     report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
+    report.extra["parallel"] = parallel
     if dist.is_main:
         model.eval()
         if valid_ids is not None:
@@ -115,7 +121,7 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         console.print(report.sample, markup=False)
         console.rule()
         (run_dir / "sample.txt").write_text(report.sample, encoding="utf-8")
-        curves = plot_run(run_dir)
+        curves = plot_run(run_dir, final=(result.state.step, report.valid) if report.valid else None)
         report.extra["curves"] = str(curves)
         report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")

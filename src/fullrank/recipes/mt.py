@@ -20,12 +20,13 @@ from torch import nn
 from fullrank.data.bpe_dropout import VARIANTS, BPEDropout
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
-from fullrank.errors import ConfigError, DataError
+from fullrank.errors import CheckpointError, ConfigError, DataError
 from fullrank.evaluation.bleu import score
 from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import build_model
+from fullrank.output import console as make_console
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
-                                     prepare_tokenizer)
+                                     parallel_batch, parallel_line, prepare_tokenizer)
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
 from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
@@ -70,7 +71,7 @@ def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]]
 def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
            console: Console | None = None) -> RunReport:
     """Train and evaluate a translation model as ``exp`` describes."""
-    console = console or Console(highlight=False)
+    console = console or make_console()
     cfg, data = exp.train, exp.data
     dist: DistInfo = setup(cfg.device)
     if cfg.threads:
@@ -123,6 +124,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         return task.evaluate(m, (valid_batches.get(0, i) for i in range(len(valid_batches))),
                              dist.device, limit=cfg.eval_batches)
 
+    parallel = parallel_batch(dist, per_rank=data.max_tokens, grad_accum=cfg.grad_accum,
+                              unit="tokens at most")
     if dist.is_main:
         save_resolved(exp, model_cfg, run_dir / "config.yaml")
         dh, dv = model_cfg.head_sizes
@@ -145,6 +148,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                           f"words); epoch 0 has {batches.n_tokens(0) / batches.n_tokens() - 1:+.1%}"
                           f" tokens, {batches.epoch_length(0):,} batches, padding "
                           f"{100 * batches.padding_ratio(0):.1f}%")
+        if dist.distributed:
+            console.print(parallel_line(parallel))
     out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)
@@ -152,6 +157,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
     report.extra["dropped_pairs"] = train_pairs.n_dropped
+    report.extra["parallel"] = parallel
     if dist.is_main:
         if valid_batches is not None:
             report.valid = task.evaluate(model.eval(), (valid_batches.get(0, i)
@@ -160,7 +166,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
             console.print(f"valid: loss {report.valid['loss']:.4f} · perplexity "
                           f"{report.valid['ppl']:.2f}")
         report.extra["bleu"] = final_bleu(exp, run_dir, model, tok, scored, progress, console)
-        report.extra["curves"] = str(plot_run(run_dir))
+        final = (result.state.step, report.valid) if report.valid else None
+        report.extra["curves"] = str(plot_run(run_dir, final=final))
         report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")
         console.print(f"trained {result.state.step} steps in {result.seconds / 60:.1f} min; "
@@ -179,8 +186,8 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
     k = decode.average_last
     if k > 1:
         try:
-            found = last_checkpoints(run_dir, k)
-        except Exception as e:  # fewer checkpoints than K: say so, score the last one only
+            found = last_checkpoints(run_dir, k, setting="decode.average_last")
+        except CheckpointError as e:  # fewer checkpoints than K: say so, score the last one only
             console.print(f"[yellow]no averaging:[/yellow] {e}")
         else:
             avg = average_checkpoints(found, run_dir / f"averaged-last{k}")

@@ -7,23 +7,50 @@ tokenizer), loadable like any other.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from fullrank.errors import CheckpointError
-from fullrank.training.checkpoints import (MODEL_FILE, load_checkpoint, read_safetensors,
-                                           resolve, step_dirs, step_of, write_checkpoint)
+from fullrank.training.checkpoints import (META_FILE, MODEL_FILE, load_checkpoint,
+                                           read_safetensors, resolve, step_dirs, step_of,
+                                           write_checkpoint)
 
 
-def last_checkpoints(run_dir: Path, k: int) -> list[Path]:
-    """The last ``k`` complete checkpoints of a run directory, oldest first."""
+def last_checkpoints(run_dir: Path, k: int, *, setting: str = "--last") -> list[Path]:
+    """The last ``k`` complete checkpoints of a run directory, oldest first. Fewer is a
+    :class:`CheckpointError` that says how many there are and which setting would give more
+    (``setting`` names ``k`` in the message: ``--last``, or a config's key)."""
     found = step_dirs(Path(run_dir) / "checkpoints") or step_dirs(Path(run_dir))
     if len(found) < k:
-        raise CheckpointError(f"{run_dir}: {len(found)} checkpoints, fewer than --last {k}; "
-                              f"keep more with train.keep_last")
+        raise CheckpointError(f"{run_dir}: {too_few(found, k, setting)}")
     return found[-k:]
+
+
+def too_few(found: Sequence[Path], k: int, setting: str) -> str:
+    """Why ``found`` (a run's checkpoints, oldest first) cannot give ``k``, and what would: fewer
+    to average, more kept (``train.keep_last``), or saved more often (``train.save_every``), with
+    the values the run used (from its newest checkpoint)."""
+    if not found:
+        return (f"no checkpoints, fewer than {setting} {k}; is this the directory of a run of "
+                f"`fullrank train`?")
+    try:
+        meta = json.loads((found[-1] / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    every = meta.get("save_every")
+    keep = (meta.get("train") or {}).get("keep_last")
+    steps = ", ".join(str(step_of(p)) for p in found)
+    fixes = [f"average those with {setting} {len(found)}"] if len(found) > 1 else []
+    if isinstance(keep, int) and keep < k:
+        fixes.append(f"keep more (train.keep_last, {keep} in this run)")
+    if isinstance(every, int):
+        fixes.append(f"save more often (train.save_every, every {every} steps in this run)")
+    counted = f"{len(found)} checkpoints (steps {steps})" if len(found) > 1 else \
+        f"1 checkpoint (step {steps})"
+    return f"{counted}, fewer than {setting} {k}; " + ", or ".join(fixes)
 
 
 def uneven_spacing(paths: Sequence[Path]) -> str | None:

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.models import ModelConfig
+from fullrank.output import progress as progress_bar
 from fullrank.training.checkpoints import load_training_state, save_training_checkpoint
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo, all_reduce_sum, barrier
@@ -120,7 +120,8 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
             ``cfg.eval_every`` steps and at the end.
         resume_from: a checkpoint directory to continue from exactly (weights, optimizer,
             RNG, data position).
-        progress: show a progress bar (rank 0).
+        progress: show progress (rank 0; :func:`fullrank.output.progress`: a bar on a
+            terminal, log lines otherwise).
         stop_at: stop (evaluate and save) after this step, as a pre-empted job would; the
             schedule still follows ``cfg.steps``, so resuming continues the same run.
     """
@@ -148,8 +149,8 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
     writes = out is not None and dist.is_main
     metrics = MetricsLogger(out.run_dir, resume_step=state.step, enabled=writes) if out else None
-    bar = tqdm(total=cfg.steps, initial=state.step, disable=not (progress and dist.is_main),
-               dynamic_ncols=True, desc="train", unit="step")
+    bar = progress_bar(total=cfg.steps, initial=state.step, desc="train", unit="step",
+                       enabled=progress and dist.is_main)
     # training loss since the last log line, on this rank (a device tensor: no sync per step)
     window_nll, window_tokens, window_t0 = torch.zeros((), device=dist.device), 0, time.perf_counter()
     last_eval: dict[str, float] | None = None
