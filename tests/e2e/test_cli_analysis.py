@@ -47,6 +47,9 @@ def test_heads_on_a_language_model(lm_run, capsys):
     printed = capsys.readouterr().out
     assert "logit rank" in printed and "6 of 6 heads have d_head < n" in printed
     rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
+    # the header (and the picture's title) state n as the table does: mean keys per sequence
+    (n,) = {round(float(r["n_keys"]), 1) for r in rows}
+    assert f"measured on 3 sequences, n = {n:.1f} keys per sequence on average" in printed
     assert len(rows) == 2 * 3  # layers × heads
     assert all(float(r["logit_rank"]) <= int(r["d_head"]) for r in rows)  # rank ≤ d_head = 10
     assert out.stat().st_size > 10_000
@@ -70,6 +73,14 @@ def test_attention_maps_for_lm_and_mt(lm_run, mt_run, capsys):
     out = tmp / "att.png"
     assert main(["attention", str(run), "--text", "KING RICHARD:", "--query", "3", "-o", str(out)]) == 0
     assert out.stat().st_size > 5_000 and (tmp / "att-lines.png").stat().st_size > 5_000
+    # a long text: the first --max-tokens tokens, the figure within a screen
+    from PIL import Image
+
+    text = "KING RICHARD: Now is the winter of our discontent, made glorious"
+    assert main(["attention", str(run), "--text", text, "--max-tokens", "30", "-o", str(out)]) == 0
+    width, height = Image.open(out).size
+    assert width <= 1800 and height <= 1250
+    assert main(["attention", str(run), "--text", text, "--max-tokens", "-1", "-o", str(out)]) == 2
     mtmp, mrun = mt_run
     for view in ("encoder", "decoder", "cross"):
         png = mtmp / f"{view}.png"

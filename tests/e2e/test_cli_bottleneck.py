@@ -52,6 +52,7 @@ def test_multihead_small(tmp_path, capsys):
     rows = list(csv.DictReader((tmp_path / "multihead.csv").open()))
     assert [r["n_heads"] for r in rows] == ["4", "3"]
     assert rows[0]["standard_fits"] == "False"  # 4 heads of 2 < n = 4
+    assert (tmp_path / "multihead.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bad_arguments_are_one_line_exit_2(capsys):

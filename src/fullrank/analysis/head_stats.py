@@ -190,6 +190,16 @@ def head_report(model: nn.Module, tokens: Tensor, *, mask: Tensor | None = None,
     return head_stats(rec.records, keep)
 
 
+def mean_keys(stats: Sequence[HeadStats]) -> str:
+    """The sequence length ``n`` the heads saw, as the table's ``n (keys)`` column gives it (mean
+    real keys per sequence): ``"n = 20.3 keys"``, or a range where modules differ (an
+    encoder-decoder's source and target)."""
+    values = sorted({round(st.n_keys, 1) for st in stats})
+    if len(values) == 1:
+        return f"n = {values[0]:.1f} keys per sequence on average"
+    return f"n = {values[0]:.1f}–{values[-1]:.1f} keys per sequence on average, by module"
+
+
 def head_table(stats: Sequence[HeadStats]) -> Table:
     """A rich table of :func:`head_report`'s rows; ``d_head < n`` rows are flagged."""
     table = Table(show_header=True, header_style="bold",

@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=int, nargs="*", default=None, help="heads to draw (default all)")
     p.add_argument("--query", type=int, default=None,
                    help="token index for the 'from one token' view (default: every token)")
+    p.add_argument("--max-tokens", type=int, default=40,
+                   help="draw the first this many tokens of each axis, so that the figure fits a "
+                        "screen (default 40; 0 = all, for a large figure)")
     p.add_argument("-o", "--output", required=True,
                    help="PNG of the per-head maps; the line view goes to OUTPUT-lines.png")
 
@@ -68,10 +71,14 @@ def run(args: argparse.Namespace) -> int:
     probs = rec.by_name()[name][0].probs[0]  # (H, T, S) of the one sentence
     out = Path(args.output)
     title = f"{name} — {cfg.n_heads} heads of d_head {cfg.head_sizes[0]}"
-    plot_attention_maps(probs, queries, keys, out, heads=args.heads, title=title)
+    if args.max_tokens < 0:
+        raise ConfigError(f"--max-tokens must be >= 0 (0 = all tokens), got {args.max_tokens}")
+    max_tokens = args.max_tokens or None
+    plot_attention_maps(probs, queries, keys, out, heads=args.heads, title=title,
+                        max_tokens=max_tokens)
     lines = out.with_name(out.stem + "-lines" + out.suffix)
     where = "" if args.query is None else f" from '{queries[args.query]}'"
     plot_attention_lines(probs, queries, keys, lines, query=args.query, heads=args.heads,
-                         title=title + where)
+                         title=title + where, max_tokens=max_tokens)
     print(f"{name}: maps {out}, lines {lines}" + (f" (target: {target})" if ckpt.task == "mt" else ""))
     return 0

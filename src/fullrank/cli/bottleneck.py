@@ -123,6 +123,7 @@ def run_multihead(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
     from fullrank.analysis.multihead import FIT_TOL, multihead_experiment
+    from fullrank.analysis.plots import plot_multihead
 
     n = args.n or 4
     d_model = args.d_model or 16
@@ -167,7 +168,9 @@ def run_multihead(args: argparse.Namespace, console: Console) -> int:
         writer = csv.DictWriter(f, fieldnames=list(lines[0]))
         writer.writeheader()
         writer.writerows(lines)
-    console.print(f"wrote {path} in {elapsed:.1f} s of fitting")
+    png_path = args.out / "multihead.png"
+    plot_multihead(rows, png_path)
+    console.print(f"wrote {path} and {png_path} in {elapsed:.1f} s of fitting")
     return 0
 
 

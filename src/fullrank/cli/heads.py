@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.analysis.head_stats import head_report, head_table
+    from fullrank.analysis.head_stats import head_report, head_table, mean_keys
     from fullrank.analysis.inputs import lm_batch, mt_batch
     from fullrank.analysis.plots import plot_head_heatmap
     from fullrank.data.text import read_lines, read_text
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     dh, dv = cfg.head_sizes
     console.print(f"{ckpt.path}: {cfg.n_heads} heads × d_head {dh} (d_value {dv}), measured on "
-                  f"{batch.tokens.shape[0]} sequences of up to {batch.tokens.shape[1]} tokens")
+                  f"{batch.tokens.shape[0]} sequences, {mean_keys(stats)}")
     console.print(head_table(stats))
     out = Path(args.output) if args.output else ckpt.path.parent.parent / "heads.png"
     plot_head_heatmap(stats, out)
