@@ -74,10 +74,17 @@ def test_too_few_checkpoints_say_how_many_and_which_setting_gives_more(tmp_path)
         last_checkpoints(tmp_path / "run", 5)
     assert str(e.value) == (
         f"{tmp_path / 'run'}: 3 checkpoints (steps 400, 800, 1200), fewer than --last 5; average "
-        f"those with --last 3, or keep more (train.keep_last, 3 in this run), or save more often "
-        f"(train.save_every, every 400 steps in this run)")
+        f"those with --last 3, or keep more (train.keep_last, 3 in this run)")
     with pytest.raises(CheckpointError, match="fewer than decode.average_last 4; average those "
                                               "with decode.average_last 3"):
         last_checkpoints(tmp_path / "run", 4, setting="decode.average_last")
+    # all that were saved are kept: the run saved too seldom
+    save_training_checkpoint(root, 1600, model, CFG, None, opt, {"train": {"keep_last": 8}},
+                             keep_last=8, every=400)
+    with pytest.raises(CheckpointError, match=r"4 checkpoints \(steps 400, 800, 1200, 1600\), "
+                                              r"fewer than --last 5; average those with --last 4, "
+                                              r"or save more often \(train.save_every, every 400 "
+                                              r"steps in this run\)$"):
+        last_checkpoints(tmp_path / "run", 5)
     with pytest.raises(CheckpointError, match="no checkpoints, fewer than --last 2"):
         last_checkpoints(tmp_path / "empty", 2)

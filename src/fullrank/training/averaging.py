@@ -31,8 +31,8 @@ def last_checkpoints(run_dir: Path, k: int, *, setting: str = "--last") -> list[
 
 def too_few(found: Sequence[Path], k: int, setting: str) -> str:
     """Why ``found`` (a run's checkpoints, oldest first) cannot give ``k``, and what would: fewer
-    to average, more kept (``train.keep_last``), or saved more often (``train.save_every``), with
-    the values the run used (from its newest checkpoint)."""
+    to average, and more kept (``train.keep_last``, where it is below ``k``) or else saved more
+    often (``train.save_every``), with the values the run used (from its newest checkpoint)."""
     if not found:
         return (f"no checkpoints, fewer than {setting} {k}; is this the directory of a run of "
                 f"`fullrank train`?")
@@ -44,9 +44,9 @@ def too_few(found: Sequence[Path], k: int, setting: str) -> str:
     keep = (meta.get("train") or {}).get("keep_last")
     steps = ", ".join(str(step_of(p)) for p in found)
     fixes = [f"average those with {setting} {len(found)}"] if len(found) > 1 else []
-    if isinstance(keep, int) and keep < k:
+    if isinstance(keep, int) and keep < k:  # older ones were deleted
         fixes.append(f"keep more (train.keep_last, {keep} in this run)")
-    if isinstance(every, int):
+    elif isinstance(every, int):  # the run saved fewer than k times
         fixes.append(f"save more often (train.save_every, every {every} steps in this run)")
     counted = f"{len(found)} checkpoints (steps {steps})" if len(found) > 1 else \
         f"1 checkpoint (step {steps})"
