@@ -183,7 +183,7 @@ def write_plots(plan: Plan, rows: list[Row], out: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator, NullFormatter
 
     metrics = metrics_present(rows)
     if not metrics:
@@ -216,13 +216,16 @@ def write_plots(plan: Plan, rows: list[Row], out: Path) -> list[Path]:
         xs = [p[0] for pts in lines.values() for p in pts]
         logx = spec.logx if spec.logx is not None else (_power_of_two(xs) and len(set(xs)) > 2)
         if spec.x in ("params", "non_embedding", "flops"):
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e6:.3g}M"))
+            ax.xaxis.set_major_locator(MaxNLocator(6))
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 7.5k, 4.8M
         elif logx:
             ax.set_xscale("log", base=2)
             ticks = sorted(set(xs))
             ax.set_xticks(ticks)
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.xaxis.set_minor_formatter(NullFormatter())
+        elif all(float(x).is_integer() for x in xs) and len(set(xs)) <= 12:
+            ax.set_xticks(sorted(set(xs)))  # the swept values themselves
         ax.set_xlabel(X_LABELS.get(spec.x, spec.x))
         ax.set_ylabel(METRICS[metric][1])
         n = max(len(r.results) for r in rows)
