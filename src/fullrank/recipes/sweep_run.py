@@ -86,6 +86,15 @@ def _summary_line(run_dir: Path) -> str:
     return ", ".join(parts + [f"{results.get('seconds', 0) / 60:.1f} min"])
 
 
+def _to_train(plan: Plan, out: Path) -> tuple[Outcome, list[Point]]:
+    """The points to train, and an outcome that lists the finished ones as skipped."""
+    outcome = Outcome()
+    pending: list[Point] = []
+    for p in plan.points:
+        (outcome.skipped if finished(out, p) else pending).append(p)
+    return outcome, pending
+
+
 def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
               console: Console | None = None, progress: bool = True) -> Outcome:
     """Train every unfinished point, ``jobs`` at a time, each on ``cores // jobs`` threads.
@@ -94,10 +103,7 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
     (``CUDA_VISIBLE_DEVICES``). Ctrl-C stops the running points (their checkpoints stay; the
     next run resumes them)."""
     console = console or Console(highlight=False)
-    outcome = Outcome()
-    pending = []
-    for p in plan.points:
-        (outcome.skipped if finished(out, p) else pending).append(p)
+    outcome, pending = _to_train(plan, out)
     if not pending:
         return outcome
     jobs = max(1, min(jobs, len(pending)))
@@ -178,10 +184,7 @@ def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, A
     from submitit.helpers import CommandFunction
 
     console = console or Console(highlight=False)
-    outcome = Outcome()
-    pending = []
-    for p in plan.points:
-        (outcome.skipped if finished(out, p) else pending).append(p)
+    outcome, pending = _to_train(plan, out)
     if not pending:
         return outcome
     executor = submitit.AutoExecutor(folder=out / ".submitit" / "%j", cluster=cluster)
