@@ -43,6 +43,14 @@ class TrainConfig:
         max_minutes: stop (evaluate, save) after this much wall time, counted across resumes
             (a resumed run whose time is spent takes no step); the schedule still follows
             ``steps``. ``None`` = no limit.
+        init_from: start from the weights of this checkpoint (a checkpoint or run directory):
+            weights only — a fresh optimiser and schedule. The architecture and tokenizer are the
+            checkpoint's, with the fields the ``model`` section states on top; heads the task
+            adds are new, heads it does not use are dropped (both listed when the run starts).
+            Fine-tuning a pre-trained encoder, or training on from ``fullrank widen``'s output.
+        init_weights: with ``init_from``, ``false`` takes only the architecture and tokenizer and
+            leaves the weights at their random initialisation: the same model without
+            pre-training, as a baseline.
         fast_matmul: route CPU float32 matrix multiplies through oneDNN where that keeps
             float32 accuracy on this CPU (measured once per process; elsewhere, e.g. CPUs
             with AMX, it would compute in bfloat16 and is left off; see
@@ -73,6 +81,8 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 0
     max_minutes: float | None = None
+    init_from: str | None = None
+    init_weights: bool = True
     fast_matmul: bool = True
 
     def __post_init__(self) -> None:
