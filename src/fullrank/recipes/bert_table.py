@@ -27,7 +27,6 @@ import argparse
 import json
 import math
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -176,12 +175,19 @@ def mean_std(values: Sequence[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def _command(job: Job, seeds: str) -> str:
-    shown = [o for o in job.overrides if not o.startswith(("out_dir=", "train.device=",
-                                                           "train.threads="))]
-    text = " ".join(shlex.quote(x) for x in ["fullrank", "train", str(job.config), *shown])
-    return text.replace(f"_s{job.seed}", "_s{S}").replace(f"train.seed={job.seed}",
-                                                          f"train.seed={{{seeds}}}")
+def _command(job: Job) -> str:
+    """The row's command, seed-free (``{S}`` = the seed) and with ``$OUT`` for the driver's
+    ``--out``."""
+    shown = []
+    for o in job.overrides:
+        if o.startswith(("train.device=", "train.threads=")):
+            continue
+        if o.startswith("name="):
+            o = o.removesuffix(f"_s{job.seed}") + "_s{S}"
+        elif o == f"train.seed={job.seed}":
+            o = "train.seed={S}"
+        shown.append(o.replace(str(job.out), "$OUT"))
+    return " ".join(["fullrank", "train", str(job.config), *shown])
 
 
 def table(jobs: Sequence[Job]) -> str:
@@ -204,7 +210,7 @@ def table(jobs: Sequence[Job]) -> str:
             f"{mean_std([r['valid']['mlm_ppl'] for _, r in runs])} | "
             f"{mean_std([r['valid']['nsp_acc'] for _, r in runs])} | {len(runs)} | "
             f"{statistics.mean(r['seconds'] for _, r in runs) / 60:.1f} | "
-            f"`{_command(j0, 'SEED')}` |")
+            f"`{_command(j0)}` |")
     lines += ["", "## Fine-tuning (mean ± std over seeds; `scratch` = the same model without "
                   "pre-training)", "",
               "| model | init | MNLI dev | MNLI hard m | MNLI hard mm | SNLI hard | n | SQuAD EM | "
@@ -232,8 +238,10 @@ def table(jobs: Sequence[Job]) -> str:
                 f"{mean_std([r['test']['f1'] for r in squad if r.get('test')])} | {len(squad)} | "
                 f"{minutes} |")
     examples = {g: next((j for j in jobs if j.group == g and j.pretrained), None) for g in TASKS}
-    lines += ["", "Fine-tuning commands (S = seed; the scratch rows add `train.init_weights=false`):", ""]
-    lines += [f"- {g}: `{_command(j, 'SEED')}`" for g, j in examples.items() if j is not None]
+    lines += ["", "Commands: `{S}` is the seed, `$OUT` the driver's `--out`; a fine-tuning row "
+                  "repeats its command for each pre-trained model (`train.init_from`), and the "
+                  "scratch rows add `train.init_weights=false`:", ""]
+    lines += [f"- {g}: `{_command(j)}`" for g, j in examples.items() if j is not None]
     return "\n".join(lines) + "\n"
 
 
