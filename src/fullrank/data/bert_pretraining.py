@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from fullrank.data.batch import PretrainingBatch, encoder_inputs
+from fullrank.data.batching import check_position
 from fullrank.data.lm import check_world
 from fullrank.data.text import read_text, split_lines
 from fullrank.data.tokenizers import Tokenizer
@@ -344,8 +345,7 @@ class PretrainingBatches:
             raise DataError(f"{self.name}: {len(self.instances)} sentence pairs, fewer than "
                             f"batch_size = {self.batch_size}; use a longer corpus or a smaller "
                             f"batch_size")
-        if epoch < 0 or not 0 <= index < len(self):
-            raise IndexError(f"batch {index} of epoch {epoch}: an epoch has batches 0..{len(self) - 1}")
+        check_position(epoch, index, len(self))
         ids = self.order(epoch)[index * self.batch_size: (index + 1) * self.batch_size]
         # N/B of the global batch: the count of predictions depends on lengths alone
         n_global = sum(n_predictions(len(self.instances[int(i)].a) + len(self.instances[int(i)].b) + 3,

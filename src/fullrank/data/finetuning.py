@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from fullrank.data.batch import ClassificationBatch, SpanBatch, encoder_inputs
+from fullrank.data.batching import check_position
 from fullrank.data.lm import check_world
 from fullrank.data.text import read_lines, read_text
 from fullrank.data.tokenizers import Tokenizer
@@ -225,8 +226,7 @@ class ExampleBatches:
         if len(self) == 0:
             raise DataError(f"{self.name}: {self.n} examples, fewer than batch_size = "
                             f"{self.batch_size}; use more data or a smaller batch_size")
-        if epoch < 0 or not 0 <= index < len(self):
-            raise IndexError(f"batch {index} of epoch {epoch}: an epoch has batches 0..{len(self) - 1}")
+        check_position(epoch, index, len(self))
         if self._order is None or self._order[0] != epoch:
             self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
         rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]

@@ -17,7 +17,6 @@ from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
 from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile
 from fullrank.recipes.encoder_run import open_run
-from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import teardown
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.tasks import SequenceClassification
@@ -84,9 +83,7 @@ def run_classify(exp: ExperimentConfig, *, resume: Resume = "never", progress: b
                    resume_from=run.resume_from, progress=progress,
                    evaluate=evaluate if valid else None)
     teardown()
-    report = RunReport(str(run.run_dir), result.state.step, result.seconds, model_cfg.num_params(),
-                       checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
-    report.extra["non_embedding_params"] = model_cfg.non_embedding_params()
+    report = run.report(result, model_cfg, out)
     if run.dist.is_main:
         model.eval()
         sets = ({"valid": valid} if valid else {}) | extra

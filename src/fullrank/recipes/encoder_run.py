@@ -23,7 +23,9 @@ from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepar
 from fullrank.recipes.config import ExperimentConfig, save_resolved
 from fullrank.recipes.init import Start, find_start, init_weights, start_config
 from fullrank.runtime import matmul_summary, memory_summary
+from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, setup
+from fullrank.training.loop import RunOutput, TrainResult
 from fullrank.training.metrics import plot_run
 
 
@@ -80,6 +82,14 @@ class EncoderRun:
         return {"task": self.exp.task, "experiment": self.exp.to_dict(),
                 "init_from": str(self.start.path) if self.start else None,
                 "init_weights": self.exp.train.init_weights, **extra}
+
+    def report(self, result: TrainResult, cfg: EncoderConfig, out: RunOutput) -> RunReport:
+        """The run's report after training: steps, time, parameters (total and outside the
+        embeddings), the last checkpoint."""
+        report = RunReport(str(self.run_dir), result.state.step, result.seconds, cfg.num_params(),
+                           checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
+        report.extra["non_embedding_params"] = cfg.non_embedding_params()
+        return report
 
     def finish(self, report: RunReport) -> None:
         """``results.json`` and ``curves.png`` in the run directory (rank 0)."""

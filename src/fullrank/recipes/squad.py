@@ -19,7 +19,6 @@ from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
 from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import SquadData
 from fullrank.recipes.encoder_run import open_run
-from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import teardown
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.tasks import SpanExtraction
@@ -103,9 +102,7 @@ def run_squad(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
     result = train(model, task, batches, cfg, dist=run.dist, out=out, resume_from=run.resume_from,
                    progress=progress, evaluate=evaluate if test_q else None)
     teardown()
-    report = RunReport(str(run.run_dir), result.state.step, result.seconds, model_cfg.num_params(),
-                       checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
-    report.extra["non_embedding_params"] = model_cfg.non_embedding_params()
+    report = run.report(result, model_cfg, out)
     report.extra["skipped_training_answers"] = len(windows.skipped)
     if run.dist.is_main and test_q:
         model.eval()
