@@ -51,6 +51,10 @@ class TrainConfig:
         init_weights: with ``init_from``, ``false`` takes only the architecture and tokenizer and
             leaves the weights at their random initialisation: the same model without
             pre-training, as a baseline.
+        parallel: how ``torchrun`` processes share the work: ``"ddp"`` (each holds the whole
+            model and optimizer; gradients are averaged) or ``"fsdp"`` (PyTorch FSDP2: each
+            holds 1/N of the parameters, gradients and optimizer state, gathered layer by layer
+            when needed; for a model that does not fit one device). Alone, no effect.
         fast_matmul: route CPU float32 matrix multiplies through oneDNN where that keeps
             float32 accuracy on this CPU (measured once per process; elsewhere, e.g. CPUs
             with AMX, it would compute in bfloat16 and is left off; see
@@ -84,6 +88,7 @@ class TrainConfig:
     init_from: str | None = None
     init_weights: bool = True
     fast_matmul: bool = True
+    parallel: Literal["ddp", "fsdp"] = "ddp"
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "save_every",
