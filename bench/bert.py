@@ -89,7 +89,8 @@ def hf_step(workload: str, s: dict[str, int], x: dict[str, Any]):
                                   num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
                                   intermediate_size=s["d_ff"], max_position_embeddings=s["seq"],
                                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                  num_labels=3, attn_implementation="sdpa")
+                                  num_labels=3 if workload == "classify" else 2,
+                                  attn_implementation="sdpa")
     kw = dict(input_ids=x["tokens"], token_type_ids=x["segments"], attention_mask=x["mask"].long())
     if workload == "pretrain":
         model = transformers.BertForPreTraining(cfg)
