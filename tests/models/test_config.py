@@ -55,3 +55,32 @@ def test_lm_max_len_defaults_to_seq_len():
 def test_bottleneck_warning():
     assert "d_head=6 < seq_len=8" in lm().bottleneck_warning()
     assert lm(d_head=8).bottleneck_warning() is None
+
+
+def test_encoder_heads_are_counted_in_closed_form():
+    from fullrank.models import Encoder, EncoderConfig
+
+    for heads in (dict(), dict(pretraining_heads=False, n_classes=3),
+                  dict(pretraining_heads=False, span_head=True),
+                  dict(pretraining_heads=True, n_classes=5, span_head=True)):
+        cfg = EncoderConfig(vocab_size=53, d_model=24, n_heads=3, d_head=10, d_value=6, d_ff=37,
+                            n_layers=2, max_len=19, seq_len=11, **heads)
+        model = Encoder(cfg)
+        assert cfg.num_params() == sum(p.numel() for p in model.parameters()), heads
+        embeddings = sum(p.numel() for n, p in model.named_parameters() if n.startswith("embed.")
+                         and "norm" not in n)
+        vocab_bias = 53 if cfg.pretraining_heads else 0
+        assert cfg.non_embedding_params() == cfg.num_params() - embeddings - vocab_bias
+
+
+def test_shipped_bert_table3_models_match_within_two_percent():
+    from pathlib import Path
+
+    from fullrank.recipes.config import load_experiment
+
+    root = Path(__file__).resolve().parents[2] / "configs" / "bert"
+    fixed = load_experiment(root / "table2" / "fixed_h8.yaml").model_config(6000)
+    standard = load_experiment(root / "table3" / "standard_d208_h8.yaml").model_config(6000)
+    assert fixed.d_model < standard.d_model and fixed.head_sizes[0] == 128 == fixed.seq_len
+    assert standard.standard_rule and not fixed.standard_rule
+    assert abs(fixed.num_params() - standard.num_params()) / fixed.num_params() < 0.02

@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "computes the same function."),
     "attention": ("attention", "Draw per-head attention maps and the 'from one token' view "
                                "([V17] Figures 3–5)."),
+    "classify": ("classify", "Label sentences or TAB-separated sentence pairs with a fine-tuned "
+                             "classifier: label and probabilities per line."),
+    "answer": ("answer", "Answer a question about a text file with a fine-tuned SQuAD span "
+                         "model."),
 }
 
 

@@ -61,17 +61,23 @@ def find_resume_point(run_dir: Path, resume: Resume) -> Path | None:
 
 
 def prepare_tokenizer(exp: ExperimentConfig, files: Sequence[Path], run_dir: Path,
-                      dist: DistInfo, resuming: bool) -> Tokenizer:
-    """Load the run's tokenizer when resuming, a given ``tokenizer_file``, or train one on
-    ``files`` (rank 0 trains and saves; the others wait and load)."""
+                      dist: DistInfo, resuming: bool, start: Tokenizer | None = None) -> Tokenizer:
+    """Load the run's tokenizer when resuming, the ``train.init_from`` checkpoint's (``start``),
+    a given ``tokenizer_file``, or train one on ``files`` (rank 0 trains and saves; the others
+    wait and load)."""
     saved = run_dir / "tokenizer.json"
     if resuming and saved.is_file():
         return Tokenizer.load(saved)
-    if exp.data.tokenizer_file:
+    if start is not None:
+        if exp.data.tokenizer_file:
+            raise ConfigError("data.tokenizer_file and train.init_from both give a tokenizer; "
+                              "drop data.tokenizer_file (the checkpoint's tokenizer is used)")
+        tok = start
+    elif exp.data.tokenizer_file:
         return Tokenizer.load(exp.data.path(exp.data.tokenizer_file))
     if dist.is_main:
-        tok = Tokenizer.train(exp.data.tokenizer, list(files), exp.data.vocab_size,
-                              lowercase=exp.data.lowercase)
+        tok = start or Tokenizer.train(exp.data.tokenizer, list(files), exp.data.vocab_size,
+                                       lowercase=exp.data.lowercase)
         run_dir.mkdir(parents=True, exist_ok=True)
         tok.save(saved)
     barrier(dist)

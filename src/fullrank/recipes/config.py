@@ -6,12 +6,15 @@ by name with what is expected — always one line. The resolved config is saved 
 
 An experiment file has the sections ``name``, ``task``, ``model`` (fields of the task's model
 config, optionally starting from ``preset: NAME``; ``vocab_size`` comes from the tokenizer),
-``data``, ``train``, ``sample`` (language models) and ``decode`` (translation).
+``data``, ``train``, ``sample`` (language models) and ``decode`` (translation). The encoder tasks
+(``bert``, ``classify``, ``squad``) have data sections of their own
+(:mod:`fullrank.recipes.encoder_data`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -27,8 +30,10 @@ from fullrank.inference.sampling import check_sample_settings
 from fullrank.inference.translate import check_settings
 from fullrank.models import FAMILIES, ModelConfig, config_to_dict
 from fullrank.models.decoder_lm import DecoderLMConfig
+from fullrank.models.encoder import EncoderConfig
 from fullrank.models.encoder_decoder import EncoderDecoderConfig
 from fullrank.models.presets import preset
+from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile, PretrainData, SquadData
 from fullrank.training.config import TrainConfig
 
 if sys.version_info >= (3, 11):
@@ -36,9 +41,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-Task = Literal["lm", "mt"]
+Task = Literal["lm", "mt", "bert", "classify", "squad"]
 # the model family each task trains
-TASK_MODELS: dict[str, type] = {"lm": DecoderLMConfig, "mt": EncoderDecoderConfig}
+TASK_MODELS: dict[str, type] = {"lm": DecoderLMConfig, "mt": EncoderDecoderConfig,
+                                "bert": EncoderConfig, "classify": EncoderConfig,
+                                "squad": EncoderConfig}
+# the heads each encoder task trains (fields of EncoderConfig; classify adds n_classes)
+TASK_HEADS: dict[str, dict[str, Any]] = {
+    "bert": {"pretraining_heads": True, "n_classes": 0, "span_head": False},
+    "classify": {"pretraining_heads": False, "span_head": False},
+    "squad": {"pretraining_heads": False, "n_classes": 0, "span_head": True},
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,24 +226,61 @@ class ExperimentConfig:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True, kw_only=True)
+class EncoderExperiment(ExperimentConfig):
+    """An experiment of an encoder task; its ``data`` section is the task's own."""
+
+    def __post_init__(self) -> None:
+        if "preset" in self.model and self.train.init_from:
+            raise ConfigError("model.preset and train.init_from both give the architecture; "
+                              "drop model.preset (the checkpoint's model is used)")
+        if not self.train.init_weights and not self.train.init_from:
+            raise ConfigError("train.init_weights=false takes the architecture of "
+                              "train.init_from, which is not set")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainExperiment(EncoderExperiment):
+    data: PretrainData
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassifyExperiment(EncoderExperiment):
+    data: ClassifyData
+
+
+@dataclass(frozen=True, kw_only=True)
+class SquadExperiment(EncoderExperiment):
+    data: SquadData
+
+
+# the experiment class each task validates against (the base class for lm and mt)
+EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
+    "bert": PretrainExperiment, "classify": ClassifyExperiment, "squad": SquadExperiment}
+
 # unknown keys are errors, in every section (pydantic reads this attribute of a dataclass)
 for _cls in (DataConfig, SampleConfig, DecodeConfig, ExperimentConfig, TrainConfig,
+             PretrainData, ClassifyData, ClassifyFile, SquadData, *EXPERIMENTS.values(),
              *(cfg for cfg, _ in FAMILIES.values())):
     _cls.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
 
 
-def build_model_config(task: str, section: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The task's model config from a ``model`` section (``preset`` first, then the fields)."""
+def build_model_config(task: str, section: dict[str, Any], vocab_size: int,
+                       base: dict[str, Any] | None = None) -> ModelConfig:
+    """The task's model config from a ``model`` section (``preset`` first, then the fields) on
+    top of ``base`` (the fields of a starting checkpoint's config, for ``train.init_from``); an
+    encoder task's heads are set by the task."""
     fields = dict(section)
     cls = TASK_MODELS[task]
-    base: dict[str, Any] = {}
+    base = dict(base or {})
     if "preset" in fields:
         start = preset(str(fields.pop("preset")))
         if type(start) is not cls:
             raise ConfigError(f"model.preset is a {type(start).__name__}, but task '{task}' "
                               f"trains a {cls.__name__}")
         base = dataclasses.asdict(start)
-    merged = {**base, **fields, "vocab_size": fields.get("vocab_size", vocab_size)}
+    merged = {**base, **fields, "vocab_size": fields.get("vocab_size", vocab_size),
+              **TASK_HEADS.get(task, {})}
     try:
         return TypeAdapter(cls).validate_python(merged)
     except ValidationError as e:
@@ -321,10 +371,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def parse_experiment(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
     """Validate a dict into an :class:`ExperimentConfig` (the model section too)."""
+    cls = EXPERIMENTS.get(str(data.get("task")), ExperimentConfig)
     try:
-        exp = TypeAdapter(ExperimentConfig).validate_python(data)
+        exp = TypeAdapter(cls).validate_python(data)
     except ValidationError as e:
-        raise ConfigError(f"{source}: {_describe(e, ExperimentConfig)}") from None
+        raise ConfigError(f"{source}: {_describe(e, cls)}") from None
     try:  # check the model section now, with a stand-in vocabulary size
         build_model_config(exp.task, exp.model, exp.model.get("vocab_size", 1) or 1)
     except FullrankError as e:
@@ -340,12 +391,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
 
 def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) -> None:
     """Write the resolved experiment (model section complete) as YAML."""
-    data = exp.to_dict()
+    data = json.loads(json.dumps(exp.to_dict()))  # tuples as lists, for YAML
     model = config_to_dict(model_config)
     model.pop("family")
     data["model"] = model
-    data["train"]["betas"] = list(data["train"]["betas"])
-    data["decode"]["splits"] = list(data["decode"]["splits"])
-    data["decode"]["tune_alpha"] = list(data["decode"]["tune_alpha"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

@@ -23,6 +23,7 @@ from fullrank.inference.sampling import sample
 from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
+from fullrank.recipes.init import find_start, init_weights, start_config
 from fullrank.recipes.config import ExperimentConfig, save_resolved
 from fullrank.runtime import fast_matmul, matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
@@ -55,9 +56,10 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         torch.set_num_threads(cfg.threads)
     run_dir = exp.run_dir
     start = find_resume_point(run_dir, resume)
+    origin = find_start(exp)
     tok = prepare_tokenizer(exp, [exp.data.path(exp.data.train)], run_dir, dist,
-                            resuming=start is not None)
-    model_cfg = exp.model_config(tok.vocab_size)
+                            resuming=start is not None, start=origin and origin.tokenizer)
+    model_cfg = start_config(exp, origin, tok.vocab_size)
     ensure_vocab_matches(tok, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
     train_ids = corpus(exp, exp.data.train, tok, dist)
     valid_ids = corpus(exp, exp.data.valid, tok, dist)
@@ -65,6 +67,8 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
+    init_weights(model, exp, origin, resuming=start is not None,
+                 say=console.print if dist.is_main else (lambda _: None))
     torch.manual_seed(cfg.seed + dist.rank)  # dropout differs across ranks
     n_params = sum(p.numel() for p in model.parameters())
     data = LMBlocks(train_ids, seq_len=model_cfg.seq_len, batch_size=cfg.batch_size,

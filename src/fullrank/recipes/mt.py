@@ -26,6 +26,7 @@ from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
+from fullrank.recipes.init import find_start, init_weights, start_config
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
 from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
@@ -80,9 +81,10 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
     extra = {name: read_parallel(*pair_files(data, prefix))
              for name, prefix in data.eval_sets.items() if name in exp.decode.splits}
+    origin = find_start(exp)
     tok = prepare_tokenizer(exp, list(pair_files(data, data.train)), run_dir, dist,
-                            resuming=start is not None)
-    model_cfg = exp.model_config(tok.vocab_size)
+                            resuming=start is not None, start=origin and origin.tokenizer)
+    model_cfg = start_config(exp, origin, tok.vocab_size)
     ensure_vocab_matches(tok, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
     train_raw, train_pairs = load_split(data, data.train, tok)
     valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
@@ -98,6 +100,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
+    init_weights(model, exp, origin, resuming=start is not None,
+                 say=console.print if dist.is_main else (lambda _: None))
     torch.manual_seed(cfg.seed + dist.rank)
     n_params = sum(p.numel() for p in model.parameters())
     sampler = None

@@ -43,6 +43,14 @@ class TrainConfig:
         max_minutes: stop (evaluate, save) after this much wall time, counted across resumes
             (a resumed run whose time is spent takes no step); the schedule still follows
             ``steps``. ``None`` = no limit.
+        init_from: start from the weights of this checkpoint (a checkpoint or run directory):
+            weights only — a fresh optimiser and schedule. The architecture and tokenizer are the
+            checkpoint's, with the fields the ``model`` section states on top; heads the task
+            adds are new, heads it does not use are dropped (both listed when the run starts).
+            Fine-tuning a pre-trained encoder, or training on from ``fullrank widen``'s output.
+        init_weights: with ``init_from``, ``false`` takes only the architecture and tokenizer and
+            leaves the weights at their random initialisation: the same model without
+            pre-training, as a baseline.
         parallel: how ``torchrun`` processes share the work: ``"ddp"`` (each holds the whole
             model and optimizer; gradients are averaged) or ``"fsdp"`` (PyTorch FSDP2: each
             holds 1/N of the parameters, gradients and optimizer state, gathered layer by layer
@@ -77,6 +85,8 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 0
     max_minutes: float | None = None
+    init_from: str | None = None
+    init_weights: bool = True
     fast_matmul: bool = True
     parallel: Literal["ddp", "fsdp"] = "ddp"
 

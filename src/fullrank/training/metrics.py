@@ -64,8 +64,15 @@ def plain_log_ticks(axis: Any) -> None:
     axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
+# validation scores in percent that a run may log (BERT pre-training, classification, SQuAD)
+SCORES = {"mlm_acc": "MLM accuracy", "nsp_acc": "NSP accuracy", "accuracy": "accuracy",
+          "em": "exact match", "f1": "F1"}
+
+
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:
-    """Loss (train and validation) and validation perplexity against step, as a PNG."""
+    """Loss (train and validation), validation perplexity (``ppl``, or ``mlm_ppl`` for BERT
+    pre-training) and, where logged, validation scores in percent (:data:`SCORES`) against step,
+    as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,22 +80,35 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
 
     records = read_metrics(run_dir)
     out = out or Path(run_dir) / "curves.png"
-    fig, (ax_loss, ax_ppl) = plt.subplots(1, 2, figsize=(11, 4))
+    valid = [r for r in records if r["split"] == "valid"]
+    ppl_key = "mlm_ppl" if any("mlm_ppl" in r for r in valid) else "ppl"
+    scores = [k for k in SCORES if any(k in r for r in valid)]
+    panels = 2 + bool(scores)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
+    ax_loss, ax_ppl = axes[0], axes[1]
     for split, style in (("train", "-"), ("valid", "o-")):
         rows = [r for r in records if r["split"] == split and "loss" in r]
         if rows:
             ax_loss.plot([r["step"] for r in rows], [r["loss"] for r in rows], style,
                          label=f"{split} loss", markersize=3)
-        rows = [r for r in records if r["split"] == split and "ppl" in r]
-        if rows and split == "valid":
-            ax_ppl.plot([r["step"] for r in rows], [r["ppl"] for r in rows], style,
-                        color="C1", label="valid perplexity", markersize=3)
+    rows = [r for r in valid if ppl_key in r]
+    if rows:
+        ax_ppl.plot([r["step"] for r in rows], [r[ppl_key] for r in rows], "o-", color="C1",
+                    label="valid MLM perplexity" if ppl_key == "mlm_ppl" else "valid perplexity",
+                    markersize=3)
     ax_loss.set(xlabel="step", ylabel="loss (nats per token)", title="loss")
     ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
     plain_log_ticks(ax_ppl.yaxis)
-    for ax in (ax_loss, ax_ppl):
+    if scores:
+        for i, key in enumerate(scores):
+            rows = [r for r in valid if key in r]
+            axes[2].plot([r["step"] for r in rows], [r[key] for r in rows], "o-", color=f"C{i + 2}",
+                         label=f"valid {SCORES[key]}", markersize=3)
+        axes[2].set(xlabel="step", ylabel="percent", title="validation scores")
+    for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.suptitle(Path(run_dir).resolve().name)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
