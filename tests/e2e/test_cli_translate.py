@@ -34,7 +34,7 @@ out_dir: {tmp_path / 'runs'}
 model: {{d_model: 24, n_heads: 3, d_head: 10, d_value: 6, d_ff: 37, n_layers: 1,
          n_decoder_layers: 2, max_len: 64, seq_len: 8, dropout: 0.0}}
 data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tgt_lang: de,
-        tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_len: 20,
+        tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_sentence_len: 20,
         cache_dir: {tmp_path / 'cache'}, eval_sets: {{other: other}}}}
 train: {{steps: 16, lr: 2.0, schedule: noam, warmup: 8, label_smoothing: 0.1, eval_every: 8,
          save_every: 4, keep_last: 3, log_every: 4, threads: 1}}
@@ -291,8 +291,8 @@ def test_bad_decoding_options_are_named_as_typed_before_any_checkpoint_is_read(a
 def test_bpe_dropout_trains_and_resumes_exactly(tmp_path, capsys):
     from safetensors.torch import load_file
 
-    # several batches per epoch, several epochs; max_len + 1 within the budget, as BPE-dropout needs
-    data = ", bpe_dropout: 0.3, max_tokens: 48, max_len: 47"
+    # several batches per epoch, several epochs; max_sentence_len + 1 within the budget, as BPE-dropout needs
+    data = ", bpe_dropout: 0.3, max_tokens: 48, max_sentence_len: 47"
     rest = "decode: {splits: [], tune_alpha: []}"
 
     def final(run):

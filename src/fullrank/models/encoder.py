@@ -10,8 +10,6 @@ Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -21,9 +19,11 @@ from fullrank.layers.embeddings import InputEmbedding, PositionKind, TokenEmbedd
 from fullrank.layers.feedforward import Activation
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
+from fullrank.validation import (Bool, PositiveFloat, PositiveInt, Probability,
+                                 config_dataclass)
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class EncoderConfig(TransformerConfig):
     """BERT-style encoder. Defaults are BERT's (GELU, learned positions, no embedding scale).
 
@@ -35,17 +35,14 @@ class EncoderConfig(TransformerConfig):
 
     activation: Activation = "gelu"
     positions: PositionKind = "learned"
-    attn_dropout: float = 0.1
-    norm_eps: float = 1e-12
-    max_len: int = 512
-    seq_len: int = 128
-    scale_embeddings: bool = False
-    type_vocab_size: int = 2
-    pretraining_heads: bool = True
-    init_std: float = 0.02
-
-    def _positive_fields(self) -> tuple[str, ...]:
-        return super()._positive_fields() + ("type_vocab_size", "init_std")
+    attn_dropout: Probability = 0.1
+    norm_eps: PositiveFloat = 1e-12
+    max_len: PositiveInt = 512
+    seq_len: PositiveInt = 128
+    scale_embeddings: Bool = False
+    type_vocab_size: PositiveInt = 2
+    pretraining_heads: Bool = True
+    init_std: PositiveFloat = 0.02
 
     def param_breakdown(self) -> dict[str, int]:
         d, n, v = self.d_model, self.n_layers, self.vocab_size

@@ -45,7 +45,7 @@ def pair_files(data: DataConfig, prefix: str) -> tuple[Path, Path]:
 
 def load_split(data: DataConfig, prefix: str, tok: Tokenizer) -> tuple[list[tuple[str, str]], EncodedPairs]:
     pairs = read_parallel(*pair_files(data, prefix))
-    return pairs, encode_pairs(pairs, tok, max_len=data.max_len)
+    return pairs, encode_pairs(pairs, tok, max_len=data.max_sentence_len)
 
 
 def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]],
@@ -104,7 +104,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     if data.bpe_dropout:
         kept = [train_raw[i] for i in train_pairs.kept]
         sides = [BPEDropout(tok, [pair[j] for pair in kept], data.bpe_dropout, seed=cfg.seed + j,
-                            max_len=data.max_len, standard=ids)
+                            max_len=data.max_sentence_len, standard=ids)
                  for j, ids in enumerate((train_pairs.src, train_pairs.tgt))]
 
         def sampler(epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -134,7 +134,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
             console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
             console.print(memory_summary())
         console.print(f"data: {len(train_pairs):,} training pairs "
-                      f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
+                      f"({train_pairs.n_dropped} longer than {data.max_sentence_len} tokens dropped), "
                       f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
                       + (" with standard BPE" if sampler is not None else
                          f", padding {100 * batches.padding_ratio():.1f}%")
