@@ -10,6 +10,7 @@ import torch
 from fullrank.analysis.capture import capture_attention
 from fullrank.analysis.inputs import lm_batch, mt_batch, token_strings
 from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
+from fullrank.data.text import check_utf8
 from fullrank.errors import CheckpointError, ConfigError
 from fullrank.inference.translate import translate
 from fullrank.training.checkpoints import load_checkpoint
@@ -36,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_utf8(args.text, "--text")
+    if args.target is not None:
+        check_utf8(args.target, "--target")
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:

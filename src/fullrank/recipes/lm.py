@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from fullrank.data.corpus import tokenize_file
-from fullrank.data.lm import LMBlocks
+from fullrank.data.lm import LMBlocks, check_world
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.inference.decoders import LMDecoder
 from fullrank.inference.layout import decoding_layout
@@ -53,8 +53,10 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     dist = setup(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    check_world(cfg.batch_size, dist.rank, dist.world)  # before anything is read or written
     run_dir = exp.run_dir
-    start = find_resume_point(run_dir, resume)
+    start = find_resume_point(run_dir, resume, resume_from=cfg.resume_from, dist=dist,
+                              log=lambda line: console.print(line, markup=False))
     tok = prepare_tokenizer(exp, [exp.data.path(exp.data.train)], run_dir, dist,
                             resuming=start is not None)
     model_cfg = exp.model_config(tok.vocab_size)
@@ -70,7 +72,9 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     data = LMBlocks(train_ids, seq_len=model_cfg.seq_len, batch_size=cfg.batch_size,
                     seed=cfg.seed, name=exp.data.train)
     task = LanguageModeling(cfg.label_smoothing)
-    eval_bs = max(1, cfg.batch_size // dist.world)
+    # rank 0 evaluates alone, in batches of the global size: with train.eval_batches the
+    # periodic validation covers the same rows as a one-process run
+    eval_bs = cfg.batch_size
 
     def evaluate_split(ids: Any, name: str, limit: int | None) -> dict[str, float]:
         blocks = LMBlocks(ids, seq_len=model_cfg.seq_len, batch_size=eval_bs, seed=cfg.seed,

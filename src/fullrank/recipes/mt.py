@@ -76,7 +76,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_dir = exp.run_dir
-    start = find_resume_point(run_dir, resume)
+    start = find_resume_point(run_dir, resume, resume_from=cfg.resume_from, dist=dist,
+                              log=lambda line: console.print(line, markup=False))
     # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
     extra = {name: read_parallel(*pair_files(data, prefix))
              for name, prefix in data.eval_sets.items() if name in exp.decode.splits}
@@ -116,7 +117,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     task = Translation(tok.pad_id, cfg.label_smoothing)
     valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
                                     bos_id=tok.bos_id, eos_id=tok.eos_id,
-                                    shuffle=False) if valid_pairs else None
+                                    shuffle=False) if valid_pairs is not None else None
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         assert valid_batches is not None
@@ -183,7 +184,7 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
         except Exception as e:  # fewer checkpoints than K: say so, score the last one only
             console.print(f"[yellow]no averaging:[/yellow] {e}")
         else:
-            avg = average_checkpoints(found, run_dir / f"averaged-last{k}")
+            avg = average_checkpoints(found, run_dir / f"averaged-last{k}", replace=True)
             models[f"avg{k}"] = load_checkpoint(avg, device=next(model.parameters()).device).model
     results: dict[str, Any] = {}
     for split in decode.splits:

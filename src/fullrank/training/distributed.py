@@ -74,6 +74,15 @@ def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return on_device.to(t.device)
 
 
+def all_reduce_min(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """The smallest ``t`` over ranks (a no-op in a world of one)."""
+    if not info.distributed:
+        return t
+    on_device = t.to(info.device)
+    dist.all_reduce(on_device, op=dist.ReduceOp.MIN)
+    return on_device.to(t.device)
+
+
 def teardown() -> None:
     """Leave the process group, every rank together, once training is over.
 
