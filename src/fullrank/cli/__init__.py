@@ -57,9 +57,16 @@ def load_command(name: str) -> ModuleType:
     return importlib.import_module(f"fullrank.cli.{COMMANDS[name][0]}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line like every other error (exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s sub-parser gets its arguments (the others show help)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fullrank",
         description="Transformers with a free attention head size ([V17] + [B20]).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

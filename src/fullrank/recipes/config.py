@@ -368,8 +368,8 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     return parse_experiment(apply_overrides(read_file(path), overrides or []), str(path))
 
 
-def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) -> None:
-    """Write the resolved experiment (model section complete) as YAML."""
+def resolved_yaml(exp: ExperimentConfig, model_config: ModelConfig) -> str:
+    """The resolved experiment (model section complete) as YAML: a run's ``config.yaml``."""
     data = exp.to_dict()
     model = config_to_dict(model_config)
     model.pop("family")
@@ -377,5 +377,10 @@ def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) 
     data["train"]["betas"] = list(data["train"]["betas"])
     data["decode"]["splits"] = list(data["decode"]["splits"])
     data["decode"]["tune_alpha"] = list(data["decode"]["tune_alpha"])
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) -> None:
+    """Write :func:`resolved_yaml` to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    path.write_text(resolved_yaml(exp, model_config), encoding="utf-8")

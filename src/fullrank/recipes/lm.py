@@ -23,7 +23,7 @@ from fullrank.inference.sampling import sample
 from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
-from fullrank.recipes.config import ExperimentConfig, save_resolved
+from fullrank.recipes.config import ExperimentConfig, resolved_yaml
 from fullrank.runtime import fast_matmul, matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, barrier, setup, teardown
@@ -82,7 +82,6 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         return task.evaluate(model, blocks.eval_batches(eval_bs), dist.device, limit=limit)
 
     if dist.is_main:
-        save_resolved(exp, model_cfg, run_dir / "config.yaml")
         dh, dv = model_cfg.head_sizes
         console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · {model_cfg.n_layers} "
                       f"layers · d_model {model_cfg.d_model} · {model_cfg.n_heads} heads × d_head "
@@ -95,7 +94,8 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       + (f" · resuming from {start.name}" if start else ""))
     out = RunOutput(run_dir, model_cfg, tok,
                     {"task": "lm", "experiment": exp.to_dict(), "data": {
-                        "eos_per_line": exp.data.eos_per_line}})
+                        "eos_per_line": exp.data.eos_per_line}},
+                    config_yaml=resolved_yaml(exp, model_cfg))
     result = train(model, task, data, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress,
                    evaluate=(lambda m: evaluate_split(valid_ids, exp.data.valid or "", cfg.eval_batches))

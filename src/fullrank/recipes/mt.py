@@ -26,7 +26,7 @@ from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
-from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
+from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, resolved_yaml
 from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
@@ -125,7 +125,6 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                              dist.device, limit=cfg.eval_batches)
 
     if dist.is_main:
-        save_resolved(exp, model_cfg, run_dir / "config.yaml")
         dh, dv = model_cfg.head_sizes
         console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · "
                       f"{model_cfg.n_layers}+{model_cfg.decoder_layers} layers · d_model "
@@ -146,7 +145,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                           f"words); epoch 0 has {batches.n_tokens(0) / batches.n_tokens() - 1:+.1%}"
                           f" tokens, {batches.epoch_length(0):,} batches, padding "
                           f"{100 * batches.padding_ratio(0):.1f}%")
-    out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
+    out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()},
+                    config_yaml=resolved_yaml(exp, model_cfg))
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)
     teardown()  # every rank together; what follows is rank 0's alone

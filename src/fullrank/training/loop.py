@@ -29,7 +29,8 @@ from tqdm import tqdm
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import TrainingError
 from fullrank.models import ModelConfig
-from fullrank.training.checkpoints import load_training_state, save_training_checkpoint
+from fullrank.training.checkpoints import (load_training_state, save_training_checkpoint,
+                                           write_text_atomic)
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo, all_reduce_min, all_reduce_sum, barrier
 from fullrank.training.metrics import MetricsLogger
@@ -78,12 +79,15 @@ class LoopState:
 
 @dataclass
 class RunOutput:
-    """Where a run writes: its directory, and what every checkpoint carries besides weights."""
+    """Where a run writes: its directory, what every checkpoint carries besides weights, and
+    the resolved config, written to ``config.yaml`` once training (or a resumed run's restored
+    state) is ready — so that a resume that fails changes nothing."""
 
     run_dir: Path
     model_config: ModelConfig
     tokenizer: Tokenizer | None
     meta: dict[str, Any]  # e.g. {"task": "lm", "experiment": {...}}
+    config_yaml: str | None = None
 
     @property
     def checkpoints(self) -> Path:
@@ -150,6 +154,9 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         net = torch.compile(net)
     schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
     writes = out is not None and dist.is_main
+    if writes and out.config_yaml is not None:
+        out.run_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out.run_dir / "config.yaml", out.config_yaml)
     metrics = MetricsLogger(out.run_dir, resume_step=state.step, enabled=writes) if out else None
     bar = tqdm(total=cfg.steps, initial=state.step, disable=not (progress and dist.is_main),
                dynamic_ncols=True, desc="train", unit="step")
