@@ -118,10 +118,14 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     import shutil
 
     from fullrank.data.tokenizers import Tokenizer
+    from fullrank.training.integrity import digest
 
     other = tmp_path / "other_tok"
     shutil.copytree(tmp_path / "avg", other)
     Tokenizer.train("bpe", [str(tmp_path / "other.en")], vocab_size=40).save(other / "tokenizer.json")
+    meta = json.loads((other / "meta.json").read_text())  # recorded, as a re-saved checkpoint
+    meta["files"]["tokenizer.json"] = digest(other / "tokenizer.json")
+    (other / "meta.json").write_text(json.dumps(meta))
     capsys.readouterr()
     assert main(["translate", str(run), str(other), "-i", str(tmp_path / "in.txt")]) == 2
     err = capsys.readouterr().err

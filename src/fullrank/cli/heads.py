@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt,
                             tgt_mask=batch.tgt_mask)
     else:
-        eos_per_line = bool(ckpt.meta.get("data", {}).get("eos_per_line", False))
+        eos_per_line = ckpt.eos_per_line
         batch = lm_batch(tok, read_text(args.data), seq_len=cfg.seq_len,
                          n_sequences=args.sequences, eos_per_line=eos_per_line)
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask)

@@ -13,10 +13,8 @@ from pathlib import Path
 import torch
 
 from fullrank.errors import CheckpointError
-from fullrank.training.checkpoints import (META_FILE, MODEL_FILE, load_checkpoint, read_meta,
-                                           read_safetensors, resolve, step_dirs, step_of,
-                                           write_checkpoint)
-from fullrank.training.integrity import parse_meta, verify_file
+from fullrank.training.checkpoints import (load_checkpoint, read_safetensors, resolve, step_dirs,
+                                           step_of, verified_weights, write_checkpoint)
 
 
 def last_checkpoints(run_dir: Path, k: int) -> list[Path]:
@@ -54,8 +52,7 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *,
     first = load_checkpoint(dirs[0])
     total: dict[str, torch.Tensor] | None = None
     for d in dirs:
-        tensors, _ = read_safetensors(verify_file(d, parse_meta(read_meta(d), d / META_FILE),
-                                                  MODEL_FILE))
+        tensors, _ = read_safetensors(verified_weights(d))
         if total is None:
             total = {k: v.double() for k, v in tensors.items()}
             continue

@@ -234,11 +234,14 @@ def _restore_rng(tensors: dict[str, Tensor], path: Path) -> None:
 
 # ------------------------------------------------------------------------------ save/find
 def step_dirs(root: Path) -> list[Path]:
-    """Complete checkpoint directories under ``root``, oldest first."""
+    """Complete checkpoint directories under ``root``, oldest first (a link that leads out of
+    ``root`` is not one of them)."""
     if not root.is_dir():
         return []
+    inside_root = root.resolve()
     found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / META_FILE).is_file()]
+             if (m := _STEP_DIR.match(p.name)) and (p / META_FILE).is_file()
+             and p.resolve().parent == inside_root]
     return [p for _, p in sorted(found)]
 
 
@@ -252,7 +255,7 @@ def _pointed(root: Path) -> Path | None:
         name = pointer.read_bytes().decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         raise CheckpointError(f"{pointer}: not a UTF-8 checkpoint name; delete it (fullrank "
-                              f"then takes the newest checkpoint) or write a step-N name in it") from None
+                              f"then takes the newest checkpoint)") from None
     target = root / name
     if not _STEP_DIR.match(name) or target.resolve().parent != root.resolve():
         raise CheckpointError(f"{pointer}: names {name[:80]!r}, not a step-N checkpoint inside "
@@ -438,6 +441,12 @@ def _read_meta(ckpt: Path) -> tuple[dict[str, Any], CheckpointMeta]:
     path = inside(ckpt, META_FILE)
     data = read_json(path, "use an earlier checkpoint")
     return data, parse_meta(data, path)
+
+
+def verified_weights(ckpt: Path) -> Path:
+    """The weights file of checkpoint directory ``ckpt``, checked against its recorded
+    checksum."""
+    return verify_file(ckpt, _read_meta(ckpt)[1], MODEL_FILE)
 
 
 def _model_config(ckpt: Path, meta: CheckpointMeta) -> ModelConfig:
