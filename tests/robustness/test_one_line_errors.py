@@ -344,6 +344,25 @@ DATA = [
         (sb.root / "src.txt").write_bytes(b"\xfe\n"),
         ["translate", s(sb.mt), "--input", s(sb.root / "src.txt")])[1], r"src\.txt:1: not valid"),
     Case("translate --beam 0", lambda sb: ["translate", s(sb.mt), "--beam", "0"], r"--beam"),
+    Case("translate --max-len-a inf", lambda sb: ["translate", s(sb.mt), "--max-len-a", "inf"],
+         r"--max-len-a must be a finite number >= 0"),
+    Case("translate --alpha nan", lambda sb: ["translate", s(sb.mt), "--alpha", "nan"],
+         r"--alpha must be a finite number, got nan"),
+    Case("generate --temperature nan", lambda sb: ["generate", s(sb.run), "--temperature", "nan"],
+         r"--temperature must be a finite number"),
+    Case("attention --heads out of range", lambda sb: [
+        "attention", s(sb.run), "--text", "KING", "--heads", "7", "-o", s(sb.root / "a.png")],
+        r"--heads 7 is out of range: this model has heads 0\.\.2"),
+    Case("attention --query out of range", lambda sb: [
+        "attention", s(sb.run), "--text", "KING", "--query", "99", "-o", s(sb.root / "a.png")],
+        r"--query 99 is out of range"),
+    Case("heads --sequences 0", lambda sb: [
+        "heads", s(sb.run), "--data", s(sb.root / "valid.txt"), "--sequences", "0"],
+        r"--sequences must be at least 1"),
+    Case("a torn metrics line", lambda sb: (
+        open(sb.run / "metrics.jsonl", "a").write('{"step": 6, "spl'),
+        ["plot", s(sb.run), "-o", s(sb.root / "c.png")])[1],
+        r"metrics\.jsonl:\d+: not a metrics record"),
 ]
 
 

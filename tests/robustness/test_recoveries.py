@@ -32,6 +32,15 @@ def test_resume_passes_over_a_truncated_checkpoint_and_removes_temporaries(sandb
     assert capsys.readouterr().out.count(": ok — ") == 4  # three checkpoints and latest
 
 
+def test_resume_drops_a_metrics_record_torn_by_a_kill(sandbox, capsys):
+    with open(sandbox.run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "split": "tr')
+    assert main(["train", str(sandbox.config), "--resume", "--quiet"]) == 0
+    records = [json.loads(x) for x in (sandbox.run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6]
+    assert main(["plot", str(sandbox.run), "-o", str(sandbox.root / "curves.png")]) == 0
+
+
 def test_train_resume_from_names_the_checkpoint(sandbox, capsys):
     assert main(["train", str(sandbox.config), "--quiet", "train.steps=4",
                  f"train.resume_from={sandbox.older}"]) == 0

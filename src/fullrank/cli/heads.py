@@ -13,7 +13,7 @@ from fullrank.analysis.head_stats import head_report, head_table
 from fullrank.analysis.inputs import lm_batch, mt_batch
 from fullrank.analysis.plots import plot_head_heatmap
 from fullrank.data.text import read_lines, read_text
-from fullrank.errors import CheckpointError
+from fullrank.errors import CheckpointError, ConfigError
 from fullrank.paths import check_output_files
 from fullrank.inference.translate import translate
 from fullrank.training.checkpoints import load_checkpoint
@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sequences < 1:
+        raise ConfigError(f"--sequences must be at least 1, got {args.sequences}")
     ckpt = load_checkpoint(args.checkpoint)
     out = Path(args.output) if args.output else ckpt.path.parent.parent / "heads.png"
     check_output_files([out, out.with_suffix(".csv")], option="-o", overwrite=args.overwrite,

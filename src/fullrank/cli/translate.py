@@ -52,7 +52,8 @@ def _option(setting: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
-                   a=args.max_len_a, b=args.max_len_b, workers=args.workers, name=_option)
+                   a=args.max_len_a, b=args.max_len_b, workers=args.workers, alpha=args.alpha,
+                   name=_option)
     device = pick_device(args.device)
     ckpts = [load_checkpoint(path, device=device) for path in args.checkpoint]
     for ckpt in ckpts:

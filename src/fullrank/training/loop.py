@@ -175,7 +175,8 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         bad = float(all_reduce_min(torch.where(flag > 0, flag, torch.tensor(math.inf)), dist))
         if math.isfinite(bad):
             what, step = "the training loss", int(bad)
-        elif saving and not all(bool(torch.isfinite(p).all()) for p in raw.parameters()):
+        elif saving and not bool(torch.stack([torch.isfinite(p).all()  # one sync for all
+                                              for p in raw.parameters()]).all()):
             what, step = "a weight (after the update)", state.step
         else:
             return
