@@ -183,10 +183,12 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         bar.close()
         if metrics:
             metrics.close()
-        where = f"{out.checkpoints}/latest" if out is not None else "the last checkpoint"
+        latest = out.checkpoints / "latest" if out is not None else None
+        kept = (f"{latest} stays the last good checkpoint" if latest and latest.exists() else
+                "no checkpoint was written")
         raise TrainingError(f"step {step}: {what} is not a finite number; stopped without "
-                            f"saving ({where} stays the last good checkpoint) — lower "
-                            f"train.lr, set train.clip_grad or check the data")
+                            f"saving ({kept}) — lower train.lr, set train.clip_grad or check "
+                            f"the data")
 
     def save() -> Path | None:
         if not writes:
