@@ -13,7 +13,8 @@ from fullrank.errors import ConfigError
 from fullrank.paths import check_output_dir
 from fullrank.recipes.config import ExperimentConfig
 from fullrank.runtime import num_threads
-from fullrank.training.checkpoints import newest_readable, remove_temporaries, resolve
+from fullrank.training.checkpoints import (check_readable, newest_readable, remove_temporaries,
+                                           resolve)
 from fullrank.training.distributed import DistInfo, barrier
 
 Resume = Literal["never", "auto", "always"]
@@ -49,11 +50,16 @@ class RunReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# what a run directory may hold before its config.yaml: the tokenizer (trained first) and the
+# log that `fullrank sweep` opens for the run
+RUN_FIRST_FILES = frozenset({"tokenizer.json", "train.log"})
+
+
 def is_run_dir(path: Path) -> bool:
     """Whether ``path`` looks like a directory ``fullrank train`` wrote (its resolved config or
-    its checkpoints; or only the tokenizer, written first)."""
+    its checkpoints; or only what a run writes before them)."""
     return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir() or \
-        {p.name for p in path.iterdir()} <= {"tokenizer.json"}
+        {p.name for p in path.iterdir()} <= RUN_FIRST_FILES
 
 
 def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None = None,
@@ -71,6 +77,7 @@ def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None 
     checkpoints = run_dir / "checkpoints"
     if resume_from is not None:
         found: Path | None = resolve(resume_from)
+        check_readable(found, training=True)
     else:
         found, passed_over = newest_readable(checkpoints)
         for note in passed_over if main else []:

@@ -38,8 +38,8 @@ from torch import Tensor, nn
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, config_to_dict
-from fullrank.training.integrity import (FORMAT, CheckpointMeta, digest, inside, parse_meta,
-                                         read_json, verify_file)
+from fullrank.training.integrity import (FORMAT, CheckpointMeta, LoopMeta, OptimizerMeta, digest,
+                                         inside, parse_meta, read_json, verify_file)
 
 MODEL_FILE, STATE_FILE, META_FILE, TOKENIZER_FILE = (
     "model.safetensors", "optimizer.safetensors", "meta.json", "tokenizer.json")
@@ -75,12 +75,14 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------- model weights
-def _unique_state(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """The state dict with each shared tensor once, and ``alias → kept name`` for the rest."""
+def _unique_state(model: nn.Module, state: dict[str, Tensor] | None = None
+                  ) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """The state dict (``model``'s, or ``state`` gathered from shards) with each shared tensor
+    once, and ``alias → kept name`` for the rest."""
     tensors: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
-    for name, t in model.state_dict().items():
+    for name, t in (model.state_dict() if state is None else state).items():
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
         if key in seen:
             aliases[name] = seen[key]
@@ -90,9 +92,10 @@ def _unique_state(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
     return tensors, aliases
 
 
-def save_weights(model: nn.Module, path: Path) -> None:
-    """``model``'s weights to a safetensors file (tied tensors stored once)."""
-    tensors, aliases = _unique_state(model)
+def save_weights(model: nn.Module, path: Path, state: dict[str, Tensor] | None = None) -> None:
+    """``model``'s weights (or a full ``state`` gathered from shards) to a safetensors file
+    (tied tensors stored once)."""
+    tensors, aliases = _unique_state(model, state)
     save_file(tensors, str(path), metadata={"format": FORMAT, "aliases": json.dumps(aliases)})
     _fsync_file(path)
 
@@ -165,8 +168,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------ optimizer state
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
-    sd = optimizer.state_dict()
+def _optimizer_tensors(sd: dict[str, Any]) -> tuple[dict[str, Tensor], dict]:
     tensors: dict[str, Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for pid, state in sd["state"].items():
@@ -220,12 +222,15 @@ def _rng_tensors() -> dict[str, Tensor]:
     return out
 
 
-def _restore_rng(tensors: dict[str, Tensor], path: Path) -> None:
+def restore_rng(tensors: dict[str, Tensor], path: Path | None = None) -> None:
+    """Put back the RNG states a training checkpoint saved (:func:`read_training_state`);
+    ``path`` (the file they came from) is named when they are malformed."""
     want = torch.get_rng_state()
     got = tensors.get("rng.torch")
     if got is None or got.dtype != want.dtype or got.shape != want.shape:
-        raise CheckpointError(f"{path}: the random-number state 'rng.torch' is missing or "
-                              f"malformed; the file is damaged — use another checkpoint")
+        raise CheckpointError(f"{path or 'the checkpoint'}: the random-number state 'rng.torch' "
+                              f"is missing or malformed; the file is damaged — use another "
+                              f"checkpoint")
     torch.set_rng_state(got)
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
     if cuda and torch.cuda.is_available():
@@ -285,7 +290,7 @@ def newest_readable(root: Path) -> tuple[Path | None, list[str]]:
     notes: list[str] = []
     for ckpt in candidates:
         try:
-            check_readable(ckpt)
+            check_readable(ckpt, training=True)
         except FullrankError as e:
             notes.append(f"{ckpt.name} cannot be resumed from: {e}")
             continue
@@ -319,10 +324,13 @@ def remove_temporaries(root: Path) -> list[Path]:
 def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
                      tokenizer: Tokenizer | None, meta: dict[str, Any],
                      optimizer: torch.optim.Optimizer | None = None, *,
+                     full: tuple[dict[str, Tensor], dict[str, Any]] | None = None,
                      replace: bool = False) -> Path:
     """Write a complete checkpoint directory at ``path`` atomically (temporary name, fsync,
     rename). ``meta`` is stored in ``meta.json`` with the model config and the size and SHA-256
-    of every other file added.
+    of every other file added. ``full``: the model and optimizer state dicts gathered from a
+    sharded run, written instead of ``model``'s and ``optimizer``'s own (the files are the
+    same either way).
 
     An existing ``path`` is replaced only with ``replace`` and only if it is a checkpoint
     directory (or a training run's own ``step-N``); anything else there is an error.
@@ -337,10 +345,10 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_weights(model, tmp / MODEL_FILE)
+    save_weights(model, tmp / MODEL_FILE, full[0] if full is not None else None)
     full_meta = {"format": FORMAT, "model": config_to_dict(config), **meta}
     if optimizer is not None:
-        tensors, info = _optimizer_tensors(optimizer)
+        tensors, info = _optimizer_tensors(full[1] if full is not None else optimizer.state_dict())
         tensors.update(_rng_tensors())
         save_file(tensors, str(tmp / STATE_FILE))
         _fsync_file(tmp / STATE_FILE)
@@ -368,7 +376,8 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
 def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: ModelConfig,
                              tokenizer: Tokenizer | None, optimizer: torch.optim.Optimizer,
                              meta: dict[str, Any], keep_last: int,
-                             every: int | None = None) -> Path:
+                             every: int | None = None, *,
+                             full: tuple[dict[str, Tensor], dict[str, Any]] | None = None) -> Path:
     """Save ``step-{step}`` under ``root``, then move ``latest`` to it, then prune to
     ``keep_last`` checkpoints.
 
@@ -383,7 +392,8 @@ def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: Mo
     root.mkdir(parents=True, exist_ok=True)
     remove_temporaries(root)
     path = write_checkpoint(root / f"step-{step:08d}", model, config, tokenizer,
-                            {**meta, "step": step, "save_every": every}, optimizer, replace=True)
+                            {**meta, "step": step, "save_every": every}, optimizer, full=full,
+                            replace=True)
     write_text_atomic(root / LATEST, path.name)
     older = [p for p in step_dirs(root) if p != path]
     stale = [p for p in older if _off_interval(p)]
@@ -502,26 +512,43 @@ def load_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> 
     return Checkpoint(ckpt, model.to(device).eval(), config, tokenizer, raw)
 
 
-def load_training_state(ckpt: Path, model: nn.Module,
-                        optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights, optimizer state and RNG states for an exact resume, after verifying
-    the checkpoint; returns the meta (its ``loop`` validated)."""
+def read_training_state(ckpt: Path, optimizer: torch.optim.Optimizer
+                        ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Tensor]]:
+    """The meta (its ``loop`` validated), the optimizer state dict and the RNG states of a
+    training checkpoint, after verifying it: its metadata, the checksum of its optimizer file,
+    and that the state fits ``optimizer`` (the same groups, each tensor of its parameter's
+    shape; under FSDP the parameters' shapes are the whole ones)."""
     raw, meta = _read_meta(ckpt)
+    loop, optimizer_meta = _require_training_state(ckpt, meta)
+    tensors, _ = read_safetensors(verify_file(ckpt, meta, STATE_FILE))
+    state = _optimizer_state_dict(tensors, optimizer_meta.model_dump(), optimizer,
+                                  ckpt / STATE_FILE)
+    return {**raw, "loop": loop.model_dump()}, state, tensors
+
+
+def _require_training_state(ckpt: Path, meta: CheckpointMeta) -> tuple[LoopMeta, OptimizerMeta]:
+    """The loop position and optimizer metadata a resume needs, or one line saying they are
+    missing."""
     if meta.loop is None or meta.optimizer is None:
         raise CheckpointError(f"{ckpt}: not a training checkpoint (no optimizer state or loop "
                               f"position); resume from a step-N checkpoint of a run")
-    load_weights(model, verify_file(ckpt, meta, MODEL_FILE))
-    tensors, _ = read_safetensors(verify_file(ckpt, meta, STATE_FILE))
-    info = meta.optimizer.model_dump()
-    state = _optimizer_state_dict(tensors, info, optimizer, ckpt / STATE_FILE)
+    return meta.loop, meta.optimizer
+
+
+def load_training_state(ckpt: Path, model: nn.Module,
+                        optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore weights, optimizer state and RNG states for an exact resume (one process), after
+    verifying the checkpoint; returns the meta (its ``loop`` validated)."""
+    load_weights(model, verified_weights(ckpt))
+    meta, state, tensors = read_training_state(ckpt, optimizer)
     try:
         optimizer.load_state_dict(state)
     except (ValueError, KeyError, RuntimeError) as e:
         raise CheckpointError(f"{ckpt / STATE_FILE}: the optimizer state does not fit this "
                               f"optimizer ({str(e).splitlines()[0]}); use a checkpoint of this "
                               f"run") from None
-    _restore_rng(tensors, ckpt / STATE_FILE)
-    return {**raw, "loop": meta.loop.model_dump()}
+    restore_rng(tensors, ckpt / STATE_FILE)
+    return meta
 
 
 def checkpoints_in(path: str | Path) -> tuple[list[Path], Path | None]:
@@ -554,13 +581,16 @@ def check_pointer(root: Path) -> str:
     return f"names {target.name}"
 
 
-def check_readable(ckpt: Path) -> str:
+def check_readable(ckpt: Path, *, training: bool = False) -> str:
     """Verify checkpoint directory ``ckpt`` without building its model: the metadata, every
     recorded checksum, the weights' header against the model config, the other files'
-    formats. Returns what was checked; a :class:`CheckpointError` names the first problem."""
+    formats; with ``training``, that it holds what a resume needs. Returns what was checked;
+    a :class:`CheckpointError` names the first problem."""
     if not (ckpt / META_FILE).exists():
         raise CheckpointError(f"{ckpt}: no {META_FILE}; the checkpoint is incomplete")
     _, meta = _read_meta(ckpt)
+    if training:
+        _require_training_state(ckpt, meta)
     _model_config(ckpt, meta)  # verifies the weights
     if meta.files:
         present = {p.name for p in ckpt.iterdir()} - {META_FILE, MODEL_FILE}

@@ -3,9 +3,9 @@
 ``train`` receives a model, a :class:`~fullrank.training.tasks.Task` (how a batch becomes a
 loss), a :class:`BatchSource` (global batch ``index`` of ``epoch``, a pure function of the
 seed — so the loop's position is just two integers) and a :class:`TrainConfig`. It handles
-gradient accumulation, data parallelism (DDP), bf16 autocast, ``torch.compile``, clipping, the
-learning-rate schedule, periodic evaluation, metrics and atomic checkpoints, and resumes
-exactly from a checkpoint. A loss that stops being a finite number stops training (a
+gradient accumulation, data parallelism (DDP) or sharded data parallelism (FSDP2), bf16
+autocast, ``torch.compile``, clipping, the learning-rate schedule, periodic evaluation, metrics
+and atomic checkpoints, and resumes exactly from a checkpoint. A loss that stops being a finite number stops training (a
 :class:`~fullrank.errors.TrainingError` naming the first such step) before anything more is
 saved, so ``latest`` stays the last good checkpoint.
 """
@@ -29,10 +29,13 @@ from tqdm import tqdm
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import TrainingError
 from fullrank.models import ModelConfig
-from fullrank.training.checkpoints import (load_training_state, save_training_checkpoint,
+from fullrank.training.checkpoints import (load_weights, read_training_state, restore_rng,
+                                           save_training_checkpoint, verified_weights,
                                            write_text_atomic)
 from fullrank.training.config import TrainConfig
-from fullrank.training.distributed import DistInfo, all_reduce_min, all_reduce_sum, barrier
+from fullrank.training.distributed import (DistInfo, all_reduce_min, all_reduce_sum, barrier,
+                                           full_state, load_optimizer_state, parallelize,
+                                           sharded)
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
 from fullrank.runtime import fast_matmul
@@ -100,6 +103,15 @@ class TrainResult:
     last_eval: dict[str, float] | None
     checkpoint: Path | None
     seconds: float
+    optimizer: torch.optim.Optimizer | None = None
+
+
+def _weights_finite(model: nn.Module, dist: DistInfo) -> bool:
+    """Whether every weight is a finite number, on every rank (each checks the part it holds:
+    the whole model, or under FSDP its shard of it)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+    ok = torch.stack([torch.isfinite(p).all() for p in local]).all().float().cpu()
+    return float(all_reduce_min(ok, dist)) > 0
 
 
 def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -117,7 +129,9 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     ``cfg.fast_matmul`` and that keeps float32 accuracy on this CPU).
 
     Args:
-        model: the unwrapped model; it is moved to ``dist.device`` and trained in place.
+        model: the unwrapped model; it is moved to ``dist.device`` and trained in place (with
+            ``cfg.parallel="fsdp"`` over several ranks it stays sharded: every rank holds a
+            part, and the last checkpoint holds the whole).
         task: turns a batch into summed token losses.
         data: the training batches.
         cfg: the training settings.
@@ -143,13 +157,19 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     start = time.perf_counter()
     time_limit = 60 * cfg.max_minutes if cfg.max_minutes is not None else None
     raw = model.to(dist.device)
-    optimizer = make_optimizer(raw, cfg, fused=True)
+    if resume_from is not None:  # whole weights, before any sharding
+        load_weights(raw, verified_weights(resume_from))
+    net = parallelize(raw, dist, cfg.parallel)  # the one place the model is wrapped
+    shards = sharded(dist, cfg.parallel)
+    # the fused Adam kernel takes plain tensors, not the shards (DTensors) of FSDP
+    optimizer = make_optimizer(raw, cfg, fused=not shards)
     state = LoopState()
     if resume_from is not None:
-        meta = load_training_state(resume_from, raw, optimizer)
+        meta, optim_state, rng = read_training_state(resume_from, optimizer)
+        load_optimizer_state(raw, optimizer, optim_state, dist, cfg.parallel)
+        restore_rng(rng, resume_from)
         state = LoopState(**meta["loop"])
         start -= state.elapsed_s  # the time budget and logged times count earlier sessions
-    net: nn.Module = DistributedDataParallel(raw) if dist.distributed else raw
     if cfg.compile:
         net = torch.compile(net)
     schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
@@ -175,8 +195,7 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         bad = float(all_reduce_min(torch.where(flag > 0, flag, torch.tensor(math.inf)), dist))
         if math.isfinite(bad):
             what, step = "the training loss", int(bad)
-        elif saving and not bool(torch.stack([torch.isfinite(p).all()  # one sync for all
-                                              for p in raw.parameters()]).all()):
+        elif saving and not _weights_finite(raw, dist):
             what, step = "a weight (after the update)", state.step
         else:
             return
@@ -191,6 +210,7 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
                             f"the data")
 
     def save() -> Path | None:
+        full = full_state(raw, optimizer, dist, cfg.parallel) if out is not None else None
         if not writes:
             return None
         assert out is not None
@@ -198,18 +218,19 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         meta = {**out.meta, "loop": dataclasses.asdict(state), "train": dataclasses.asdict(cfg)}
         return save_training_checkpoint(out.checkpoints, state.step, raw, out.model_config,
                                         out.tokenizer, optimizer, meta, cfg.keep_last,
-                                        every=cfg.save_every)
+                                        every=cfg.save_every, full=full)
 
     def run_eval() -> dict[str, float] | None:
-        if evaluate is None or not dist.is_main:
+        # a sharded model runs only with every rank: each evaluates, rank 0 records
+        if evaluate is None or not (dist.is_main or shards):
             return None
         raw.eval()
         with torch.no_grad(), _autocast(dist.device, cfg.precision):
             result = evaluate(raw)
         raw.train()
-        if metrics:
+        if metrics and dist.is_main:
             metrics.log(state.step, "valid", **result)
-        return result
+        return result if dist.is_main else None
 
     raw.train()
     # a run stopped by max_minutes and resumed again has nothing left to spend: no step, so
@@ -283,4 +304,4 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     bar.close()
     if metrics:
         metrics.close()
-    return TrainResult(state, last_eval, checkpoint, time.perf_counter() - start)
+    return TrainResult(state, last_eval, checkpoint, time.perf_counter() - start, optimizer)
