@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_save
 
 from fullrank.cli import main
+from tests.recipes.test_sweep import toy_sweep
 from tests.robustness.conftest import Sandbox, assert_kept, assert_one_line_error, snapshot
 from tests.robustness.damage import (META, MODEL, STATE, TOKENIZER, edit_meta, flip_byte,
                                      rewrite, safetensors_bytes, truncate)
@@ -43,6 +44,11 @@ def widen(to: Callable[[Sandbox], Path | str], *extra: str) -> Callable[[Sandbox
 
 def average(to: Callable[[Sandbox], Path | str], *extra: str) -> Callable[[Sandbox], list[str]]:
     return lambda sb: ["average", s(sb.run), "--last", "2", "-o", str(to(sb)), *extra]
+
+
+def in_new_folder(path: Path) -> Path:
+    path.mkdir()
+    return path
 
 
 def a_file(sb: Sandbox) -> Path:
@@ -98,6 +104,13 @@ OUTPUT_PATHS = [
     Case("heads -o inside the checkpoint", lambda sb: [
         "heads", s(sb.newest), "--data", s(sb.root / "valid.txt"), "-o", s(sb.newest / "h.png")],
         r"is inside .*which the command reads"),
+    Case("sweep --out user files", lambda sb: ["sweep", s(toy_sweep(sb.root)), "--out", s(sb.mine)],
+         r"--out .*mine: already exists and is not a sweep's output folder"),
+    Case("sweep --out ..", lambda sb: ["sweep", s(toy_sweep(sb.root)), "--out", ".."],
+         r"--out \.\.: is the working directory"),
+    Case("sweep --out the folder of its sweep file", lambda sb: [
+        "sweep", s(toy_sweep(in_new_folder(sb.root / "sw"))), "--out", s(sb.root / "sw")],
+        r"contains the input"),
     Case("train into a directory of user files", lambda sb: [
         "train", s(sb.config), "name=mine", f"out_dir={sb.root}"],
         r"run directory .*mine: already exists and is not a fullrank run directory"),
