@@ -136,7 +136,7 @@ def test_no_weight_decay_on_biases_and_norms_and_tied_weights_once():
 def test_train_config_errors_name_the_field():
     from fullrank.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="train.steps must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.steps = 0: should be greater than 0"):
         TrainConfig(steps=0)
     with pytest.raises(ConfigError, match="needs optimizer: adamw"):
         TrainConfig(weight_decay=0.1)

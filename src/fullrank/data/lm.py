@@ -33,7 +33,7 @@ def check_world(batch_size: int, rank: int, world: int) -> None:
     check_rank(rank, world)
     if batch_size % world:
         raise ConfigError(f"batch_size = {batch_size} is not divisible by the world size {world}; "
-                          "choose a batch_size that is a multiple of the number of processes")
+                          "choose a train.batch_size that is a multiple of the number of processes")
 
 
 class LMBlocks:

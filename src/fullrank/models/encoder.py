@@ -14,8 +14,6 @@ Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -26,9 +24,11 @@ from fullrank.layers.embeddings import InputEmbedding, PositionKind, TokenEmbedd
 from fullrank.layers.feedforward import Activation
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
+from fullrank.validation import (Bool, NonNegativeInt, PositiveFloat, PositiveInt, Probability,
+                                 config_dataclass)
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class EncoderConfig(TransformerConfig):
     """BERT-style encoder. Defaults are BERT's (GELU, learned positions, no embedding scale).
 
@@ -43,25 +43,22 @@ class EncoderConfig(TransformerConfig):
 
     activation: Activation = "gelu"
     positions: PositionKind = "learned"
-    attn_dropout: float = 0.1
-    norm_eps: float = 1e-12
-    max_len: int = 512
-    seq_len: int = 128
-    scale_embeddings: bool = False
-    type_vocab_size: int = 2
-    pretraining_heads: bool = True
-    n_classes: int = 0
-    span_head: bool = False
-    init_std: float = 0.02
+    attn_dropout: Probability = 0.1
+    norm_eps: PositiveFloat = 1e-12
+    max_len: PositiveInt = 512
+    seq_len: PositiveInt = 128
+    scale_embeddings: Bool = False
+    type_vocab_size: PositiveInt = 2
+    pretraining_heads: Bool = True
+    n_classes: NonNegativeInt = 0
+    span_head: Bool = False
+    init_std: PositiveFloat = 0.02
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.n_classes < 0 or self.n_classes == 1:
-            raise ConfigError(f"EncoderConfig.n_classes must be 0 (no classifier) or at least 2, "
-                              f"got {self.n_classes}")
-
-    def _positive_fields(self) -> tuple[str, ...]:
-        return super()._positive_fields() + ("type_vocab_size", "init_std")
+        if self.n_classes == 1:
+            raise ConfigError("EncoderConfig.n_classes must be 0 (no classifier) or at least 2, "
+                              "got 1")
 
     @property
     def has_pooler(self) -> bool:

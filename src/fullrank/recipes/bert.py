@@ -22,7 +22,7 @@ from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import PretrainData
 from fullrank.recipes.encoder_run import open_run
 from fullrank.training.distributed import teardown
-from fullrank.training.loop import RunOutput, train
+from fullrank.training.loop import train
 from fullrank.training.tasks import MaskedLMWithNSP
 
 
@@ -85,7 +85,7 @@ def run_bert(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool 
                           f"random next segment), {len(batches):,} batches of {cfg.batch_size} per "
                           f"epoch, {data.masking} masking"
                           + (f"; {len(valid.instances):,} validation pairs" if valid else ""))
-    out = RunOutput(run.run_dir, model_cfg, tok, run.meta())
+    out = run.output(model_cfg)
 
     def evaluate(m, limit=cfg.eval_batches):  # noqa: ANN001, ANN202
         assert valid is not None

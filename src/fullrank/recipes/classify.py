@@ -18,7 +18,7 @@ from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile
 from fullrank.recipes.encoder_run import open_run
 from fullrank.training.distributed import teardown
-from fullrank.training.loop import RunOutput, train
+from fullrank.training.loop import train
 from fullrank.training.tasks import SequenceClassification
 
 
@@ -73,7 +73,7 @@ def run_classify(exp: ExperimentConfig, *, resume: Resume = "never", progress: b
                           + (f"; {valid.n:,} validation examples" if valid else "")
                           + "".join(f"; {name} {s.n:,}" for name, s in extra.items()))
     task = SequenceClassification()
-    out = RunOutput(run.run_dir, model_cfg, run.tok, run.meta(labels=labels))
+    out = run.output(model_cfg, labels=labels)
 
     def evaluate(m: Any) -> dict[str, float]:
         assert valid is not None

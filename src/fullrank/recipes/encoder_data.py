@@ -8,23 +8,25 @@ started with ``train.init_from`` uses the checkpoint's tokenizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
 from fullrank.data.bert_pretraining import CorpusFormat, Masking
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.errors import ConfigError
+from fullrank.validation import (Bool, NonNegativeInt, PositiveInt, Str, UnitFloat,
+                                 config_dataclass)
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class _Files:
-    root: str = "."
+    root: Str = "."
     tokenizer: TokenizerKind = "wordpiece"
-    vocab_size: int | None = None
-    tokenizer_file: str | None = None
-    lowercase: bool | None = None
-    cache_dir: str = ".cache/fullrank"
+    vocab_size: PositiveInt | None = None
+    tokenizer_file: Str | None = None
+    lowercase: Bool | None = None
+    cache_dir: Str = ".cache/fullrank"
 
     def path(self, name: str) -> Path:
         """``root / name`` (absolute names stay as they are)."""
@@ -36,7 +38,7 @@ class _Files:
                               f"tokenizer ([CLS], [SEP], [MASK])")
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class PretrainData(_Files):
     """BERT pre-training data (:mod:`fullrank.data.bert_pretraining`).
 
@@ -54,40 +56,35 @@ class PretrainData(_Files):
             masks every epoch, RoBERTa).
     """
 
-    train: str
-    valid: str | None = None
+    train: Str
+    valid: Str | None = None
     corpus_format: CorpusFormat = "blocks"
     short_documents: Literal["error", "skip"] = "error"
-    short_seq_prob: float = 0.1
-    random_next_prob: float = 0.5
-    mlm_prob: float = 0.15
-    max_predictions: int = 20
+    short_seq_prob: UnitFloat = 0.1
+    random_next_prob: UnitFloat = 0.5
+    mlm_prob: UnitFloat = 0.15
+    max_predictions: PositiveInt = 20
     masking: Masking = "dynamic"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("short_seq_prob", "random_next_prob"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"data.{name} must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.mlm_prob < 1.0:
             raise ConfigError(f"data.mlm_prob must be in (0, 1), got {self.mlm_prob}")
-        if self.max_predictions < 1:
-            raise ConfigError(f"data.max_predictions must be at least 1, got {self.max_predictions}")
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class ClassifyFile:
     """One classification file: its path, and how to read it where the section's defaults do
     not fit. ``detokenize`` applies :func:`fullrank.data.finetuning.detokenize` (tokenized text,
     such as the MNLI hard subsets)."""
 
-    path: str
-    text_fields: tuple[str, ...] | None = None
-    label_field: str | None = None
-    detokenize: bool = False
+    path: Str
+    text_fields: tuple[Str, ...] | None = None
+    label_field: Str | None = None
+    detokenize: Bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class ClassifyData(_Files):
     """Sentence (pair) classification data (:mod:`fullrank.data.finetuning`).
 
@@ -101,12 +98,12 @@ class ClassifyData(_Files):
             (empty: the usual names).
     """
 
-    train: str | ClassifyFile
-    valid: str | ClassifyFile | None = None
-    eval_sets: dict[str, str | ClassifyFile] = field(default_factory=dict)
-    labels: tuple[str, ...] = ()
-    text_fields: tuple[str, ...] | None = None
-    label_field: str | None = None
+    train: Str | ClassifyFile
+    valid: Str | ClassifyFile | None = None
+    eval_sets: dict[Str, Str | ClassifyFile] = field(default_factory=dict)
+    labels: tuple[Str, ...] = ()
+    text_fields: tuple[Str, ...] | None = None
+    label_field: Str | None = None
 
     def spec(self, entry: str | ClassifyFile) -> ClassifyFile:
         """``entry`` as a :class:`ClassifyFile` with the section's defaults and ``root``."""
@@ -115,7 +112,7 @@ class ClassifyData(_Files):
                             label_field=f.label_field or self.label_field, detokenize=f.detokenize)
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class SquadData(_Files):
     """Extractive QA data in SQuAD v1.1 JSON (:mod:`fullrank.data.finetuning`).
 
@@ -130,21 +127,18 @@ class SquadData(_Files):
             the test part; ``null`` = all); the end of the run scores all of them.
     """
 
-    train: str
-    test: str | None = None
-    test_every: int = 0
-    doc_stride: int = 64
-    max_answer_len: int = 30
-    n_best: int = 20
-    eval_questions: int | None = 500
+    train: Str
+    test: Str | None = None
+    test_every: NonNegativeInt = 0
+    doc_stride: PositiveInt = 64
+    max_answer_len: PositiveInt = 30
+    n_best: PositiveInt = 20
+    eval_questions: PositiveInt | None = 500
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.test_every and self.test:
             raise ConfigError("data.test and data.test_every both give a test part; set one")
-        if self.test_every == 1 or self.test_every < 0:
+        if self.test_every == 1:
             raise ConfigError(f"data.test_every = {self.test_every}: every k-th article goes to the "
                               f"test part; use k >= 2 (or 0 with data.test)")
-        for name in ("doc_stride", "max_answer_len", "n_best"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"data.{name} must be at least 1, got {getattr(self, name)}")

@@ -20,7 +20,7 @@ from fullrank.errors import ConfigError
 from fullrank.models import build_model
 from fullrank.models.encoder import EncoderConfig
 from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
-from fullrank.recipes.config import ExperimentConfig, save_resolved
+from fullrank.recipes.config import ExperimentConfig, resolved_yaml
 from fullrank.recipes.init import Start, find_start, init_weights, start_config
 from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint
@@ -65,7 +65,6 @@ class EncoderRun:
         """The run's first lines: size, heads, tokenizer, data, where it resumes from."""
         if not self.dist.is_main:
             return
-        save_resolved(self.exp, cfg, self.run_dir / "config.yaml")
         dh, dv = cfg.head_sizes
         self.console.print(
             f"[bold]{self.exp.name}[/bold] ({self.exp.task}): {cfg.num_params():,} parameters "
@@ -76,6 +75,12 @@ class EncoderRun:
             self.console.print(matmul_summary(self.exp.train.fast_matmul, self.exp.train.precision))
             self.console.print(memory_summary())
         self.say(data_line + (f" · resuming from {self.resume_from.name}" if self.resume_from else ""))
+
+    def output(self, cfg: EncoderConfig, **extra: Any) -> RunOutput:
+        """Where the run writes, with what every checkpoint records besides the weights
+        (:meth:`meta`) and the resolved ``config.yaml``."""
+        return RunOutput(self.run_dir, cfg, self.tok, self.meta(**extra),
+                         config_yaml=resolved_yaml(self.exp, cfg))
 
     def meta(self, **extra: Any) -> dict[str, Any]:
         """What every checkpoint of the run records besides the weights."""
@@ -110,7 +115,9 @@ def open_run(exp: ExperimentConfig, resume: Resume, console: Console | None,
     dist = setup(exp.train.device)
     if exp.train.threads:
         torch.set_num_threads(exp.train.threads)
-    resume_from = find_resume_point(exp.run_dir, resume)
+    resume_from = find_resume_point(exp.run_dir, resume, resume_from=exp.train.resume_from,
+                                    dist=dist,
+                                    log=lambda line: console.print(line, markup=False))
     start = find_start(exp)
     if start is None and not exp.data.tokenizer_file and tokenizer_files is None:
         raise ConfigError(f"task '{exp.task}' fine-tunes a model: set train.init_from (a "

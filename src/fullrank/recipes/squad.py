@@ -20,7 +20,7 @@ from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import SquadData
 from fullrank.recipes.encoder_run import open_run
 from fullrank.training.distributed import teardown
-from fullrank.training.loop import RunOutput, train
+from fullrank.training.loop import train
 from fullrank.training.tasks import SpanExtraction
 
 
@@ -89,9 +89,8 @@ def run_squad(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
                           f"{len(test_q):,} test questions from {articles[1]} articles; "
                           f"doc_stride {data.doc_stride}")
     task = SpanExtraction()
-    out = RunOutput(run.run_dir, model_cfg, run.tok, run.meta(
-        squad={"doc_stride": data.doc_stride, "n_best": data.n_best,
-               "max_answer_len": data.max_answer_len}))
+    out = run.output(model_cfg, squad={"doc_stride": data.doc_stride, "n_best": data.n_best,
+                                       "max_answer_len": data.max_answer_len})
     eval_bs = max(1, cfg.batch_size // run.dist.world)
 
     def evaluate(m: nn.Module) -> dict[str, float]:

@@ -25,8 +25,8 @@ class MetricsLogger:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            kept = [line for line in self.path.read_text(encoding="utf-8", errors="replace")
+                    .splitlines() if _step_of(line) <= resume_step]
             self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
         from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
 
@@ -48,11 +48,33 @@ class MetricsLogger:
             self._tb.close()
 
 
+def _step_of(line: str) -> float:
+    """The step of a metrics record; infinity for a line that is not one (a record torn by a
+    killed run, which a resume drops)."""
+    try:
+        record = json.loads(line)
+        return float(record["step"])
+    except (ValueError, TypeError, KeyError):
+        return math.inf
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise DataError(f"{path}: no metrics file; is {run_dir} a run directory of `fullrank train`?")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for i, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or "step" not in record or "split" not in record:
+            raise DataError(f"{path}:{i}: not a metrics record (a line torn by a killed run?); "
+                            f"delete the line")
+        records.append(record)
+    return records
 
 
 def plain_log_ticks(axis: Any) -> None:

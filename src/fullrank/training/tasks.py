@@ -24,6 +24,7 @@ from torch import Tensor
 
 from fullrank.data.batch import (ClassificationBatch, EncoderInputs, LMBatch, PretrainingBatch,
                                  Seq2SeqBatch, SpanBatch)
+from fullrank.errors import DataError
 from fullrank.training.losses import TokenLoss, linear_cross_entropy
 
 
@@ -58,6 +59,9 @@ def evaluate(task: Task, model: nn.Module, batches: Iterable[Any], device: torch
         out = task.loss(model, batch.to(device))
         nll += float(out.nll)
         n += int(out.n_tokens)
+    if n == 0:  # a loss of 0 and a perplexity of 1 would be recorded as results
+        raise DataError("evaluation found no target tokens in the validation data; give it "
+                        "text (or pairs within data.max_sentence_len)")
     return perplexity_report(nll, n)
 
 
