@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import importlib
 
 from fullrank.errors import ConfigError
 
+# the recipe of each task: (module under fullrank.recipes, function), imported when it runs
+RECIPES = {"lm": ("lm", "run_lm"), "mt": ("mt", "run_mt"), "bert": ("bert", "run_bert"),
+           "classify": ("classify", "run_classify"), "squad": ("squad", "run_squad")}
 RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
                 "never": "never"}
-
-
-def recipes() -> dict[str, Callable[..., object]]:
-    """The recipe of each task (imported when a run starts, not for ``--help``)."""
-    from fullrank.recipes.lm import run_lm
-    from fullrank.recipes.mt import run_mt
-
-    return {"lm": run_lm, "mt": run_mt}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.recipes.config import load_experiment
+
     resume = "always" if args.resume else "never"
     overrides = []
     for item in args.overrides:
@@ -40,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
             resume = RESUME_WORDS[word]
         else:
             overrides.append(item)
-    from fullrank.recipes.config import load_experiment
-
     exp = load_experiment(args.config, overrides)
-    recipes()[exp.task](exp, resume=resume, progress=not args.quiet)
+    module, function = RECIPES[exp.task]
+    recipe = getattr(importlib.import_module(f"fullrank.recipes.{module}"), function)
+    recipe(exp, resume=resume, progress=not args.quiet)
     return 0

@@ -27,7 +27,8 @@ from fullrank.models import build_model
 from fullrank.output import console as make_console
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      parallel_batch, parallel_line, prepare_tokenizer)
-from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
+from fullrank.recipes.init import find_start, init_weights, start_config
+from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, resolved_yaml
 from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
@@ -46,7 +47,7 @@ def pair_files(data: DataConfig, prefix: str) -> tuple[Path, Path]:
 
 def load_split(data: DataConfig, prefix: str, tok: Tokenizer) -> tuple[list[tuple[str, str]], EncodedPairs]:
     pairs = read_parallel(*pair_files(data, prefix))
-    return pairs, encode_pairs(pairs, tok, max_len=data.max_len)
+    return pairs, encode_pairs(pairs, tok, max_len=data.max_sentence_len)
 
 
 def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]],
@@ -77,13 +78,15 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_dir = exp.run_dir
-    start = find_resume_point(run_dir, resume)
+    start = find_resume_point(run_dir, resume, resume_from=cfg.resume_from, dist=dist,
+                              log=lambda line: console.print(line, markup=False))
     # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
     extra = {name: read_parallel(*pair_files(data, prefix))
              for name, prefix in data.eval_sets.items() if name in exp.decode.splits}
+    origin = find_start(exp)
     tok = prepare_tokenizer(exp, list(pair_files(data, data.train)), run_dir, dist,
-                            resuming=start is not None)
-    model_cfg = exp.model_config(tok.vocab_size)
+                            resuming=start is not None, start=origin and origin.tokenizer)
+    model_cfg = start_config(exp, origin, tok.vocab_size)
     ensure_vocab_matches(tok, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
     train_raw, train_pairs = load_split(data, data.train, tok)
     valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
@@ -99,13 +102,15 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
+    init_weights(model, exp, origin, resuming=start is not None,
+                 say=console.print if dist.is_main else (lambda _: None))
     torch.manual_seed(cfg.seed + dist.rank)
     n_params = sum(p.numel() for p in model.parameters())
     sampler = None
     if data.bpe_dropout:
         kept = [train_raw[i] for i in train_pairs.kept]
         sides = [BPEDropout(tok, [pair[j] for pair in kept], data.bpe_dropout, seed=cfg.seed + j,
-                            max_len=data.max_len, standard=ids)
+                            max_len=data.max_sentence_len, standard=ids)
                  for j, ids in enumerate((train_pairs.src, train_pairs.tgt))]
 
         def sampler(epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -117,7 +122,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     task = Translation(tok.pad_id, cfg.label_smoothing)
     valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
                                     bos_id=tok.bos_id, eos_id=tok.eos_id,
-                                    shuffle=False) if valid_pairs else None
+                                    shuffle=False) if valid_pairs is not None else None
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         assert valid_batches is not None
@@ -127,7 +132,6 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     parallel = parallel_batch(dist, per_rank=data.max_tokens, grad_accum=cfg.grad_accum,
                               unit="tokens at most")
     if dist.is_main:
-        save_resolved(exp, model_cfg, run_dir / "config.yaml")
         dh, dv = model_cfg.head_sizes
         console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · "
                       f"{model_cfg.n_layers}+{model_cfg.decoder_layers} layers · d_model "
@@ -137,7 +141,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
             console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
             console.print(memory_summary())
         console.print(f"data: {len(train_pairs):,} training pairs "
-                      f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
+                      f"({train_pairs.n_dropped} longer than {data.max_sentence_len} tokens dropped), "
                       f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
                       + (" with standard BPE" if sampler is not None else
                          f", padding {100 * batches.padding_ratio():.1f}%")
@@ -150,7 +154,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                           f"{100 * batches.padding_ratio(0):.1f}%")
         if dist.distributed:
             console.print(parallel_line(parallel))
-    out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
+    out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()},
+                    config_yaml=resolved_yaml(exp, model_cfg))
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)
     teardown()  # every rank together; what follows is rank 0's alone
@@ -194,7 +199,7 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
         except CheckpointError as e:  # fewer checkpoints than K: say so, score the last one only
             console.print(f"[yellow]no averaging:[/yellow] {e}")
         else:
-            avg = average_checkpoints(found, run_dir / f"averaged-last{k}")
+            avg = average_checkpoints(found, run_dir / f"averaged-last{k}", replace=True)
             models[f"avg{k}"] = load_checkpoint(avg, device=next(model.parameters()).device).model
     results: dict[str, Any] = {}
     for split in decode.splits:

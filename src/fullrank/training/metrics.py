@@ -30,8 +30,8 @@ class MetricsLogger:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            kept = [line for line in self.path.read_text(encoding="utf-8", errors="replace")
+                    .splitlines() if _step_of(line) <= resume_step]
             self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
 
     def log(self, step: int, split: str, **values: Any) -> None:
@@ -54,11 +54,33 @@ class MetricsLogger:
             self._tb.close()
 
 
+def _step_of(line: str) -> float:
+    """The step of a metrics record; infinity for a line that is not one (a record torn by a
+    killed run, which a resume drops)."""
+    try:
+        record = json.loads(line)
+        return float(record["step"])
+    except (ValueError, TypeError, KeyError):
+        return math.inf
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise DataError(f"{path}: no metrics file; is {run_dir} a run directory of `fullrank train`?")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for i, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or "step" not in record or "split" not in record:
+            raise DataError(f"{path}:{i}: not a metrics record (a line torn by a killed run?); "
+                            f"delete the line")
+        records.append(record)
+    return records
 
 
 def plain_log_ticks(axis: Any) -> None:
@@ -68,6 +90,11 @@ def plain_log_ticks(axis: Any) -> None:
 
     axis.set_major_formatter(LogFormatter())
     axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+# validation scores in percent that a run may log (BERT pre-training, classification, SQuAD)
+SCORES = {"mlm_acc": "MLM accuracy", "nsp_acc": "NSP accuracy", "accuracy": "accuracy",
+          "em": "exact match", "f1": "F1"}
 
 
 def read_final(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
@@ -85,9 +112,9 @@ def read_final(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
 
 def plot_run(run_dir: Path, out: Path | None = None, *,
              final: tuple[int, dict[str, Any]] | None = None) -> Path:
-    """Loss (train and validation) and validation perplexity against step, as a PNG
-    (default ``RUN_DIR/curves.png``); see :func:`curves_figure`. ``final`` defaults to the figure
-    in the run's ``results.json`` (:func:`read_final`)."""
+    """Loss (train and validation), validation perplexity and, where logged, validation scores
+    against step, as a PNG (default ``RUN_DIR/curves.png``); see :func:`curves_figure`.
+    ``final`` defaults to the figure in the run's ``results.json`` (:func:`read_final`)."""
     import matplotlib.pyplot as plt
 
     fig = curves_figure(read_metrics(run_dir), final or read_final(run_dir),
@@ -100,7 +127,9 @@ def plot_run(run_dir: Path, out: Path | None = None, *,
 
 def curves_figure(records: list[dict[str, Any]], final: tuple[int, dict[str, Any]] | None, *,
                   title: str = "") -> Any:
-    """The matplotlib figure of :func:`plot_run`.
+    """The matplotlib figure of :func:`plot_run`: loss, validation perplexity (``ppl``, or
+    ``mlm_ppl`` for BERT pre-training) and, where logged, validation scores in percent
+    (:data:`SCORES`).
 
     The periodic validation points (``records``, from ``metrics.jsonl``) may cover only the first
     ``train.eval_batches`` batches: an estimate, labelled with its token count. ``final`` —
@@ -111,34 +140,47 @@ def curves_figure(records: list[dict[str, Any]], final: tuple[int, dict[str, Any
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_loss, ax_ppl) = plt.subplots(1, 2, figsize=(11, 4.2))
+    valid = [r for r in records if r["split"] == "valid"]
+    ppl_key = "mlm_ppl" if any("mlm_ppl" in r for r in valid) else "ppl"
+    scores = [k for k in SCORES if any(k in r for r in valid)]
+    panels = 2 + bool(scores)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2))
+    ax_loss, ax_ppl = axes[0], axes[1]
     train = [r for r in records if r["split"] == "train" and "loss" in r]
     if train:
         ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], "-",
                      label="train loss (mean since the previous point)")
-    valid = [r for r in records if r["split"] == "valid" and "loss" in r]
-    if valid:
-        tokens = valid[-1].get("tokens")
+    periodic = [r for r in valid if "loss" in r]
+    if periodic:
+        tokens = periodic[-1].get("tokens")
         whole = final is not None and tokens == final[1].get("tokens")
         where = ("on the whole validation text" if whole else
                  f"on the first {tokens:,} validation tokens" if tokens else "on validation data")
-        steps = [r["step"] for r in valid]
-        ax_loss.plot(steps, [r["loss"] for r in valid], "o-", color="C1", markersize=3,
-                     label=f"valid loss, periodic, {where}")
-        ax_ppl.plot(steps, [r["ppl"] for r in valid], "o-", color="C1", markersize=3,
-                    label=f"periodic, {where}")
+        ax_loss.plot([r["step"] for r in periodic], [r["loss"] for r in periodic], "o-",
+                     color="C1", markersize=3, label=f"valid loss, periodic, {where}")
+        rows = [r for r in periodic if ppl_key in r]
+        what = "MLM perplexity, periodic" if ppl_key == "mlm_ppl" else "periodic"
+        ax_ppl.plot([r["step"] for r in rows], [r[ppl_key] for r in rows], "o-", color="C1",
+                    markersize=3, label=f"{what}, {where}")
     if final is not None:
         step, v = final
         over = f"{v['tokens']:,} tokens" if "tokens" in v else "the whole validation text"
-        for ax, key, digits in ((ax_loss, "loss", 3), (ax_ppl, "ppl", 2)):
-            ax.plot([step], [v[key]], "*", color="C3", markersize=13, zorder=5,
-                    label=f"final, exact: {v[key]:.{digits}f} over {over}")
-            ax.annotate(f"{v[key]:.{digits}f}", (step, v[key]), textcoords="offset points",
-                        xytext=(-8, 9), ha="right", color="C3", fontsize=9)
+        for ax, key, digits in ((ax_loss, "loss", 3), (ax_ppl, ppl_key, 2)):
+            if key in v:
+                ax.plot([step], [v[key]], "*", color="C3", markersize=13, zorder=5,
+                        label=f"final, exact: {v[key]:.{digits}f} over {over}")
+                ax.annotate(f"{v[key]:.{digits}f}", (step, v[key]), textcoords="offset points",
+                            xytext=(-8, 9), ha="right", color="C3", fontsize=9)
     ax_loss.set(xlabel="step", ylabel="loss (nats per token)", title="loss")
     ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
     plain_log_ticks(ax_ppl.yaxis)
-    for ax in (ax_loss, ax_ppl):
+    if scores:
+        for i, key in enumerate(scores):
+            rows = [r for r in valid if key in r]
+            axes[2].plot([r["step"] for r in rows], [r[key] for r in rows], "o-",
+                         color=f"C{i + 2}", label=f"valid {SCORES[key]}", markersize=3)
+        axes[2].set(xlabel="step", ylabel="percent", title="validation scores")
+    for ax in axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
