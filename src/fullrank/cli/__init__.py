@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     module = load_command(args.command)
     if os.environ.get("FULLRANK_KEEP_FREED_MEMORY", "1") != "0":
-        from fullrank.runtime import keep_freed_memory
+        from fullrank.fast.memory import keep_freed_memory
 
         keep_freed_memory()  # training steps reuse their memory instead of faulting it in again
     try:

@@ -11,7 +11,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError
 from fullrank.recipes.config import ExperimentConfig
-from fullrank.runtime import num_threads
+from fullrank.fast.workers import num_threads
 from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, barrier
 

@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from torch import nn
 
+from fullrank import fast
 from fullrank.data.bpe_dropout import VARIANTS, BPEDropout
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
@@ -27,7 +28,6 @@ from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
-from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, setup, teardown
@@ -131,8 +131,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       f"{model_cfg.d_model} · {model_cfg.n_heads} heads × d_head {dh} (d_value "
                       f"{dv}) · shared {tok.kind} vocabulary of {tok.vocab_size}")
         if dist.device.type == "cpu":
-            console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
-            console.print(memory_summary())
+            console.print(fast.matmul_summary(cfg.fast_matmul, cfg.precision))
+            console.print(fast.memory_summary())
         console.print(f"data: {len(train_pairs):,} training pairs "
                       f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
                       f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
@@ -146,8 +146,10 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                           f" tokens, {batches.epoch_length(0):,} batches, padding "
                           f"{100 * batches.padding_ratio(0):.1f}%")
     out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()})
-    result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
-                   progress=progress, evaluate=evaluate if valid_batches else None)
+    with fast.cpu(model, onednn=cfg.fast_matmul and dist.device.type == "cpu"):
+        result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
+                       progress=progress, d_model=model_cfg.d_model,
+                       evaluate=evaluate if valid_batches else None)
     teardown()  # every rank together; what follows is rank 0's alone
     report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))

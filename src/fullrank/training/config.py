@@ -46,7 +46,7 @@ class TrainConfig:
         fast_matmul: route CPU float32 matrix multiplies through oneDNN where that keeps
             float32 accuracy on this CPU (measured once per process; elsewhere, e.g. CPUs
             with AMX, it would compute in bfloat16 and is left off; see
-            :mod:`fullrank.runtime`). No effect on GPUs.
+            :mod:`fullrank.fast.precision`). No effect on GPUs.
     """
 
     steps: int = 1000

@@ -25,13 +25,11 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.models import ModelConfig
 from fullrank.training.checkpoints import load_training_state, save_training_checkpoint
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo, all_reduce_sum, barrier
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
-from fullrank.runtime import fast_matmul
 from fullrank.training.schedules import make_schedule
 from fullrank.training.tasks import Task
 
@@ -78,7 +76,7 @@ class RunOutput:
     """Where a run writes: its directory, and what every checkpoint carries besides weights."""
 
     run_dir: Path
-    model_config: ModelConfig
+    model_config: Any  # the model's config dataclass, stored in every checkpoint
     tokenizer: Tokenizer | None
     meta: dict[str, Any]  # e.g. {"task": "lm", "experiment": {...}}
 
@@ -105,9 +103,12 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
           dist: DistInfo, out: RunOutput | None = None,
           evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           resume_from: Path | None = None, progress: bool = True,
-          stop_at: int | None = None) -> TrainResult:
-    """Train ``model`` for ``cfg.steps`` optimizer steps (CPU matrix multiplies on oneDNN when
-    ``cfg.fast_matmul`` and that keeps float32 accuracy on this CPU).
+          stop_at: int | None = None, d_model: int | None = None) -> TrainResult:
+    """Train ``model`` for ``cfg.steps`` optimizer steps.
+
+    The loop knows no model class and no speed setting: a caller that wants the CPU speed
+    engine enters it around this call (``with fullrank.fast.cpu(model): train(…)``, as the
+    recipes do).
 
     Args:
         model: the unwrapped model; it is moved to ``dist.device`` and trained in place.
@@ -123,16 +124,9 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         progress: show a progress bar (rank 0).
         stop_at: stop (evaluate and save) after this step, as a pre-empted job would; the
             schedule still follows ``cfg.steps``, so resuming continues the same run.
+        d_model: the model width, which the ``noam`` schedule scales by ([V17] eq. 3).
     """
-    with fast_matmul(cfg.fast_matmul and dist.device.type == "cpu"):
-        return _train(model, task, data, cfg, dist=dist, out=out, evaluate=evaluate,
-                      resume_from=resume_from, progress=progress, stop_at=stop_at)
-
-
-def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
-           dist: DistInfo, out: RunOutput | None, evaluate: Callable[[nn.Module], dict[str, float]] | None,
-           resume_from: Path | None, progress: bool, stop_at: int | None) -> TrainResult:
-    """The body of :func:`train`."""
+    schedule = make_schedule(cfg, d_model)
     start = time.perf_counter()
     time_limit = 60 * cfg.max_minutes if cfg.max_minutes is not None else None
     raw = model.to(dist.device)
@@ -145,7 +139,6 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     net: nn.Module = DistributedDataParallel(raw) if dist.distributed else raw
     if cfg.compile:
         net = torch.compile(net)
-    schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
     writes = out is not None and dist.is_main
     metrics = MetricsLogger(out.run_dir, resume_step=state.step, enabled=writes) if out else None
     bar = tqdm(total=cfg.steps, initial=state.step, disable=not (progress and dist.is_main),
