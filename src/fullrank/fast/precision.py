@@ -12,7 +12,7 @@ trade accuracy for speed. The setting is process-wide; :func:`onednn_matmul` sco
 block and restores the previous value. Nothing changes on GPUs.
 
 The setting is optional: PyTorch releases without ``torch.backends.mkldnn.matmul.fp32_precision``
-(or without oneDNN) keep the default path, and :func:`matmul_summary` says so.
+(before 2.9), or without oneDNN, keep the default path, and :func:`matmul_summary` says so.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _last: list[str | None] = [None]
 
 def current_setting() -> str | None:
     """``torch.backends.mkldnn.matmul.fp32_precision`` now, or ``None`` where this PyTorch has
-    no oneDNN or no such setting (releases before it)."""
+    no oneDNN or no such setting (releases before 2.9)."""
     if not torch.backends.mkldnn.is_available():
         return None
     return getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", None)
