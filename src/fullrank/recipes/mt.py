@@ -30,7 +30,7 @@ from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, save_resolved
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
-from fullrank.training.distributed import DistInfo, setup, teardown
+from fullrank.training.distributed import DistInfo, setup, sharded, teardown
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.metrics import plot_run
 from fullrank.training.tasks import Translation
@@ -151,6 +151,10 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                        progress=progress, d_model=model_cfg.d_model,
                        evaluate=evaluate if valid_batches else None)
     teardown()  # every rank together; what follows is rank 0's alone
+    if sharded(dist, cfg.parallel) and dist.is_main:
+        # the trained weights were spread over the ranks, which have left: rank 0 goes on with
+        # the whole model that the last checkpoint holds
+        model = load_checkpoint(result.checkpoint).model.to(dist.device)
     report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
     report.extra["dropped_pairs"] = train_pairs.n_dropped
