@@ -14,7 +14,7 @@ vocabulary 8,000, sequences of 128 tokens, batch 16:
 - ``classify`` — ``BertForSequenceClassification`` (3 classes) against the classifier head.
 - ``qa`` — ``BertForQuestionAnswering`` against the span head.
 
-Each implementation: ``fullrank`` (its defaults: :func:`fullrank.runtime.apply_fast_defaults`,
+Each implementation: ``fullrank`` (its defaults: the speed engine, :func:`fullrank.fast.cpu`, and
 fused AdamW), ``fullrank_same`` (PyTorch's defaults and plain AdamW, the peer's settings) and
 ``hf`` (SDPA attention). Results: ``bench/results/bert.md`` and ``.json``: sequences per second,
 step time, parameters, peak RSS, and the paired ratio to Hugging Face.
@@ -109,13 +109,13 @@ def job(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from jobs import result, timed
+    from jobs import engine, result, timed
 
     torch.set_num_threads(spec["threads"])
     if spec["impl"] == "fullrank":
-        from fullrank.runtime import apply_fast_defaults
+        from fullrank.fast import keep_freed_memory
 
-        apply_fast_defaults()
+        keep_freed_memory()  # as the `fullrank` command does
     torch.manual_seed(0)
     s = SHAPE
     x = batch(s)
@@ -129,7 +129,8 @@ def job(spec: dict[str, Any]) -> dict[str, Any]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    times = timed(step, spec)
+    with engine(spec, model):  # fullrank's speed engine, as `fullrank train` enters it
+        times = timed(step, spec)
     # model FLOPs: 6 × (encoder matrices) per token, the attention scores, and the output
     # projection where it is computed (20 positions for fullrank, every position for HF)
     tokens = s["batch"] * s["seq"]

@@ -8,12 +8,13 @@ one shared embedding tied to the output projection; the weights copied), in floa
 is suppressed so every sentence runs exactly ``--new-tokens`` steps (fullrank ``min_len``, HF
 ``min_new_tokens``), which makes the work of both sides identical.
 
-fullrank runs twice: with its defaults (CPU float32 matrix multiplies through oneDNN where that
-keeps float32 accuracy, and freed memory kept for reuse, :mod:`fullrank.runtime`, as
-``fullrank translate`` decodes) and with PyTorch's defaults — the settings Hugging Face runs
-with — so the report separates what the settings give from what the code does.
+fullrank decodes as ``fullrank translate`` does: on its speed engine (:mod:`fullrank.fast`:
+``fast.BeamDecoder``, the block top-k, ``fast.cpu(model, decoding=True)``). It runs twice: with
+its defaults (CPU float32 matrix multiplies through oneDNN where that keeps float32 accuracy,
+and freed memory kept for reuse) and with PyTorch's defaults for both — the settings Hugging
+Face runs with — so the report separates what the settings give from what the code does.
 
-fullrank's weights take their decoding layout (:func:`fullrank.inference.decoding_layout`:
+fullrank's weights take their decoding layout (:func:`fullrank.fast.layout.decoding_layout`:
 packed for oneDNN, or column-major) once per subprocess, before the warm-up, as
 ``fullrank translate`` does once per file: the timed decodes are batches of a file. The
 ``fullrank`` subprocess then also times one decode per mode with the layout made inside the call
@@ -58,9 +59,9 @@ A file rather than one batch: ``--batches N`` gives every side ``N`` batches of 
 sources, decoded one after another (a batch's search never sees another's sentences), and the
 rates count all ``N × batch`` sentences. ``--workers W`` adds a side: fullrank's defaults
 decoding the same sources ``W`` batches at a time, each in its own thread with ``threads / W``
-intra-op threads (:func:`fullrank.inference.workers.map_batches`, ``fullrank translate
---workers``); the sources are cut into batches as ``fullrank translate`` cuts a file's lines
-for ``W`` workers (:func:`fullrank.inference.workers.plan_batches`: a multiple of ``W``
+intra-op threads (:func:`fullrank.fast.map_batches`, ``fullrank translate --workers``); the
+sources are cut into batches as ``fullrank translate`` cuts a file's lines for ``W`` workers
+(:func:`fullrank.fast.plan_batches`: a multiple of ``W``
 batches of at most ``--batch``, sizes even; four batches of 16 stay four of 16). Its outputs
 must equal the one-batch-at-a-time fullrank side's.
 
@@ -152,28 +153,25 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
 def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup, mode: str,
                     cached: bool = True, fast: bool = True, decode=None,
                     workers: int = 1, processes: bool = False) -> list[list[int]]:
-    from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search,
-                                    decoding_layout, greedy_search)
-    from fullrank.inference.workers import map_batches
-    from fullrank.runtime import fast_matmul
+    from fullrank import fast as engine
+    from fullrank.inference import UncachedSeq2SeqDecoder, beam_search, greedy_search
 
     def one(src: torch.Tensor) -> list[list[int]]:
-        decoder = (Seq2SeqDecoder(model, src, decode=decode) if cached
+        decoder = (engine.BeamDecoder(model, src, decode=decode) if cached
                    else UncachedSeq2SeqDecoder(model, src))
         kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens,
                   min_len=s.new_tokens)
         if mode == "greedy":
-            return greedy_search(decoder, **kw)
-        hyps = beam_search(decoder, beam_size=s.beam, alpha=s.alpha, **kw)
+            return greedy_search(decoder, argmax=engine.argmax_rows, **kw)
+        hyps = beam_search(decoder, beam_size=s.beam, alpha=s.alpha, topk=engine.topk_rows, **kw)
         return [h[0].tokens for h in hyps]
 
-    # fast: as `fullrank translate` decodes, CPU matrix multiplies through oneDNN
-    # (fullrank.runtime); otherwise PyTorch's defaults, Hugging Face's settings. Either way the
-    # weights take their decoding layout (inference.decoding_layout: packed, or column-major):
-    # here, unless the caller holds that layout already (worker() does, as `fullrank translate`
-    # holds it for a file), when this block costs nothing
-    with fast_matmul(fast), decoding_layout(model):
-        return [t for out in map_batches(one, batches, workers, processes=processes)
+    # as `fullrank translate` decodes: on the engine, with CPU matrix multiplies through oneDNN
+    # if `fast` (else PyTorch's defaults, Hugging Face's settings), the weights in their decoding
+    # layout (packed, or column-major): made here, unless the caller holds that layout already
+    # (worker() does, as `fullrank translate` holds it for a file), when this block costs nothing
+    with engine.cpu(model, onednn=fast, decoding=True):
+        return [t for out in engine.map_batches(one, batches, workers, processes=processes)
                 for t in out]
 
 
@@ -213,7 +211,7 @@ def hf_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup,
 def floor_seconds(s: Setup, mode: str) -> float:
     """Seconds for the unavoidable matrix multiplies of ``s.new_tokens`` cached decoder steps
     (see the module docstring), timed once after one untimed pass."""
-    from fullrank.runtime import fast_matmul
+    from fullrank.fast.precision import onednn_matmul
 
     # beam search's first step runs one row per sentence, the others one per beam
     rows = [s.batch] + [s.batch * (s.beam if mode == "beam" else 1)] * (s.new_tokens - 1)
@@ -228,7 +226,7 @@ def floor_seconds(s: Setup, mode: str) -> float:
             for w in weights:
                 torch.mm(inputs[r, w.shape[0]], w)                             # (r, out)
 
-    with torch.inference_mode(), fast_matmul():
+    with torch.inference_mode(), onednn_matmul():
         run()
         start = time.perf_counter()
         run()
@@ -241,12 +239,12 @@ def worker(side: str, s: Setup) -> dict:
     keep their median."""
     torch.set_num_threads(s.threads)
     if side not in ("hf", "fullrank_same"):
-        from fullrank.runtime import keep_freed_memory
+        from fullrank.fast import keep_freed_memory
 
         keep_freed_memory()  # as the `fullrank` command does (PyTorch's defaults: glibc's)
     src = sources(s)
     if side == WORKERS:  # cut as `fullrank translate --workers` cuts a file's lines
-        from fullrank.inference.workers import plan_batches
+        from fullrank.fast import plan_batches
 
         src = list(plan_batches(torch.cat(src), s.batch, s.workers))
     model = hf_model(s) if side == "hf" else fullrank_model(s)
@@ -271,11 +269,10 @@ def worker(side: str, s: Setup) -> dict:
                  "warmup_seconds": {}, "layout_per_call_seconds": {}}
     with contextlib.ExitStack() as session:
         if side != "hf":  # the decoding layout of a file's batches, made once (see the docstring)
-            from fullrank.inference import decoding_layout
-            from fullrank.runtime import fast_matmul
+            from fullrank import fast as engine
 
-            session.enter_context(fast_matmul(side != "fullrank_same"))
-            session.enter_context(decoding_layout(model))
+            session.enter_context(engine.cpu(model, onednn=side != "fullrank_same",
+                                             decoding=True))
         for mode in MODES:
             start = time.perf_counter()
             decode(model, src, s, mode)  # warm-up, untimed (compiling, for the compiled side)
@@ -453,7 +450,7 @@ def markdown(rep: dict) -> str:
     lines += ["", "Both sides decode the same weights (fullrank's, copied into Marian); the outputs "
               "are " + ", ".join(f"{mode} {'identical' if m['same_outputs_as_hf'] else 'DIFFERENT'}"
                                 for mode, m in rep["modes"].items()) + " to Hugging Face's."]
-    lines += ["", "fullrank's decoding layout (`inference.decoding_layout`: packed or column-major "
+    lines += ["", "fullrank's decoding layout (`fast.cpu(model, decoding=True)`: packed or column-major "
               "weights, the output projection transposed) is made once per subprocess, as "
               "`fullrank translate` makes it once per file, and the timed decodes are batches of "
               "that file. Made inside each timed call instead (as when that call is the whole "
@@ -478,7 +475,7 @@ def markdown(rep: dict) -> str:
             f"{s['workers']} at a time, each in its own "
             f"{'forked process' if s.get('processes') else 'thread'} with "
             f"{max(1, s['threads'] // s['workers'])} intra-op thread(s) of the {s['threads']} "
-            f"(`fullrank.inference.workers.map_batches` and `plan_batches`, "
+            f"(`fullrank.fast.map_batches` and `plan_batches`, "
             f"`fullrank translate --workers`{' --processes' if s.get('processes') else ''}).",
             ("over one batch at a time (paired)", "outputs = fullrank's"),
             lambda m: (f"{m['workers_over_fullrank']:.2f}×",

@@ -78,7 +78,7 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    from fullrank.runtime import matmul_summary  # whether fullrank's defaults take oneDNN here
+    from fullrank.fast import matmul_summary  # whether fullrank's defaults take oneDNN here
     info["cpu_matmul"] = matmul_summary()
     for pkg in ("transformers", "x-transformers"):  # distribution names (no __version__ in x_transformers)
         try:

@@ -8,7 +8,8 @@ everywhere, so every implementation does the same arithmetic.
 
 Implementations:
 
-- ``fullrank`` — fullrank as it trains by default (``fullrank.training.perf`` settings on);
+- ``fullrank`` — fullrank as ``fullrank train`` trains: the speed engine on (``fullrank.fast.cpu``
+  around the steps, freed memory kept for reuse) and PyTorch's fused AdamW;
 - ``fullrank_same`` — fullrank with the peers' settings (PyTorch's defaults);
 - ``hf`` — Hugging Face ``transformers`` (GPT-2 for the LM, Marian for encoder-decoder);
 - ``xt`` — ``x-transformers`` (``TransformerWrapper``/``XTransformer``);
@@ -17,6 +18,7 @@ Implementations:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import resource
@@ -125,7 +127,8 @@ def lm_job(spec: dict[str, Any]) -> dict[str, Any]:
         opt.zero_grad(set_to_none=True)
 
     rss_before = peak_rss_mb()
-    times = timed(step, spec)
+    with engine(spec, model):
+        times = timed(step, spec)
     tokens = s["batch"] * s["seq"]
     inner = s["heads"] * s.get("d_head", s["d"] // s["heads"])
     flops = 6 * non_embedding_matmul_params(s) * tokens + 6 * s["vocab"] * s["d"] * tokens \
@@ -218,7 +221,8 @@ def encdec_job(spec: dict[str, Any]) -> dict[str, Any]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    times = timed(step, spec)
+    with engine(spec, model):
+        times = timed(step, spec)
     tokens = s["batch"] * (s["src"] + s["tgt"])
     d, f, L = s["d"], s["d_ff"], s["layers"]
     per_src = L * (4 * d * d + 2 * d * f)
@@ -240,7 +244,8 @@ def attention_job(spec: dict[str, Any]) -> dict[str, Any]:
     def step() -> None:
         core(q, k, v).sum().backward()
 
-    times = timed(step, spec)
+    with engine(spec, core):
+        times = timed(step, spec)
     flops = 3 * 4 * b * h * n * n * dh  # forward q·kᵀ and p·v, backward twice that
     return result(spec, None, times, b * n, "tokens/s", flops)
 
@@ -255,11 +260,27 @@ def matmul_job(spec: dict[str, Any]) -> dict[str, Any]:
     def step() -> None:
         (a @ w).sum().backward()
 
-    times = timed(step, spec)
+    with engine(spec, None):
+        times = timed(step, spec)
     return result(spec, None, times, m, "rows/s", 3 * 2 * m**3)
 
 
 # ---------------------------------------------------------------------------------- common
+def engine(spec: dict[str, Any], model: nn.Module | None) -> contextlib.AbstractContextManager:
+    """The ``fullrank`` side's speed engine around its steps, as ``fullrank train`` enters it
+    (``fast.cpu``; for the matrix-multiply ceiling, its precision setting alone); nothing for
+    the other sides."""
+    if spec["impl"] != "fullrank":
+        return contextlib.nullcontext()
+    if model is None:
+        from fullrank.fast.precision import onednn_matmul
+
+        return onednn_matmul()
+    from fullrank import fast
+
+    return fast.cpu(model)
+
+
 def timed(step: Any, spec: dict[str, Any]) -> list[float]:
     for _ in range(spec.get("warmup", 3)):
         step()
@@ -286,9 +307,9 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     torch.set_num_threads(spec.get("threads", 2))
     if spec["impl"] == "fullrank":
-        from fullrank.runtime import apply_fast_defaults
+        from fullrank.fast import keep_freed_memory
 
-        apply_fast_defaults()
+        keep_freed_memory()  # as the `fullrank` command does
     print(json.dumps(JOBS[spec["workload"]](spec)))
 
 

@@ -20,8 +20,8 @@ Workloads (float32, 2 threads, dropout 0, warm-up steps untimed):
   fraction of the ceiling under its own settings.
 - ``decode`` — beam 4 and greedy decoding against Hugging Face ``generate`` (``bench/decode.py``).
 
-``fullrank`` runs with its defaults (oneDNN float32 matmuls where float32-accurate, freed memory
-kept for reuse: :mod:`fullrank.runtime`);
+``fullrank`` runs with its defaults (the speed engine, ``fullrank.fast.cpu``: oneDNN float32
+matmuls where float32-accurate and the CPU attention kernel; freed memory kept for reuse);
 ``fullrank_same`` with PyTorch's defaults, the peers' settings. Results: a Markdown table and
 JSON per workload under ``bench/results/``, and ``summary.md``.
 """

@@ -17,7 +17,7 @@ reference file is given.
 
 ``--workers W`` (> 1) adds a third side: fullrank decoding the same batches ``W`` at a time, each
 in its own thread with ``threads / W`` intra-op threads (``fullrank translate --workers``,
-:func:`fullrank.inference.workers.map_batches`); its translations must equal fullrank's. With
+:func:`fullrank.fast.map_batches`); its translations must equal fullrank's. With
 ``--processes`` those workers are forked processes instead of threads (``fullrank translate
 --workers W --processes``).
 """
@@ -46,16 +46,14 @@ def batches(tok, lines: list[str], size: int) -> list[list[int]]:
 
 
 def run_side(side: str, args: argparse.Namespace) -> dict:
+    from fullrank import fast
     from fullrank.data.text import read_lines
-    from fullrank.inference import decoding_layout
     from fullrank.inference.translate import translate
-    from fullrank.inference.workers import map_batches
-    from fullrank.runtime import fast_matmul, keep_freed_memory
     from fullrank.training.checkpoints import load_checkpoint
 
     torch.set_num_threads(args.threads)
     if side != "hf":
-        keep_freed_memory()  # as the `fullrank` command does
+        fast.keep_freed_memory()  # as the `fullrank` command does
     ckpt = load_checkpoint(args.checkpoint)
     tok = ckpt.tokenizer
     lines = [x for x in read_lines(args.source)][: args.sentences]
@@ -97,13 +95,13 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
 
     workers = args.workers if side == "fullrank_workers" else 1
     start = time.perf_counter()
-    # fullrank: weights converted once here (the per-batch translate calls, also those in worker
-    # threads, find them converted and leave them), as `fullrank translate` does once per file
+    # fullrank: the engine entered once here (the per-batch translate calls, also those in
+    # worker threads, find the weights converted and leave them), as `fullrank translate` does
+    # once per file
     with contextlib.ExitStack() as stack:
         if side != "hf":
-            stack.enter_context(fast_matmul())
-            stack.enter_context(decoding_layout(ckpt.model))
-        done = map_batches(theirs if side == "hf" else ours, groups, workers,
+            stack.enter_context(fast.cpu(ckpt.model, decoding=True))
+        done = fast.map_batches(theirs if side == "hf" else ours, groups, workers,
                            processes=args.processes)
         for group, hyps in zip(groups, done):
             for i, h in zip(group, hyps):

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from fullrank.cli import main
+from fullrank.fast import BeamDecoder
 from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search,
                                 max_output_len)
 from fullrank.layers.attention import FUSED_MAX_HEAD, MultiHeadAttention, attend, chunked_attention
@@ -103,10 +104,12 @@ def test_encoder_decoder_on_cuda_matches_the_cpu_with_padding():
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("cached", [Seq2SeqDecoder, BeamDecoder], ids=["plain", "engine"])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_decoding_on_cuda_equals_the_cpu_and_the_uncached_reference(norm_first):
-    """float64 on CUDA: cached greedy and beam search give the CPU's outputs and scores, and the
-    uncached reference decoder's."""
+def test_decoding_on_cuda_equals_the_cpu_and_the_uncached_reference(norm_first, cached):
+    """float64 on CUDA: cached greedy and beam search (the plain decoder, and the engine's that
+    ``fullrank translate`` uses) give the CPU's outputs and scores, and the uncached reference
+    decoder's."""
     model = translation_model(norm_first=norm_first)
     src, keep = padded_sources([6, 2, 4, 9], 13)
     limit = max_output_len(keep.sum(1), b=8)
@@ -114,8 +117,8 @@ def test_decoding_on_cuda_equals_the_cpu_and_the_uncached_reference(norm_first):
 
     def decode(m, s, k, dev):
         s, k = s.to(dev), k.to(dev)
-        greedy = greedy_search(Seq2SeqDecoder(m, s, k), **kw)
-        beam = beam_search(Seq2SeqDecoder(m, s, k), beam_size=4, n_best=4, alpha=0.6, **kw)
+        greedy = greedy_search(cached(m, s, k), **kw)
+        beam = beam_search(cached(m, s, k), beam_size=4, n_best=4, alpha=0.6, **kw)
         return greedy, [[(h.tokens, h.score) for h in sent] for sent in beam]
 
     cpu_greedy, cpu_beam = decode(model, src, keep, "cpu")

@@ -11,7 +11,6 @@ import torch
 from fullrank.errors import ConfigError
 from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search,
                                 length_penalty, max_output_len)
-from fullrank.inference import search
 from tests.inference.toy import (BOS, EOS, ScriptedDecoder, brute_force, padded_sources,
                                  translation_model)
 
@@ -75,40 +74,6 @@ def test_cached_decoding_equals_uncached(norm_first):
     assert tokens(cached) == tokens(uncached)
     for a, b in zip(cached, uncached):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-9)
-
-
-@pytest.mark.parametrize("m", [5 * 8 * search.TOPK_BLOCK, 5 * 8 * search.TOPK_BLOCK + 37])
-def test_topk_rows_equals_torch_topk(m):
-    """The block-maxima top-k: the same values as ``torch.topk``, best first, at indices that hold
-    them — with a ragged tail, the best entries crowded into one block or into the tail, ties,
-    and −∞ (masked tokens)."""
-    torch.manual_seed(0)
-    x = torch.randn(6, m)
-    x[1, 10:20] = 50.0 + torch.arange(10.0)                             # all in one block
-    x[2, -5:] = 60.0                                                     # in the tail (ties)
-    x[3] = x[3].round()                                                  # many ties
-    x[4, ::2] = float("-inf")
-    x[5] = float("-inf")
-    x[5, 7] = 1.0
-    values, index = search.topk_rows(x, 8)
-    assert torch.equal(values, x.topk(8, dim=1).values)
-    assert torch.equal(x.gather(1, index), values)
-    assert all(len(set(row)) == 8 for row in index.tolist())           # distinct entries
-
-
-def test_beam_search_over_a_wide_vocabulary_is_unchanged_by_the_block_top_k(monkeypatch):
-    """A vocabulary wide enough for :func:`search.topk_rows`' block path gives the same beams as
-    plain ``torch.topk``."""
-    torch.manual_seed(3)
-    model = translation_model(vocab_size=4 * 8 * search.TOPK_BLOCK + 11)
-    src, keep = padded_sources([6, 3, 5], 40)
-    kw = dict(batch_size=3, beam_size=4, n_best=4, bos_id=BOS, eos_id=EOS,
-              max_len=max_output_len(keep.sum(1), b=6))
-    blocks = beam_search(Seq2SeqDecoder(model, src, keep), **kw)
-    monkeypatch.setattr(search, "TOPK_BLOCK", 10**9)                    # torch.topk throughout
-    plain = beam_search(Seq2SeqDecoder(model, src, keep), **kw)
-    assert tokens(blocks) == tokens(plain)
-    assert [[h.score for h in s] for s in blocks] == [[h.score for h in s] for s in plain]
 
 
 def test_batched_decoding_equals_one_sentence_at_a_time():
@@ -254,11 +219,13 @@ def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():
                       max_len=9, min_len=9, **kw)
 
 
+@pytest.mark.slow
 def test_compiled_decoding_equals_eager():
     """``compiled_decode`` (``torch.compile``, dynamic shapes) traces the cached decoder step and
-    decodes exactly as eager does, through padded sources, the widening to beams, reorders and
-    sentences leaving the batch. (Traced by AOT autograd without code generation, which would
-    take minutes here; ``bench/decode.py --compile`` compares the generated code's outputs.)"""
+    decodes exactly as eager does, through padded sources and sentences leaving the batch.
+    (Traced by AOT autograd without code generation, which would take minutes here; the
+    engine's decoder is checked with beam search in ``tests/fast/test_decoders.py``, and
+    ``bench/decode.py --compile`` compares the generated code's outputs.)"""
     from fullrank.inference import compiled_decode
 
     torch._dynamo.reset()
@@ -269,12 +236,6 @@ def test_compiled_decoding_equals_eager():
     decode = compiled_decode(model, backend="aot_eager")
     assert greedy_search(Seq2SeqDecoder(model, src, keep, decode=decode), **kw) == \
         greedy_search(Seq2SeqDecoder(model, src, keep), **kw)
-    compiled = beam_search(Seq2SeqDecoder(model, src, keep, decode=decode), beam_size=3, n_best=3,
-                           **kw)
-    eager = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=3, n_best=3, **kw)
-    assert tokens(compiled) == tokens(eager)
-    for a, b in zip(compiled, eager):
-        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-9)
 
 
 class _Cast(ScriptedDecoder):

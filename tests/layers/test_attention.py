@@ -3,7 +3,6 @@ decoupled sizes, fused vs explicit paths, masks, and the standard-rule error."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -194,14 +193,10 @@ def test_gradients_flow_to_every_projection():
 
 
 def test_fused_path_never_allocates_the_full_score_tensor():
-    """On the fused path no allocation reaches B·H·T·S floats (the explicit path does), once the
-    sequence is past the length up to which CPUs write attention out."""
+    """On the fused path no allocation reaches B·H·T·S floats (the explicit path does)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from fullrank.layers.attention import CPU_WRITTEN_OUT_MAX_BLOCK
-
     b, h, n, dh = 2, 4, 1024, 16
-    assert n * n > CPU_WRITTEN_OUT_MAX_BLOCK
     mha = MultiHeadAttention(h * dh, h).eval()
     x = torch.randn(b, n, h * dh)
     scores_bytes = b * h * n * n * 4
@@ -270,89 +265,23 @@ def test_chunked_attention_memory_is_linear_in_length():
     assert peak(chunked, 2048) < peak(explicit, 2048) / 8
 
 
-@pytest.fixture
-def sdpa_calls(monkeypatch):
-    """A list that grows by one at every call of scaled_dot_product_attention (which still runs)."""
-    import torch.nn.functional as F
+def test_a_kernel_set_on_the_core_runs_in_its_place(monkeypatch):
+    """``ScaledDotProduct.kernel`` (the engine's seam) is called instead of the fused path, with
+    forward's arguments; unset, the fused path runs; an explicit core never calls it."""
+    calls = []
 
-    calls: list[int] = []
-    real = F.scaled_dot_product_attention
-    monkeypatch.setattr(F, "scaled_dot_product_attention",
-                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    return calls
+    def kernel(q, k, v, mask, is_causal, dropout_p):
+        calls.append((tuple(q.shape), mask is None, is_causal, dropout_p))
+        return attend(q, k, v, mask=mask, is_causal=is_causal)
 
-
-def _equal_with_gradients(out, q, k, v, **ref_kwargs):
-    ref = attend(q, k, v, **ref_kwargs)
-    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(ref.sum(), (q, k, v))):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.parametrize("fast", [False, True])
-def test_cpu_routing_of_the_fused_module(sdpa_calls, fast):
-    """On a CPU the fused module writes attention out (no SDPA call) for dropout, and under
-    fast_matmul for short sequences; otherwise it calls SDPA — same outputs and gradients as
-    attend() either way."""
-    from fullrank.layers.attention import CPU_WRITTEN_OUT_MAX_BLOCK
-    from fullrank import runtime
-
-    if fast and not runtime._ONEDNN:
-        pytest.skip("this PyTorch build has no oneDNN (mkldnn), so the setting does nothing")
-    # the setting itself (routing follows it), whether or not fullrank would take it on this CPU
-    setting = runtime._matmul_precision("bf16") if fast else contextlib.nullcontext()
+    q, k, v = (torch.randn(2, 3, 5, 4, dtype=torch.float64) for _ in range(3))
     core = ScaledDotProduct(fused=True)
-    short = [torch.randn(3, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3)]
-    n = math.isqrt(CPU_WRITTEN_OUT_MAX_BLOCK) + 1
-    long = [torch.randn(1, 2, n, 8, dtype=torch.float64, requires_grad=True) for _ in range(3)]
-    with setting:
-        _equal_with_gradients(core(*short, None, True), *short, is_causal=True)
-        assert len(sdpa_calls) == (0 if fast else 1)
-        _equal_with_gradients(core(*long, None, True), *long, is_causal=True)
-        assert len(sdpa_calls) == (1 if fast else 2)
-        torch.manual_seed(0)
-        dropped = core(*short, None, False, 0.5)
-    assert len(sdpa_calls) == (1 if fast else 2)  # dropout: written out in both settings
-    torch.manual_seed(0)
-    torch.testing.assert_close(dropped, attend(*short, dropout_p=0.5))
-
-
-def test_single_query_on_cpu_takes_the_fused_kernel(sdpa_calls):
-    """A cached decoding step (one query row) calls scaled_dot_product_attention on a CPU even
-    below CPU_EXPLICIT_MAX_SCORES — it reads the cache's strided keys/values in place — and
-    gives attend()'s result, with and without a key mask."""
-    buf_k, buf_v = (torch.randn(3, 2, 16, 8, dtype=torch.float64) for _ in range(2))
-    k, v = buf_k[:, :, :5], buf_v[:, :, :5]               # a cache's filled part: strided views
-    q = torch.randn(3, 2, 1, 8, dtype=torch.float64)
-    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool)
-    for m in (None, mask[:, None, None, :]):
-        out = ScaledDotProduct(fused=True)(q, k, v, m)
-        torch.testing.assert_close(out, attend(q, k, v, mask=m), rtol=1e-12, atol=1e-12)
-    assert len(sdpa_calls) == 2
-
-
-def test_a_decoding_step_with_few_queries_runs_at_full_precision(monkeypatch, sdpa_calls):
-    """Under fast_matmul, a handful of query rows without gradients (beam search's grouped beams
-    over their cache) is written out at full float32 precision (PyTorch's default path reads
-    the cache's strided keys in place); with gradients, or more rows, the training rules hold."""
-    import fullrank.layers.attention as attention_module
-    from fullrank import runtime
-    from fullrank.layers.attention import CPU_EXACT_MAX_QUERIES
-
-    if not runtime._ONEDNN:
-        pytest.skip("this PyTorch build has no oneDNN (mkldnn), so the setting does nothing")
-    seen: list[str] = []
-    real = attention_module.attend
-    monkeypatch.setattr(attention_module, "attend", lambda *a, **kw: seen.append(
-        torch.backends.mkldnn.matmul.fp32_precision) or real(*a, **kw))
-    buf_k, buf_v = (torch.randn(3, 2, 16, 8) for _ in range(2))
-    k, v = buf_k[:, :, :12], buf_v[:, :, :12]                 # a cache's filled part: strided
-    q = torch.randn(3, 2, CPU_EXACT_MAX_QUERIES, 8)
-    core = ScaledDotProduct(fused=True)
-    with runtime._matmul_precision("bf16"):
-        out = core(q, k, v)
-        assert seen == ["ieee"] and not sdpa_calls
-        core(q.requires_grad_(), k, v)                        # training: the ambient setting
-        assert seen == ["ieee", "bf16"]
-    torch.testing.assert_close(out, real(q.detach().double(), k.double(), v.double()).float(),
-                               rtol=1e-5, atol=1e-6)
+    plain = core(q, k, v, None, True)
+    core.kernel = kernel
+    assert "kernel=test_a_kernel_set_on_the_core_runs_in_its_place.<locals>.kernel" in repr(core)
+    torch.testing.assert_close(core(q, k, v, None, True), plain)
+    assert calls == [((2, 3, 5, 4), True, True, 0.0)]
+    explicit = ScaledDotProduct(fused=False)
+    explicit.kernel = kernel
+    torch.testing.assert_close(explicit(q, k, v), attend(q, k, v))
+    assert len(calls) == 1

@@ -210,3 +210,29 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp
     assert all(torch.isfinite(p).all() for p in ckpt.model.parameters())
     logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(r["loss"]) for r in logged)
+
+
+def test_the_noam_schedule_takes_the_model_width_from_the_caller():
+    """The loop knows no model class: the noam schedule's d_model comes from the caller, and
+    without it the run fails before any step, naming the fix."""
+    from fullrank.errors import ConfigError
+    from fullrank.training.schedules import noam
+
+    cfg = TrainConfig(steps=1, batch_size=4, schedule="noam", warmup=4, lr=2.0,
+                      optimizer="adamw")
+    model = make_model()
+    before = weights(model)
+    with pytest.raises(ConfigError, match="d_model"):
+        run(model, cfg)
+    assert all(torch.equal(v, weights(model)[k]) for k, v in before.items())
+    seen = []
+    real_step = torch.optim.AdamW.step
+
+    def step(self, *a, **kw):
+        seen.append(self.param_groups[0]["lr"])
+        return real_step(self, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.optim.AdamW, "step", step)
+        run(model, cfg, d_model=24)
+    assert seen == [pytest.approx(noam(1, d_model=24, warmup=4, scale=2.0))]

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from fullrank.errors import ConfigError
-from fullrank.runtime import num_threads
+from fullrank.fast.workers import num_threads
 
 
 def single_thread() -> AbstractContextManager[int]:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from fullrank.errors import FullrankError
-from fullrank.memory import keep_freed_memory
 
 # name → (module under fullrank.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -106,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     module = load_command(args.command)
     if os.environ.get("FULLRANK_KEEP_FREED_MEMORY", "1") != "0":
+        from fullrank.fast.memory import keep_freed_memory
+
         keep_freed_memory()  # training steps reuse their memory instead of faulting it in again
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine(args.command))

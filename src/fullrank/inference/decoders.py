@@ -4,11 +4,13 @@ The search functions (:mod:`fullrank.inference.search`, :mod:`fullrank.inference
 nothing of model classes (STYLE.md §3.11). They drive a :class:`Decoder` — an object that turns
 new tokens into next-token logits, advancing its own state, and that can reorder or prune the
 rows of that state when beam search reorders hypotheses or drops finished sentences. Adapters
-wrap a model's ``encode``/``decode_step``/``init_cache`` methods by duck typing:
+wrap a model's ``encode``/``decode``/``init_cache``/``logits`` methods by duck typing:
 
 - :class:`Seq2SeqDecoder` — an encoder-decoder with a key/value cache. It encodes the source
   once; cross-attention keys/values are projected from the encoder output on the first step and
-  then read from the cache.
+  then read from the cache. Every row keeps its own copy of its state, which reorders copy.
+  (:class:`fullrank.fast.BeamDecoder` is the same protocol with a faster state: a sentence's
+  beams read its keys once; ``fullrank translate`` decodes with it.)
 - :class:`UncachedSeq2SeqDecoder` — the reference: it keeps the whole target prefix and
   recomputes the decoder over all of it at every step. Cached decoding is tested against it.
 - :class:`LMDecoder` and :class:`UncachedLMDecoder` — the same two for a decoder-only language
@@ -30,8 +32,8 @@ import torch
 from torch import Tensor
 
 from fullrank.errors import ConfigError
-from fullrank.inference.layout import transposed
 from fullrank.layers.kv_cache import DecoderCache
+from fullrank.layers.masks import source_padding
 
 
 class Decoder(Protocol):
@@ -46,8 +48,9 @@ class Decoder(Protocol):
     def step(self, tokens: Tensor) -> Tensor:
         """Feed ``tokens (B, t)`` (the newest target tokens of each row) and return the logits
         ``(B, t, V)`` of the token that follows each; advances the state by ``t`` positions.
-        The logits are the caller's until the next step, which may overwrite them; a search may
-        overwrite them itself (beam search writes log-probabilities over them)."""
+        The logits are the caller's until the next step, which may overwrite them (a decoder
+        may reuse their memory); a search may overwrite them itself (beam search writes
+        log-probabilities over them)."""
         ...
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
@@ -58,7 +61,8 @@ class Decoder(Protocol):
         Source rows serve consecutive target rows: with ``B'`` target rows and ``N'`` source
         rows, target row ``r`` decodes source row ``r // (B'/N')`` (beam search: the ``K`` beams
         of a sentence share its one source row, and exchanging histories among them, or widening
-        from one row per sentence to ``K``, leaves the source side alone).
+        from one row per sentence to ``K``, leaves the source side alone). A decoder whose rows
+        each hold their own source side (:class:`Seq2SeqDecoder`) follows ``index`` alone.
         """
         ...
 
@@ -70,16 +74,12 @@ class Seq2SeqModel(Protocol):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
 
-    def init_cache(self, *, beams: bool = False) -> DecoderCache: ...
-
-    def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
-                    src_mask: Tensor | None = None) -> Tensor: ...
+    def init_cache(self) -> DecoderCache: ...
 
     def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor: ...
 
-    @property
-    def output_weight(self) -> Tensor: ...
+    def logits(self, h: Tensor) -> Tensor: ...
 
 
 class LanguageModel(Protocol):
@@ -92,39 +92,7 @@ class LanguageModel(Protocol):
 
     def init_cache(self) -> DecoderCache: ...
 
-    @property
-    def output_weight(self) -> Tensor: ...
-
-
-class _Projection:
-    """The output projection ``h @ Wᵀ`` of one decoding session.
-
-    Decoding multiplies a few rows by the wide ``(V, D)`` output matrix at every step; a
-    contiguous ``(D, V)`` copy of ``Wᵀ``, made once per session, makes that product up to ~3×
-    faster on CPUs than ``F.linear`` (which multiplies by the transposed view); inside
-    :func:`~fullrank.inference.layout.decoding_layout` every session shares the block's copy.
-    The logits are written into one buffer, reused while it is large enough, so that the step's
-    largest tensor (16 sentences × 4 beams × 10,000 words: 2.6 MB) is not a fresh allocation
-    whose pages the operating system maps again at every step: **a step's logits are valid
-    until the next step** (every search reads them before it steps again).
-    """
-
-    def __init__(self, weight: Tensor) -> None:
-        self.weight_t = transposed(weight)                               # (D, V)
-        self._out: Tensor | None = None
-
-    def __call__(self, h: Tensor) -> Tensor:
-        b, t, d = h.shape
-        shape = (b, t, self.weight_t.shape[1])
-        if (h.requires_grad or h.dtype != self.weight_t.dtype  # out= has no autograd, no casts
-                or torch.is_autocast_enabled(h.device.type)):
-            return h @ self.weight_t                                     # (B, t, V)
-        size = b * t * shape[2]
-        if self._out is None or self._out.numel() < size or self._out.device != h.device:
-            self._out = h.new_empty(size)  # rows only ever fewer: finished sentences leave
-        out = self._out[:size].view(b * t, -1)
-        torch.mm(h.reshape(b * t, d), self.weight_t, out=out)
-        return out.view(shape)                                           # (B, t, V)
+    def logits(self, h: Tensor) -> Tensor: ...
 
 
 def _check_eval(model: Seq2SeqModel | LanguageModel) -> None:
@@ -133,29 +101,13 @@ def _check_eval(model: Seq2SeqModel | LanguageModel) -> None:
                           "before decoding")
 
 
-def _source(src: Tensor, src_mask: Tensor | None) -> Tensor | None:
-    """The source mask to pass on: ``None`` when nothing is padded (the unmasked, faster path)."""
-    if src_mask is None:
-        return None
-    if src_mask.shape != src.shape or src_mask.dtype != torch.bool:
-        raise ConfigError(f"src_mask must be a bool tensor of the source's shape {tuple(src.shape)}, "
-                          f"got {src_mask.dtype} {tuple(src_mask.shape)}")
-    return None if bool(src_mask.all()) else src_mask
-
-
 class Seq2SeqDecoder:
     """Cached incremental decoding of an encoder-decoder over a batch of sources.
 
-    The source is encoded once, here. Beam search starts with one row per sentence and widens
-    to ``beam_size`` rows with :meth:`reorder` after the first step, so the first decoder step
-    and the cross-attention key/value projection run on ``B`` rows rather than ``B × beam``.
-    The source side stays at one row per sentence: cross-attention groups a sentence's beams
-    as queries of its one key/value row (:class:`~fullrank.layers.attention.MultiHeadAttention`),
-    which reads those keys and values once instead of once per beam (they are copied only
-    when finished sentences leave the batch). The target side does the same with
-    self-attention's keys (:class:`~fullrank.layers.kv_cache.BeamKVCache`): a sentence's beams
-    read all its beams' keys at once, each seeing its own history through a mask, so beam
-    search's reorder at every step moves a small table instead of copying every layer's cache.
+    The source is encoded once, here. Every decoder row keeps its own state: its rows of every
+    layer's key/value caches, of the encoder output and of the source mask, which
+    :meth:`reorder` selects (beam search widens one row per sentence to ``beam_size`` rows after
+    the first step, so the first step runs on ``B`` rows only).
 
     Args:
         model: an encoder-decoder in eval mode (duck-typed, see :class:`Seq2SeqModel`).
@@ -171,43 +123,35 @@ class Seq2SeqDecoder:
         _check_eval(model)
         self.model = model
         self.decode = model.decode if decode is None else decode
-        self.src_mask = _source(src, src_mask)                 # (B, S) or None
+        self.src_mask = source_padding(src, src_mask)           # (B, S) or None
         self.memory = model.encode(src, self.src_mask)         # (B, S, D)
-        self.cache = model.init_cache(beams=True)
-        self.project = _Projection(model.output_weight)
+        self.cache = model.init_cache()
         self.device = src.device
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``; appends to the self-attention cache."""
         h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
-        return self.project(h)
+        return self.model.logits(h)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
-        """Keep target rows ``index (B',)`` and source rows ``sources (N',)``; see
-        :meth:`Decoder.reorder`."""
-        for c in self.cache.self_attn:
-            c.reorder(index, sources=sources)
-        if sources is None:
-            return
-        for c in self.cache.cross_attn:
-            c.reorder(sources)
-        self.memory = self.memory.index_select(0, sources)       # (N', S, D)
+        """Keep rows ``index (B',)``: each row's caches, encoder output and source mask go with
+        it (``sources`` is not needed: every row holds its own source side)."""
+        self.cache.reorder(index)
+        self.memory = self.memory.index_select(0, index)         # (B', S, D)
         if self.src_mask is not None:
-            self.src_mask = self.src_mask.index_select(0, sources)  # (N', S)
+            self.src_mask = self.src_mask.index_select(0, index)  # (B', S)
 
 
 def compiled_decode(model: Seq2SeqModel, **options: Any) -> Callable[..., Tensor]:
     """``model.decode`` under ``torch.compile`` with dynamic shapes, for :class:`Seq2SeqDecoder`
-    (``decode=``): one compiled function serves every batch, whatever its rows, source length
-    and cache length.
+    and :class:`fullrank.fast.BeamDecoder` (``decode=``): one compiled function serves every
+    batch, whatever its rows, source length and cache length.
 
-    On a CPU the first decode compiles for about a minute (the Multi30k model, 2 threads: beam
-    about 65 s with Inductor's on-disk cache empty, six graphs as the beam cache fills and
+    On a CPU the first decode compiles for about a minute (several graphs as a cache fills and
     grows); afterwards a step skips much of eager PyTorch's per-operation cost
-    (``bench/decode.py --compile``, stop 26: 1.05–1.07× eager, 1.69× beam and 1.46× greedy
-    Hugging Face ``generate``). Worth it for long inputs, not for a test set that decodes in
-    seconds. Same outputs as eager decoding.
-    ``options`` go to ``torch.compile`` (e.g. ``backend="aot_eager"``: traced, not code-generated).
+    (``bench/decode.py --compile``, ``docs/speed.md``). Worth it for long inputs, not for a test
+    set that decodes in seconds. Same outputs as eager decoding. ``options`` go to
+    ``torch.compile`` (e.g. ``backend="aot_eager"``: traced, not code-generated).
     """
     return torch.compile(model.decode, **{"dynamic": True, **options})
 
@@ -216,39 +160,31 @@ class UncachedSeq2SeqDecoder:
     """Reference decoding without a target cache: every step runs the decoder over the whole
     target prefix (BOS included) and returns the logits of the newest positions.
 
-    Quadratic in the output length; it exists to check :class:`Seq2SeqDecoder` (same outputs)
-    and to serve as the benchmark's reference. The source is encoded once, as for the cached one.
+    Quadratic in the output length; it exists to check the cached decoders (same outputs) and
+    to serve as the benchmark's reference. The source is encoded once, as for the cached one.
     """
 
     @torch.inference_mode()
     def __init__(self, model: Seq2SeqModel, src: Tensor, src_mask: Tensor | None = None) -> None:
         _check_eval(model)
         self.model = model
-        self.src_mask = _source(src, src_mask)                          # (B, S) or None
+        self.src_mask = source_padding(src, src_mask)                   # (B, S) or None
         self.memory = model.encode(src, self.src_mask)                  # (B, S, D)
         self.prefix = src.new_empty(src.shape[0], 0)                     # (B, T)
-        self.project = _Projection(model.output_weight)
         self.device = src.device
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
         self.prefix = torch.cat([self.prefix, tokens], dim=1)           # (B, T + t)
-        # one copy of the source per target row: nothing grouped, the plain reference
-        group = self.prefix.shape[0] // self.memory.shape[0]
-        memory, src_mask = self.memory, self.src_mask
-        if group > 1:
-            memory = memory.repeat_interleave(group, dim=0)               # (B, S, D)
-            src_mask = None if src_mask is None else src_mask.repeat_interleave(group, dim=0)
-        h = self.model.decode(self.prefix, memory, src_mask=src_mask)   # (B, T + t, D)
-        return self.project(h[:, -tokens.shape[1]:])                     # (B, t, V)
+        h = self.model.decode(self.prefix, self.memory, src_mask=self.src_mask)  # (B, T + t, D)
+        return self.model.logits(h[:, -tokens.shape[1]:])               # (B, t, V)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
-        """Keep prefix rows ``index (B',)`` and source rows ``sources (N',)`` (memory, mask)."""
+        """Keep rows ``index (B',)`` of the prefix, the encoder output and the source mask."""
         self.prefix = self.prefix.index_select(0, index)
-        if sources is not None:
-            self.memory = self.memory.index_select(0, sources)
-            if self.src_mask is not None:
-                self.src_mask = self.src_mask.index_select(0, sources)
+        self.memory = self.memory.index_select(0, index)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, index)
 
 
 class LMDecoder:
@@ -262,12 +198,11 @@ class LMDecoder:
         _check_eval(model)
         self.model = model
         self.cache = model.init_cache()
-        self.project = _Projection(model.output_weight)
         self.device = torch.device(device) if device is not None else _param_device(model)
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``; a prompt may be fed in one step."""
-        return self.project(self.model.hidden(tokens, cache=self.cache))
+        return self.model.logits(self.model.hidden(tokens, cache=self.cache))
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index (B',)`` of the cache (a language model has no source side)."""
@@ -281,13 +216,12 @@ class UncachedLMDecoder:
         _check_eval(model)
         self.model = model
         self.prefix: Tensor | None = None                                # (B, T)
-        self.project = _Projection(model.output_weight)
         self.device = torch.device(device) if device is not None else _param_device(model)
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
         self.prefix = tokens if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
-        return self.project(self.model.hidden(self.prefix)[:, -tokens.shape[1]:])  # (B, t, V)
+        return self.model.logits(self.model.hidden(self.prefix)[:, -tokens.shape[1]:])  # (B, t, V)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index (B',)`` of the prefix (no source side)."""

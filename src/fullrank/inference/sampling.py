@@ -14,7 +14,6 @@ from torch import Tensor
 
 from fullrank.errors import ConfigError
 from fullrank.inference.decoders import Decoder
-from fullrank.inference.search import argmax_rows
 
 
 def check_sample_settings(*, max_new_tokens: int, temperature: float, top_k: int | None,
@@ -39,7 +38,7 @@ def next_token(logits: Tensor, *, temperature: float = 1.0, top_k: int | None = 
     with ``top_k``, all but the ``top_k`` largest are removed before sampling.
     """
     if temperature == 0.0:
-        return argmax_rows(logits)
+        return logits.argmax(dim=-1)
     logits = logits.float() / temperature                               # (B, V)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]                 # (B, 1)

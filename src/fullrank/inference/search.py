@@ -26,7 +26,7 @@ far, ``L`` the largest maximum length, ``n`` ``n_best``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +37,21 @@ from fullrank.errors import ConfigError
 from fullrank.inference.decoders import Decoder
 
 NEG_INF = float("-inf")
+
+# ``(x (N, M), k) → (values, indices)``, each ``(N, k)``: each row's k largest entries, best first
+TopK = Callable[[Tensor, int], tuple[Tensor, Tensor]]
+# ``x (N, M) → (N,)``: the column of each row's largest entry, the first among equals
+ArgMax = Callable[[Tensor], Tensor]
+
+
+def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """``x.topk(k, dim=1)``: the default :data:`TopK`."""
+    return x.topk(k, dim=1)
+
+
+def row_argmax(x: Tensor) -> Tensor:
+    """``x.argmax(dim=1)``: the default :data:`ArgMax`."""
+    return x.argmax(dim=1)
 
 
 @dataclass(frozen=True)
@@ -102,7 +117,8 @@ def _check(batch_size: int, bos_id: int, eos_id: int, min_len: int) -> None:
 
 @torch.inference_mode()
 def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int,
-                  max_len: Tensor | Sequence[int] | int, min_len: int = 0) -> list[list[int]]:
+                  max_len: Tensor | Sequence[int] | int, min_len: int = 0,
+                  argmax: ArgMax = row_argmax) -> list[list[int]]:
     """Pick the most likely next token until EOS or the maximum length.
 
     Args:
@@ -113,6 +129,8 @@ def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int
         max_len: most tokens generated per sentence, EOS included: an int or ``(B,)``.
         min_len: EOS is impossible while fewer than ``min_len`` tokens exist (``min_len ≥
             max_len`` suppresses it, so every output has exactly ``max_len`` tokens).
+        argmax: how the largest logit of each row is found (``argmax(dim=1)``;
+            :func:`fullrank.fast.argmax_rows` gives the same, faster on CPUs).
 
     Returns:
         ``B`` lists of token ids, in the order of the batch.
@@ -132,7 +150,7 @@ def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int
             _check_vocab(logits, bos_id, eos_id)
         if t < min_len:
             logits[:, eos_id] = NEG_INF
-        nxt = argmax_rows(logits)                                 # (N,)
+        nxt = argmax(logits)                                      # (N,)
         seqs = torch.cat([seqs, nxt[:, None]], dim=1)             # (N, t + 1)
         done = (nxt == eos_id) | (limit <= t + 1)                 # (N,)
         if bool(done.any()):
@@ -151,7 +169,7 @@ def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int
 @torch.inference_mode()
 def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: int, eos_id: int,
                 max_len: Tensor | Sequence[int] | int, alpha: float = 0.6, n_best: int = 1,
-                min_len: int = 0) -> list[list[Hypothesis]]:
+                min_len: int = 0, topk: TopK = row_topk) -> list[list[Hypothesis]]:
     """Batched beam search with the GNMT length penalty; see the module docstring.
 
     Args:
@@ -166,6 +184,9 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         alpha: length-penalty exponent α; 0 ranks by log-probability alone.
         n_best: hypotheses returned per sentence (``≤ beam_size``).
         min_len: EOS is impossible while fewer than ``min_len`` tokens exist.
+        topk: how the ``2K`` best of each sentence's ``Kc·V`` candidates are found
+            (``topk(k, dim=1)``; :func:`fullrank.fast.topk_rows` gives the same values, faster
+            on CPUs).
 
     Returns:
         For each sentence, up to ``n_best`` distinct :class:`Hypothesis`, best score first.
@@ -214,7 +235,7 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         cand = logp.view(n, kc, vocab).add_(alive_lp[:, :, None]).view(n, kc * vocab)  # (N, Kc·V)
         if kc * vocab < 2 * k:  # tiny vocabularies: pad with impossible candidates
             cand = F.pad(cand, (0, 2 * k - kc * vocab), value=NEG_INF)
-        top_lp, top_idx = topk_rows(cand, 2 * k)                  # (N, 2K), best first
+        top_lp, top_idx = topk(cand, 2 * k)                       # (N, 2K), best first
         top_beam = (top_idx // vocab).clamp_(max=kc - 1)          # (N, 2K) beam it extends
         top_tok = top_idx % vocab                                 # (N, 2K) token it appends
         last = limit <= t + 1                                     # (N,) at maximum length
@@ -259,58 +280,6 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         kc = k
         tokens = tok.reshape(-1, 1)                               # (N·K, 1)
     return out
-
-
-# Block width of :func:`topk_rows` and :func:`argmax_rows`; rows narrower than
-# ``4·k·TOPK_BLOCK`` use ``torch.topk`` (``max`` for the argmax).
-TOPK_BLOCK = 64
-
-
-def argmax_rows(x: Tensor) -> Tensor:
-    """The column of each row's largest entry of ``x (N, M)`` → ``(N,)``, the first among equals:
-    ``x.argmax(dim=1)``, through block maxima as in :func:`topk_rows`: the first block holding
-    the row's maximum (``amax`` over blocks of :data:`TOPK_BLOCK` entries, which is several times
-    faster on CPUs than a reduction that also tracks positions), then the first maximum inside
-    it. Greedy decoding's 16 × 10,000 logits on 2 threads: 34 µs against ``max``'s 43 µs and
-    ``argmax``'s 48 µs."""
-    n, m = x.shape
-    b = TOPK_BLOCK
-    if m < 4 * b or x.stride(1) != 1:
-        return x.max(dim=1).indices
-    full = m - m % b
-    block_max = x[:, :full].view(n, full // b, b).amax(dim=2)           # (N, M/b)
-    if full < m:  # the ragged tail is one more block
-        block_max = torch.cat([block_max, x[:, full:].amax(dim=1, keepdim=True)], dim=1)
-    start = block_max.max(dim=1).indices * b                            # (N,) its first column
-    cols = (start[:, None] + torch.arange(b, device=x.device)).clamp_(max=m - 1)  # (N, b)
-    return start + x.gather(1, cols).max(dim=1).indices
-
-
-def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The ``k`` largest entries of each row of a wide ``x (N, M)``, best first: ``x.topk(k,
-    dim=1)``, computed through block maxima.
-
-    The ``k`` largest entries of a row lie in the ``k`` blocks (of :data:`TOPK_BLOCK` entries)
-    with the largest maxima — any entry outside them is beaten by those ``k`` maxima — so one
-    pass of ``amax`` over the blocks and a top-k over ``k`` blocks (and the ragged tail) replace a
-    top-k over all ``M``: for beam search's ``16 × 40,000`` candidates (beam 4, vocabulary
-    10,000) 128 µs instead of 400 µs on 2 CPU threads (133 µs instead of 1 ms on one). The values
-    equal ``torch.topk``'s; among equal values the indices may differ. Returns ``(values,
-    indices)``, each ``(N, k)``.
-    """
-    n, m = x.shape
-    b = TOPK_BLOCK
-    if m < 4 * k * b or x.stride(1) != 1:
-        return x.topk(k, dim=1)
-    full = m - m % b
-    blocks = x[:, :full].view(n, full // b, b)                          # (N, M/b, b)
-    pick = blocks.amax(dim=2).topk(k, dim=1).indices                    # (N, k) best blocks
-    chosen = blocks.gather(1, pick[:, :, None].expand(-1, -1, b)).view(n, k * b)  # (N, k·b)
-    values, j = torch.cat([chosen, x[:, full:]], dim=1).topk(k, dim=1)  # (N, k)
-    in_block = j < k * b
-    index = torch.where(in_block, pick.gather(1, (j // b).clamp_(max=k - 1)) * b + j % b,
-                        full + j - k * b)                               # (N, k) column in x
-    return values, index
 
 
 def _score_dtype(logits: Tensor) -> torch.dtype:

@@ -18,14 +18,12 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from fullrank import fast
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
-from fullrank.inference.decoders import EnsembleDecoder, Seq2SeqDecoder, compiled_decode
-from fullrank.inference.layout import decoding_layout
+from fullrank.inference.decoders import EnsembleDecoder, compiled_decode
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
-from fullrank.inference.workers import map_batches, plan_batches
 from fullrank.output import progress as progress_bar
-from fullrank.runtime import fast_matmul
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +86,12 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             minute of compiling first on a CPU, then faster steps; the same translations.
         workers: batches decoded at once on a CPU, each in its own thread with an equal share
             of PyTorch's threads, never more workers than threads
-            (:func:`~fullrank.inference.workers.map_batches`); on a GPU one batch at a time
-            whatever this says. With several workers the lines are shared out in a multiple of
-            that many batches of (nearly) equal size, at most ``batch_size`` each
-            (:func:`~fullrank.inference.workers.plan_batches`): 17 lines are batches of 9 and
-            8 for 2 workers; lines that fit one batch stay one. Each batch decodes exactly as it
-            would alone: the same translations for any number of workers.
+            (:func:`fullrank.fast.map_batches`); on a GPU one batch at a time whatever this
+            says. With several workers the lines are shared out in a multiple of that many
+            batches of (nearly) equal size, at most ``batch_size`` each
+            (:func:`fullrank.fast.plan_batches`): 17 lines are batches of 9 and 8 for 2
+            workers; lines that fit one batch stay one. Each batch decodes exactly as it would
+            alone: the same translations for any number of workers.
         processes: with ``workers > 1``, workers are processes forked from this one instead of
             threads (Linux; threads elsewhere): faster, as the Python between operations then
             runs in parallel too; call it from a program that can fork (no CUDA in use).
@@ -102,9 +100,9 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             is cut to the first ``max_len − 1`` tokens and a warning naming its line and lengths
             is logged (``logging``, to stderr unless configured), one per such line.
 
-    CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
-    (:mod:`fullrank.runtime`), and the model's linear weights are stored column-major
-    (:func:`~fullrank.inference.layout.decoding_layout`; restored on return).
+    Decoding runs on the speed engine: inside ``fast.cpu(model, decoding=True)`` (oneDNN's
+    float32 products where they stay exact, packed or column-major weights; all restored on
+    return), with :class:`fullrank.fast.BeamDecoder` and the engine's top-k.
     """
     check_settings(beam=beam, n_best=n_best, batch_size=batch_size, a=a, b=b, workers=workers)
     models = [model] if isinstance(model, nn.Module) else list(model)
@@ -115,9 +113,9 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
                           "compile (--workers 1 with --compile)")
     if next(models[0].parameters()).device.type != "cpu":
         workers = 1  # CPU threads share out a CPU; a GPU takes one (larger) batch at a time
-    with fast_matmul(), contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as stack:
         for m in models:
-            stack.enter_context(decoding_layout(m))
+            stack.enter_context(fast.cpu(m, decoding=True))
         return _translate(models, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
                           batch_size=batch_size, n_best=n_best, progress=progress,
                           compile=compile, workers=workers, processes=processes,
@@ -144,7 +142,7 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
                     f"max_len={max_len}: only its first {max_len - 1} are translated")
     todo.sort(key=lambda i: -len(encoded[i]))
     decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]
-    batches = plan_batches(todo, batch_size, workers)
+    batches = fast.plan_batches(todo, batch_size, workers)
 
     def run(batch: list[int]) -> list[list[str]]:
         """The ``n_best`` translations of each line of ``batch`` (indices into ``lines``)."""
@@ -156,20 +154,21 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
         src_mask = src != tokenizer.pad_id
         src, src_mask = src.to(device), src_mask.to(device)
         lengths = max_output_len([len(s) - 1 for s in seqs], a=a, b=b).clamp(max=max_len)
-        members = [Seq2SeqDecoder(m, src, src_mask, decode=f)  # type: ignore[arg-type]
-                   for m, f in zip(models, decode)]
+        members = [fast.BeamDecoder(m, src, src_mask, decode=f) for m, f in zip(models, decode)]
         decoder = members[0] if len(members) == 1 else EnsembleDecoder(members)
         if beam == 1:
             outs = greedy_search(decoder, batch_size=len(seqs), bos_id=tokenizer.bos_id,
-                                 eos_id=tokenizer.eos_id, max_len=lengths)
+                                 eos_id=tokenizer.eos_id, max_len=lengths,
+                                 argmax=fast.argmax_rows)
             return [[tokenizer.decode(ids)] * n_best for ids in outs]
         hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=tokenizer.bos_id,
-                           eos_id=tokenizer.eos_id, max_len=lengths, alpha=alpha, n_best=n_best)
+                           eos_id=tokenizer.eos_id, max_len=lengths, alpha=alpha, n_best=n_best,
+                           topk=fast.topk_rows)
         return [[tokenizer.decode(h.tokens) for h in sentence] for sentence in hyps]
 
     bar = progress_bar(total=len(batches), desc="translate", unit="batch", enabled=progress)
     # the decoded batches lead the zip, so that their generator runs to its end (and tidies up)
-    for translations, batch in zip(map_batches(run, batches, workers, processes=processes),
+    for translations, batch in zip(fast.map_batches(run, batches, workers, processes=processes),
                                    batches):
         for i, t in zip(batch, translations):
             results[i] = t

@@ -16,6 +16,7 @@ Masks follow :mod:`fullrank.layers.masks`: boolean, ``True`` = may attend, broad
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +25,8 @@ from torch import Tensor, nn
 
 from fullrank.errors import ConfigError
 from fullrank.layers.kv_cache import KVCache
-from fullrank.layers.linear import Linear, linear
-from fullrank.layers.masks import causal_mask, combine
-from fullrank.runtime import fast_matmul_active, run_exact
+from fullrank.layers.linear import Linear
+from fullrank.layers.masks import causal_at_end, causal_mask, combine
 
 
 def resolve_head_sizes(d_model: int, n_heads: int, d_head: int | None,
@@ -104,32 +104,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_ca
 # FlashAttention (CUDA) accepts head sizes up to this; larger ones take the chunked path below.
 FUSED_MAX_HEAD = 256
 
-# How attention runs on a CPU (measured forward + backward, 2 threads, float32):
-# - With attention dropout, scaled_dot_product_attention has no fused CPU kernel and falls back
-#   to its own written-out path, no faster than attend(): attend() runs.
-# - Under fullrank.runtime.fast_matmul, attend()'s products go through oneDNN and get faster, while
-#   the fused kernel's block products get slower (they run at full precision instead: run_exact).
-#   Up to this many score elements per head (T·S) attend() is then as fast or faster (32 tokens:
-#   0.8× the fused kernel's time; 96 tokens: about equal; 256 tokens: the fused kernel 2.6×
-#   faster).
-# - Otherwise the fused kernel: without fast_matmul it is faster at every length measured (16 to
-#   256 tokens, 1.2–2.9×), it keeps memory linear in the length, and a single query row (a cached
-#   decoding step) reads the cache's strided keys and values in place, where attend() under
-#   oneDNN first copies them (about 4× slower at 50 cached positions).
-CPU_WRITTEN_OUT_MAX_BLOCK = 96 * 96
-
-# - A decoding step of beam search asks with a handful of query rows (a sentence's beams, grouped
-#   over its cached keys: 4 for beam 4) and no gradients. Written out at full float32 precision
-#   (run_exact), PyTorch's default path multiplies the cache's strided keys and values in place,
-#   where oneDNN first copies them and pays its own per-call cost: q·kᵀ of 16 sentences × 4
-#   heads, 4 beams, 45 positions × 4 slots: 67 µs against 190 µs; a whole beam decode (16 × 30
-#   → 50 tokens, 2 threads) 5.6% faster, the same outputs. Up to this many query rows:
-CPU_EXACT_MAX_QUERIES = 8
-
-# Scores held at once by chunked_attention's default blocks: 2^27 (256 MiB in bf16). On an H200,
-# forward + backward at d_head 512–1024, n 4096, batch 4: 246–336 TFLOP/s with such blocks,
-# 128–183 with blocks of 256 queries, ≤ 47 for the memory-efficient and math kernels
-# (bench/results/gpu-lm-attention.md).
+# Scores held at once by chunked_attention's default blocks: 2^27 (256 MiB in bf16); larger
+# blocks make larger, faster matrix products (docs/speed.md has the measurements).
 CHUNK_SCORES = 1 << 27
 
 
@@ -181,52 +157,57 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_
     return out
 
 
-def _written_out_on_cpu(q: Tensor, k: Tensor, dropout_p: float) -> bool:
-    """Whether ``q (B, H, T, Dh)`` (``T > 1``) against ``k (B, H, S, Dh)`` on a CPU runs faster
-    written out (:func:`attend`) than in the fused kernel — the rules above
-    :data:`CPU_WRITTEN_OUT_MAX_BLOCK`."""
-    return dropout_p > 0.0 or (fast_matmul_active()
-                               and q.shape[-2] * k.shape[-2] <= CPU_WRITTEN_OUT_MAX_BLOCK)
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                    is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
+    """:func:`torch.nn.functional.scaled_dot_product_attention` (FlashAttention, cuDNN or the
+    memory-efficient kernel where available, never materialising the ``(B, H, T, S)`` scores),
+    or, on CUDA for head sizes above :data:`FUSED_MAX_HEAD`, which no fused kernel accepts,
+    :func:`chunked_attention` (memory linear in the length). Shapes as :func:`attend`."""
+    if q.is_cuda and max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD:
+        return chunked_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          is_causal=is_causal)
+
+
+# (q, k, v, mask, is_causal, dropout_p) → (B, H, T, Dv): ScaledDotProduct.forward's arguments
+AttentionKernel = Callable[[Tensor, Tensor, Tensor, "Tensor | None", bool, float], Tensor]
 
 
 class ScaledDotProduct(nn.Module):
     """The parameter-free core of attention: ``(q, k, v) → softmax(q kᵀ/√Dh) v``.
 
-    It is a module of its own so that diagnostics can observe ``q``, ``k`` and the mask with a
-    forward hook (:func:`fullrank.analysis` captures) while the model runs on the fused path.
-    ``fused=True`` calls :func:`torch.nn.functional.scaled_dot_product_attention` (FlashAttention
-    or the memory-efficient kernel where available, never materialising ``(B, H, T, S)`` scores;
-    on CUDA, head sizes above :data:`FUSED_MAX_HEAD` go to :func:`chunked_attention` instead,
-    which keeps memory linear in the length; on CPUs, attention with dropout and, under
-    :func:`fullrank.runtime.fast_matmul`, short sequences go to :func:`attend`, which is faster
-    there, and a decoding step's few query rows to :func:`attend` at full float32 precision —
-    the rules above :data:`CPU_WRITTEN_OUT_MAX_BLOCK` and :data:`CPU_EXACT_MAX_QUERIES`);
-    ``fused=False`` always calls :func:`attend`.
+    The one place where attention picks its kernel: ``fused=True`` runs :func:`fused_attention`,
+    ``fused=False`` the written-out :func:`attend`; both compute the same function (tested
+    against each other and against float64). It is a module of its own so that diagnostics can
+    observe ``q``, ``k`` and the mask with a forward hook (:func:`fullrank.analysis` captures)
+    while the model runs on the fused path.
+
+    ``kernel`` is the seam for a speed engine: when set (a function with :meth:`forward`'s
+    arguments), a fused core calls it instead. :func:`fullrank.fast.cpu` sets it on every fused
+    core of a model inside its block, to choose per call between the written-out and the fused
+    kernel on CPUs, and removes it on exit. A kernel must compute the same function.
     """
 
     def __init__(self, *, fused: bool = True) -> None:
         super().__init__()
         self.fused = fused
+        self.kernel: AttentionKernel | None = None
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                 is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
-        """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``."""
-        if self.fused and q.is_cuda and max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD:
-            return chunked_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
-        cpu_queries = q.device.type == "cpu" and q.shape[-2] > 1  # the CPU rules apply
-        if self.fused and cpu_queries and not _written_out_on_cpu(q, k, dropout_p):
-            return run_exact(F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
-                             is_causal=is_causal)  # no dropout here: see the rules
-        if self.fused and not cpu_queries:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                                  is_causal=is_causal)
-        if (self.fused and cpu_queries and q.shape[-2] <= CPU_EXACT_MAX_QUERIES
-                and not (q.requires_grad or k.requires_grad or v.requires_grad)):
-            return run_exact(attend, q, k, v, mask=mask, is_causal=is_causal,
-                             dropout_p=dropout_p)  # a decoding step: see the rules
-        out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
-        assert isinstance(out, Tensor)
-        return out
+        """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``;
+        ``mask`` and ``is_causal`` as in :func:`attend`."""
+        if not self.fused:
+            out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
+            assert isinstance(out, Tensor)
+            return out
+        if self.kernel is not None:
+            return self.kernel(q, k, v, mask, is_causal, dropout_p)
+        return fused_attention(q, k, v, mask, is_causal, dropout_p)
+
+    def extra_repr(self) -> str:
+        kernel = "" if self.kernel is None else f", kernel={self.kernel.__qualname__}"
+        return f"fused={self.fused}{kernel}"
 
 
 class MultiHeadAttention(nn.Module):
@@ -284,8 +265,8 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, x: Tensor, memory: Tensor | None = None,
                     cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Project to per-head ``q (B, H, T, Dh)``, ``k (N, H, S, Dh)``, ``v (N, H, S, Dv)``
-        (``N = B``, except for a cross-attention cache holding fewer rows: see :meth:`_grouped`).
+        """Project to per-head ``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)``
+        (with a cache: the keys and values it returns).
 
         Self-attention (``memory is None``) appends the new keys/values to ``cache``;
         cross-attention computes them from ``memory (B, S, D)`` once and stores them in ``cache``.
@@ -300,16 +281,16 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
             return q, k, v
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        q = self._split_heads(linear(x, w[:hd], None if b is None else b[:hd]), self.d_head)
+        product = self.qkv_proj.product  # the q rows, then the [k; v] rows of the fused matrix
+        q = self._split_heads(product(x, w[:hd], None if b is None else b[:hd]), self.d_head)
         if cache is not None and not cache.is_empty:
             return q, cache.keys, cache.values
-        kv = linear(memory, w[hd:], None if b is None else b[hd:])  # (B, S, H·(Dh+Dv))
+        kv = product(memory, w[hd:], None if b is None else b[hd:])  # (B, S, H·(Dh+Dv))
         k, v = kv.split([hd, self.n_heads * self.d_value], dim=-1)
         k, v = self._split_heads(k, self.d_head), self._split_heads(v, self.d_value)
         if cache is not None:
-            # contiguous once, so that every later step reads them in place: as strided views of
-            # ``kv`` the written-out path copied both at every step (kᵀ 119 µs + v 44 µs per
-            # layer and step in a beam decode, 16 sentences × 30 source tokens)
+            # contiguous once, so that every later step reads them in place rather than
+            # copying the strided views of ``kv``
             k, v = cache.store(k.contiguous(), v.contiguous())
         return q, k, v
 
@@ -321,11 +302,11 @@ class MultiHeadAttention(nn.Module):
             x: queries' source ``(B, T, D)``.
             memory: keys'/values' source ``(B, S, D)`` for cross-attention, else ``None``.
             mask: boolean ``True`` = may attend, broadcastable to ``(B, H, T, S)``; with a cache,
-                ``S`` counts the cached positions too; with a cross-attention cache of ``N < B``
-                rows, to ``(N, H, T, S)`` (one row per key/value row).
+                ``S`` counts the cached positions too.
             is_causal: causal self-attention. With a cache the ``T`` new queries sit at the end
                 of the ``S`` keys (query ``i`` sees keys ``≤ S - T + i``).
-            cache: incremental-decoding cache of this module, or ``None``.
+            cache: incremental-decoding cache of this module, or ``None``; the cache runs the
+                core over its keys (:meth:`KVCache.attend`).
 
         Returns:
             ``(B, T, D)``.
@@ -333,53 +314,15 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         q, k, v = self.project_qkv(x, memory, cache)
         dropout_p = self.dropout if self.training else 0.0
-        visible = cache.visible_bias(t) if cache is not None and memory is None else None
-        if visible is not None:  # a beam cache: each group's keys shared by its rows
-            if mask is not None:
-                raise ConfigError("a self-attention mask cannot be combined with a beam-search "
-                                  "cache (BeamKVCache); decode without target padding")
-            out = self._grouped(q, k, v, visible, False, dropout_p, mask_rows_grouped=True)
+        if cache is not None:
+            out = cache.attend(self.core, q, k, v, mask=mask, is_causal=is_causal,
+                               dropout_p=dropout_p)
         else:
-            s = k.shape[2]
-            if is_causal and (t == 1 or mask is not None or s != t):
-                # A single newest query sees every key; otherwise write the (offset) causal mask.
-                if t > 1:
-                    mask = combine(mask, causal_mask(t, s, device=x.device))
-                is_causal = False
-            if k.shape[0] != b:  # fewer key/value rows than query rows: grouped queries
-                out = self._grouped(q, k, v, mask, is_causal, dropout_p)
-            else:
-                out = self.core(q, k, v, mask, is_causal, dropout_p)  # (B, H, T, Dv)
+            mask, is_causal = causal_at_end(mask, is_causal, t, k.shape[2], device=x.device)
+            out = self.core(q, k, v, mask, is_causal, dropout_p)               # (B, H, T, Dv)
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_value)
         return self.out_proj(out)
 
-    def _grouped(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                 dropout_p: float, *, mask_rows_grouped: bool = False) -> Tensor:
-        """Attention of ``q (B, H, T, Dh)`` to ``k (N, H, S, Dh)``, ``v (N, H, S, Dv)`` where
-        ``B = g·N`` and query rows ``i·g … i·g + g − 1`` all attend to key/value row ``i`` —
-        beam search's ``g`` beams of a sentence over its one cross-attention cache row, or over
-        its beams' shared self-attention keys (:class:`~fullrank.layers.kv_cache.BeamKVCache`).
-        The ``g`` rows become ``g·T`` queries of one row: the same result as copying the keys
-        and values ``g`` times, which this reads once. ``mask`` broadcastable to
-        ``(N, H, T, S)``, or, with ``mask_rows_grouped``, to ``(N, H, g·T, S)`` (a row per
-        grouped query, in :meth:`BeamKVCache.visible`'s order; a boolean mask or an additive
-        bias). Returns ``(B, H, T, Dv)``."""
-        b, h, t, dh = q.shape
-        n = k.shape[0]
-        if b % n or is_causal:
-            raise ConfigError(f"attention got {b} query rows for {n} key/value rows; grouped "
-                              f"queries need a multiple of them, and no causal mask")
-        g = b // n
-        if mask is not None and mask.dim() == 4 and mask.shape[0] not in (1, n):
-            raise ConfigError(f"grouped attention: the mask has {mask.shape[0]} rows, expected "
-                              f"1 or {n} (one per key/value row)")
-        if (not mask_rows_grouped and mask is not None and mask.dim() >= 2
-                and mask.shape[-2] > 1):  # a row per query position: the same for each member
-            mask = mask.repeat(*([1] * (mask.dim() - 2)), g, 1)                # (…, g·T, S)
-        qg = q.reshape(n, g, h, t, dh).transpose(1, 2).reshape(n, h, g * t, dh)  # (N, H, g·T, Dh)
-        out = self.core(qg, k, v, mask, False, dropout_p)                      # (N, H, g·T, Dv)
-        return out.reshape(n, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)
-
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
-                f"d_value={self.d_value}, fused={self.core.fused}")
+                f"d_value={self.d_value}")

@@ -10,7 +10,7 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fullrank.layers.linear import Linear, linear
+from fullrank.layers.linear import Linear
 
 Activation = Literal["relu", "gelu"]
 
@@ -40,9 +40,6 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, D) → (B, T, D)``."""
-        if self.activation == "relu":  # one call, the packed kernel fusing the ReLU (fc1's
-            # parameters are used directly, so hooks on the fc1 module do not run here)
-            h = linear(x, self.fc1.weight, self.fc1.bias, relu=True)  # (B, T, F)
-        else:
-            h = F.gelu(self.fc1(x))
+        h = self.fc1(x)                                                  # (B, T, F)
+        h = F.relu(h) if self.activation == "relu" else F.gelu(h)
         return self.fc2(self.dropout(h) if self.dropout.training else h)  # eval: no call

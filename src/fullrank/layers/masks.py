@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fullrank.errors import ConfigError
+
 
 def padding_mask(keep: Tensor) -> Tensor:
     """Turn a per-token mask ``(B, S)`` (``True`` = real token) into a key mask ``(B, 1, 1, S)``."""
@@ -43,3 +45,29 @@ def combine(*masks: Tensor | None) -> Tensor | None:
             continue
         out = m if out is None else out & m
     return out
+
+
+def causal_at_end(mask: Tensor | None, is_causal: bool, t: int, s: int, *,
+                  device: torch.device) -> tuple[Tensor | None, bool]:
+    """Causality for ``T`` new queries at the end of ``S`` keys (a cache holds the ``S − T``
+    earlier positions), as the ``(mask, is_causal)`` that
+    :func:`torch.nn.functional.scaled_dot_product_attention` takes, whose ``is_causal`` aligns
+    the queries at the top left: kept where the two agree (``T = S``, no other mask); a single
+    newest query sees every key (nothing to mask); otherwise the offset :func:`causal_mask` is
+    folded into ``mask``."""
+    if not is_causal or (t == s and t > 1 and mask is None):
+        return mask, is_causal
+    if t > 1:
+        mask = combine(mask, causal_mask(t, s, device=device))
+    return mask, False
+
+
+def source_padding(src: Tensor, keep: Tensor | None) -> Tensor | None:
+    """The padding mask of ``src (B, S)`` to pass on: ``keep (B, S)`` bool (``True`` = real
+    token), or ``None`` when nothing is padded (the unmasked, faster path)."""
+    if keep is None:
+        return None
+    if keep.shape != src.shape or keep.dtype != torch.bool:
+        raise ConfigError(f"src_mask must be a bool tensor of the source's shape "
+                          f"{tuple(src.shape)}, got {keep.dtype} {tuple(keep.shape)}")
+    return None if bool(keep.all()) else keep

@@ -129,10 +129,9 @@ class EncoderDecoder(nn.Module):
         h = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask)
         return h if hidden_only else self.logits(h)
 
-    def init_cache(self, *, beams: bool = False) -> DecoderCache:
-        """Empty decoder caches; ``beams``: self-attention caches for beam search, reordered
-        within a sentence's beams without copying (:class:`~fullrank.layers.kv_cache.BeamKVCache`)."""
-        return DecoderCache.empty(len(self.decoder), cross=True, beams=beams)
+    def init_cache(self) -> DecoderCache:
+        """Empty decoder caches: self- and cross-attention, one of each per decoder layer."""
+        return DecoderCache.empty(len(self.decoder), cross=True)
 
     def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
                     src_mask: Tensor | None = None) -> Tensor:

@@ -91,8 +91,10 @@ def run_bert(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool 
         assert valid is not None
         return task.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=limit)
 
-    result = train(model, task, batches, cfg, dist=run.dist, out=out, resume_from=run.resume_from,
-                   progress=progress, evaluate=evaluate if valid else None)
+    with run.engine(model):
+        result = train(model, task, batches, cfg, dist=run.dist, out=out,
+                       resume_from=run.resume_from, progress=progress, d_model=model_cfg.d_model,
+                       evaluate=evaluate if valid else None)
     teardown()
     report = run.report(result, model_cfg, out)
     if run.dist.is_main:

@@ -12,7 +12,7 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError
 from fullrank.paths import check_output_dir
 from fullrank.recipes.config import ExperimentConfig
-from fullrank.runtime import num_threads
+from fullrank.fast.workers import num_threads
 from fullrank.training.checkpoints import (check_readable, newest_readable, remove_temporaries,
                                            resolve)
 from fullrank.training.distributed import DistInfo, barrier

@@ -4,6 +4,7 @@ line; and writing ``results.json`` and the curves at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ import torch
 from rich.console import Console
 from torch import nn
 
+from fullrank import fast
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.errors import ConfigError
 from fullrank.models import build_model
@@ -22,7 +24,6 @@ from fullrank.models.encoder import EncoderConfig
 from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
 from fullrank.recipes.config import ExperimentConfig, resolved_yaml
 from fullrank.recipes.init import Start, find_start, init_weights, start_config
-from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, setup
 from fullrank.training.loop import RunOutput, TrainResult
@@ -72,8 +73,8 @@ class EncoderRun:
             f"d_model {cfg.d_model} · {cfg.n_heads} heads × d_head {dh} · seq_len {cfg.seq_len} · "
             f"{self.tok.kind} vocabulary of {self.tok.vocab_size}", soft_wrap=True)
         if self.dist.device.type == "cpu":
-            self.console.print(matmul_summary(self.exp.train.fast_matmul, self.exp.train.precision))
-            self.console.print(memory_summary())
+            self.console.print(fast.matmul_summary(self.exp.train.fast_matmul, self.exp.train.precision))
+            self.console.print(fast.memory_summary())
         self.say(data_line + (f" · resuming from {self.resume_from.name}" if self.resume_from else ""))
 
     def output(self, cfg: EncoderConfig, **extra: Any) -> RunOutput:
@@ -81,6 +82,11 @@ class EncoderRun:
         (:meth:`meta`) and the resolved ``config.yaml``."""
         return RunOutput(self.run_dir, cfg, self.tok, self.meta(**extra),
                          config_yaml=resolved_yaml(self.exp, cfg))
+
+    def engine(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """The speed engine around training ``model`` (:func:`fullrank.fast.cpu`; oneDNN's
+        products only on the CPU and where ``train.fast_matmul`` asks for them)."""
+        return fast.cpu(model, onednn=self.exp.train.fast_matmul and self.dist.device.type == "cpu")
 
     def meta(self, **extra: Any) -> dict[str, Any]:
         """What every checkpoint of the run records besides the weights."""

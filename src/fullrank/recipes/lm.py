@@ -14,11 +14,11 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from fullrank import fast
 from fullrank.data.corpus import tokenize_file
 from fullrank.data.lm import LMBlocks, check_world
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.inference.decoders import LMDecoder
-from fullrank.inference.layout import decoding_layout
 from fullrank.inference.sampling import sample
 from fullrank.models import build_model
 from fullrank.output import console as make_console
@@ -26,7 +26,6 @@ from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps
                                      parallel_batch, parallel_line, prepare_tokenizer)
 from fullrank.recipes.init import find_start, init_weights, start_config
 from fullrank.recipes.config import ExperimentConfig, resolved_yaml
-from fullrank.runtime import fast_matmul, matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, barrier, setup, sharded, teardown
 from fullrank.training.loop import RunOutput, train
@@ -94,8 +93,8 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       f"layers · d_model {model_cfg.d_model} · {model_cfg.n_heads} heads × d_head "
                       f"{dh} · seq_len {model_cfg.seq_len} · vocab {tok.vocab_size} ({tok.kind})")
         if dist.device.type == "cpu":
-            console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
-            console.print(memory_summary())
+            console.print(fast.matmul_summary(cfg.fast_matmul, cfg.precision))
+            console.print(fast.memory_summary())
         console.print(f"data: {len(train_ids):,} training tokens ({len(data):,} batches of "
                       f"{cfg.batch_size}×{model_cfg.seq_len + 1} per epoch)"
                       + (f" · resuming from {start.name}" if start else ""))
@@ -105,10 +104,12 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                     {"task": "lm", "experiment": exp.to_dict(), "data": {
                         "eos_per_line": exp.data.eos_per_line}},
                     config_yaml=resolved_yaml(exp, model_cfg))
-    result = train(model, task, data, cfg, dist=dist, out=out, resume_from=start,
-                   progress=progress,
-                   evaluate=(lambda m: evaluate_split(valid_ids, exp.data.valid or "", cfg.eval_batches))
-                   if valid_ids is not None else None)
+    with fast.cpu(model, onednn=cfg.fast_matmul and dist.device.type == "cpu"):
+        result = train(model, task, data, cfg, dist=dist, out=out, resume_from=start,
+                       progress=progress, d_model=model_cfg.d_model,
+                       evaluate=(lambda m: evaluate_split(valid_ids, exp.data.valid or "",
+                                                          cfg.eval_batches))
+                       if valid_ids is not None else None)
     teardown()  # every rank together; what follows is rank 0's alone
     if sharded(dist, cfg.parallel) and dist.is_main:
         # the trained weights were spread over the ranks, which have left: rank 0 goes on with
@@ -150,7 +151,7 @@ def generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_t
     The model sees at most ``seq_len`` positions, so a long sample is drawn in windows: when the
     context is full, decoding restarts (a fresh cache) from the last ``seq_len // 2`` tokens.
     """
-    with fast_matmul(), decoding_layout(model):
+    with fast.cpu(model, decoding=True):
         return _generate_text(model, tok, prompt, max_new_tokens, temperature, top_k, seed)
 
 

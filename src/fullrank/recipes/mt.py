@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from torch import nn
 
+from fullrank import fast
 from fullrank.data.bpe_dropout import VARIANTS, BPEDropout
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
@@ -29,7 +30,6 @@ from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps
                                      parallel_batch, parallel_line, prepare_tokenizer)
 from fullrank.recipes.init import find_start, init_weights, start_config
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, resolved_yaml
-from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, setup, sharded, teardown
@@ -138,8 +138,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       f"{model_cfg.d_model} · {model_cfg.n_heads} heads × d_head {dh} (d_value "
                       f"{dv}) · shared {tok.kind} vocabulary of {tok.vocab_size}")
         if dist.device.type == "cpu":
-            console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
-            console.print(memory_summary())
+            console.print(fast.matmul_summary(cfg.fast_matmul, cfg.precision))
+            console.print(fast.memory_summary())
         console.print(f"data: {len(train_pairs):,} training pairs "
                       f"({train_pairs.n_dropped} longer than {data.max_sentence_len} tokens dropped), "
                       f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
@@ -156,8 +156,10 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
             console.print(parallel_line(parallel))
     out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()},
                     config_yaml=resolved_yaml(exp, model_cfg))
-    result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
-                   progress=progress, evaluate=evaluate if valid_batches else None)
+    with fast.cpu(model, onednn=cfg.fast_matmul and dist.device.type == "cpu"):
+        result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
+                       progress=progress, d_model=model_cfg.d_model,
+                       evaluate=evaluate if valid_batches else None)
     teardown()  # every rank together; what follows is rank 0's alone
     if sharded(dist, cfg.parallel) and dist.is_main:
         # the trained weights were spread over the ranks, which have left: rank 0 goes on with

@@ -98,8 +98,10 @@ def run_squad(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         return evaluate_questions(m, qs, run.tok, data, model_cfg.seq_len, run.dist.device,
                                   eval_bs)[0]
 
-    result = train(model, task, batches, cfg, dist=run.dist, out=out, resume_from=run.resume_from,
-                   progress=progress, evaluate=evaluate if test_q else None)
+    with run.engine(model):
+        result = train(model, task, batches, cfg, dist=run.dist, out=out,
+                       resume_from=run.resume_from, progress=progress, d_model=model_cfg.d_model,
+                       evaluate=evaluate if test_q else None)
     teardown()
     report = run.report(result, model_cfg, out)
     report.extra["skipped_training_answers"] = len(windows.skipped)

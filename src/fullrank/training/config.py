@@ -59,7 +59,7 @@ class TrainConfig:
         fast_matmul: route CPU float32 matrix multiplies through oneDNN where that keeps
             float32 accuracy on this CPU (measured once per process; elsewhere, e.g. CPUs
             with AMX, it would compute in bfloat16 and is left off; see
-            :mod:`fullrank.runtime`). No effect on GPUs.
+            :mod:`fullrank.fast.precision`). No effect on GPUs.
         resume_from: continue the run exactly from this checkpoint directory (weights,
             optimizer, RNG, data position) instead of its newest readable one; implies
             ``--resume``.

@@ -27,18 +27,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import TrainingError
-from fullrank.models import ModelConfig
 from fullrank.output import progress as progress_bar
-from fullrank.training.checkpoints import (load_weights, read_training_state, restore_rng,
-                                           save_training_checkpoint, verified_weights,
-                                           write_text_atomic)
+from fullrank.training.checkpoints import (load_weights, read_training_state,
+                                           restore_rng, save_training_checkpoint,
+                                           verified_weights, write_text_atomic)
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import (DistInfo, all_reduce_min, all_reduce_sum, barrier,
                                            full_state, load_optimizer_state, parallelize,
                                            sharded)
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
-from fullrank.runtime import fast_matmul
 from fullrank.training.schedules import make_schedule
 from fullrank.training.tasks import Task
 
@@ -87,7 +85,7 @@ class RunOutput:
     state) is ready — so that a resume that fails changes nothing."""
 
     run_dir: Path
-    model_config: ModelConfig
+    model_config: Any  # the model's config dataclass, stored in every checkpoint
     tokenizer: Tokenizer | None
     meta: dict[str, Any]  # e.g. {"task": "lm", "experiment": {...}}
     config_yaml: str | None = None
@@ -124,9 +122,12 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
           dist: DistInfo, out: RunOutput | None = None,
           evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           resume_from: Path | None = None, progress: bool = True,
-          stop_at: int | None = None) -> TrainResult:
-    """Train ``model`` for ``cfg.steps`` optimizer steps (CPU matrix multiplies on oneDNN when
-    ``cfg.fast_matmul`` and that keeps float32 accuracy on this CPU).
+          stop_at: int | None = None, d_model: int | None = None) -> TrainResult:
+    """Train ``model`` for ``cfg.steps`` optimizer steps.
+
+    The loop knows no model class and no speed setting: a caller that wants the CPU speed
+    engine enters it around this call (``with fullrank.fast.cpu(model): train(…)``, as the
+    recipes do).
 
     Args:
         model: the unwrapped model; it is moved to ``dist.device`` and trained in place (with
@@ -145,16 +146,9 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
             terminal, log lines otherwise).
         stop_at: stop (evaluate and save) after this step, as a pre-empted job would; the
             schedule still follows ``cfg.steps``, so resuming continues the same run.
+        d_model: the model width, which the ``noam`` schedule scales by ([V17] eq. 3).
     """
-    with fast_matmul(cfg.fast_matmul and dist.device.type == "cpu"):
-        return _train(model, task, data, cfg, dist=dist, out=out, evaluate=evaluate,
-                      resume_from=resume_from, progress=progress, stop_at=stop_at)
-
-
-def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
-           dist: DistInfo, out: RunOutput | None, evaluate: Callable[[nn.Module], dict[str, float]] | None,
-           resume_from: Path | None, progress: bool, stop_at: int | None) -> TrainResult:
-    """The body of :func:`train`."""
+    schedule = make_schedule(cfg, d_model)
     start = time.perf_counter()
     time_limit = 60 * cfg.max_minutes if cfg.max_minutes is not None else None
     raw = model.to(dist.device)
@@ -173,7 +167,6 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         start -= state.elapsed_s  # the time budget and logged times count earlier sessions
     if cfg.compile:
         net = torch.compile(net)
-    schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
     writes = out is not None and dist.is_main
     if writes and out.config_yaml is not None:
         out.run_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from fullrank.errors import ConfigError
 from fullrank.training.config import TrainConfig
 
 
@@ -46,9 +47,13 @@ def constant(step: int, *, peak: float, warmup: int) -> float:
     return peak * min(1.0, step / warmup) if warmup else peak
 
 
-def make_schedule(cfg: TrainConfig, d_model: int) -> Callable[[int], float]:
-    """The learning rate at a (1-based) optimizer step for ``cfg.schedule``."""
+def make_schedule(cfg: TrainConfig, d_model: int | None = None) -> Callable[[int], float]:
+    """The learning rate at a (1-based) optimizer step for ``cfg.schedule``; ``d_model``, the
+    model width, is what ``noam`` scales by (the other schedules need none)."""
     if cfg.schedule == "noam":
+        if d_model is None:
+            raise ConfigError("the noam schedule ([V17] eq. 3) needs the model width: pass "
+                              "d_model (train(…, d_model=…))")
         return lambda s: noam(s, d_model=d_model, warmup=cfg.warmup, scale=cfg.lr)
     if cfg.schedule == "rsqrt":
         return lambda s: rsqrt(s, peak=cfg.lr, warmup=cfg.warmup)

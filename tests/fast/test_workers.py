@@ -1,6 +1,6 @@
 """``map_batches``: batches decoded side by side in threads (or forked processes) give what a
 plain loop gives, in order; the workers really overlap, run in inference mode on their share of
-the threads; errors reach the caller; the thread count comes back."""
+the threads; errors reach the caller; the thread count comes back (``num_threads``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from fullrank.errors import ConfigError
-from fullrank.inference import Seq2SeqDecoder, beam_search, max_output_len
-from fullrank.inference.workers import (map_batches, plan_batches, processes_available,
-                                        worker_threads)
+from fullrank.fast import BeamDecoder
+from fullrank.fast.workers import (map_batches, num_threads, plan_batches, processes_available,
+                                   worker_threads)
+from fullrank.inference import beam_search, max_output_len
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 
 V = 13
@@ -107,7 +108,7 @@ def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads, processe
 
     def decode(batch):
         src, keep = batch
-        hyps = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=src.shape[0],
+        hyps = beam_search(BeamDecoder(model, src, keep), batch_size=src.shape[0],
                            beam_size=3, n_best=2, bos_id=BOS, eos_id=EOS,
                            max_len=max_output_len(keep.sum(1), b=6))
         return [[(h.tokens, h.score) for h in s] for s in hyps]
@@ -149,3 +150,17 @@ def test_an_error_in_a_process_worker_reaches_the_caller(two_threads):
 
     with pytest.raises(BrokenProcessPool):
         list(map_batches(dies, [0, 1], workers=2, processes=True))
+
+
+def test_num_threads_sets_the_count_and_always_restores_it(restore_threads):
+    torch.set_num_threads(3)
+    with num_threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 3
+    with num_threads() as n:  # None: left as is, what the block sets is undone
+        assert n == 3
+        torch.set_num_threads(2)
+    assert torch.get_num_threads() == 3
+    with pytest.raises(RuntimeError), num_threads(2):
+        raise RuntimeError
+    assert torch.get_num_threads() == 3

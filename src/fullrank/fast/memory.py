@@ -1,7 +1,10 @@
-"""The C library's handling of freed memory: kept by the process for reuse, or given back.
+"""The allocator setting: freed CPU memory kept by the process for its next allocations.
 
-A setting of glibc's ``malloc``, not of PyTorch: this module imports no PyTorch, so the
-``fullrank`` command makes the setting before it knows whether its command will need tensors.
+By default glibc serves each large block (activations, gradients, logits: hundreds of KB to
+hundreds of MB) with fresh pages from the kernel and hands them back when PyTorch frees it, so a
+training step faults every page of its working memory in again. :func:`keep_freed_memory` makes
+glibc keep them. Process-wide and permanent: the ``fullrank`` command and the benchmarks turn it
+on for themselves; a program that imports fullrank decides for itself.
 """
 
 from __future__ import annotations
@@ -17,23 +20,16 @@ def keep_freed_memory() -> bool:
     """Keep the memory PyTorch frees on the CPU inside the process, for its next allocations,
     instead of giving it back to the operating system (glibc's ``malloc``, on Linux).
 
-    By default glibc serves each large block (activations, gradients, logits: hundreds of KB to
-    hundreds of MB) with fresh pages from the kernel and hands them back when PyTorch frees it,
-    so a training step faults every page of its working memory in again: 91,000 page faults a
-    step for the benchmark's LM M on 2 cores of an Intel Xeon, 9% of its time
-    (``bench/jobs.py``; 4,800 a step with this setting, and 835 → 768 ms). Here glibc takes
-    every block from its heap (no ``mmap``) and never trims the heap, with 64 MB of headroom per
-    extension — what PyTorch's ``torch.backends.xeon.run_cpu`` launcher gets by preloading
-    jemalloc or tcmalloc configured never to return memory. Peak resident memory stays about the
-    same (LM M: 1,248 → 1,282 MB); the cost is that the process keeps its peak until it exits.
+    glibc then takes every block from its heap (no ``mmap``) and never trims the heap, with
+    64 MB of headroom per extension — what PyTorch's ``torch.backends.xeon.run_cpu`` launcher
+    gets by preloading jemalloc or tcmalloc configured never to return memory. Peak resident
+    memory stays about the same; the cost is that the process keeps its peak until it exits.
     Values and results are untouched. The first few steps still fault: glibc places PyTorch's
     64-byte-aligned blocks a little higher in the heap a few times before it settles.
 
-    Process-wide and permanent, so the ``fullrank`` command turns it on for itself
-    (``FULLRANK_KEEP_FREED_MEMORY=0`` leaves glibc's defaults), as do the benchmarks; a program
-    that imports fullrank decides for itself. Returns whether it took effect: ``False`` where the
-    C library is not glibc (macOS, musl), where nothing changes. Calling it again changes
-    nothing more.
+    ``FULLRANK_KEEP_FREED_MEMORY=0`` makes the ``fullrank`` command leave glibc's defaults.
+    Returns whether it took effect: ``False`` where the C library is not glibc (macOS, musl),
+    where nothing changes. Calling it again changes nothing more.
     """
     try:
         libc = ctypes.CDLL(None)

@@ -4,28 +4,18 @@ A decoding step is a few dozen small operations (16–64 rows), and PyTorch's in
 share each of them out with some loss. Two batches decoded at once, each in its own thread on one
 intra-op thread, is the other way to use two cores; PyTorch releases the Python global
 interpreter lock inside every operation, so the threads overlap except for the Python between
-operations. Which way is faster depends on the work: on 2 cores of an Intel Xeon, the Multi30k
-model's beam search ran 1.14× faster this way on fixed-length work and 1.09× translating 320
-test sentences with a trained model, greedy search 0.93× (``bench/decode.py --batches 4
---workers 2``, ``bench/translate_speed.py --workers 2``; stop 26). So it is a setting, off by
-default.
-
-The Python between operations is what the threads do not overlap (they share the global
-interpreter lock). ``processes=True`` runs the workers as processes forked from the caller
-instead (Linux): each inherits the model as it is — weights, their decoding layout, the matrix
-multiply setting — without copying it, and only batch indices go out and results come back. On
-the same machine (stop 28, 5 interleaved rounds), a file of four batches of 16 with beam search
-ran at 2.14× Hugging Face ``generate`` with two worker processes, against 1.92× with two worker
-threads (a run just before) and 1.75× one batch at a time (``bench/decode.py --batches 4
---workers 2 --processes``); greedy at 1.87× against 1.47× and 1.53×; the trained En→De model
-on 320 test sentences at 2.06× against 1.47× (``bench/translate_speed.py … --workers 2
---processes``). Forking is for CPU work only (a process that has used CUDA cannot fork usable
-children), so a caller decoding on a GPU keeps one worker.
+operations. ``processes=True`` runs the workers as processes forked from the caller instead
+(Linux), so that Python overlaps too: each inherits the model as it is — weights, their decoding
+layout, the matrix-multiply setting — without copying it, and only batch indices go out and
+results come back. Forking is for CPU work only (a process that has used CUDA cannot fork usable
+children), so a caller decoding on a GPU keeps one worker. Which way is faster depends on the
+machine and the work (``docs/speed.md``), so it is a setting, off by default.
 
 :func:`map_batches` is how :func:`fullrank.inference.translate.translate` (``workers=``) and
 the benchmarks decode a list of batches; each batch decodes exactly as it would alone.
 :func:`plan_batches` cuts the sentences into batches so that every worker has work: when there
 is more than one batch's worth, a multiple of the workers' count of batches of even size.
+:func:`num_threads` scopes PyTorch's intra-op thread count.
 """
 
 from __future__ import annotations
@@ -40,16 +30,14 @@ from typing import Any, TypeVar
 
 import torch
 
-from fullrank.runtime import num_threads
-
 T = TypeVar("T")
 R = TypeVar("R")
 
 
 def worker_threads(workers: int) -> contextlib.AbstractContextManager[int]:
     """Give each of ``workers`` threads an equal share of PyTorch's intra-op CPU threads (at
-    least one) inside the block; yields the share (:func:`fullrank.runtime.num_threads`: the
-    count is restored on exit)."""
+    least one) inside the block; yields the share (:func:`num_threads`: the count is restored
+    on exit)."""
     return num_threads(max(1, torch.get_num_threads() // workers))
 
 
@@ -67,10 +55,9 @@ def plan_batches(items: Sequence[T], batch_size: int, workers: int = 1) -> list[
     rounded up to a multiple of the workers and the items shared out evenly (sizes differ by at
     most one), so no worker idles while another decodes: 17 sentences at ``batch_size`` 16 for
     2 workers are batches of 9 and 8, 130 at 64 are 4 batches of 33, 33, 32, 32. Items that fit
-    one batch stay one batch: splitting them between workers costs more than it gains (16
-    sentences as 2 × 8 in two forked processes decode at 0.73× the speed of one batch of 16 on
-    2 threads, beam 4, ``bench/decode.py``). Batches stay consecutive, so items sorted by
-    length keep similar lengths together.
+    one batch stay one batch: splitting them between workers costs more than it gains (a fork
+    and twice the per-step overhead for half the rows each). Batches stay consecutive, so items
+    sorted by length keep similar lengths together.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -161,3 +148,17 @@ def _map_in_processes(fn: Callable[[T], R], batches: Sequence[T], workers: int) 
                 pool.shutdown(wait=True, cancel_futures=True)
     finally:
         del _JOBS[job_id]
+
+
+@contextlib.contextmanager
+def num_threads(n: int | None = None) -> Iterator[int]:
+    """PyTorch's intra-op CPU thread count set to ``n`` inside the block (``None``: left as it
+    is, and whatever the block sets is undone), and the previous count restored on exit, also
+    after an error. It is one setting for the whole process. Yields the count in effect."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
