@@ -1,0 +1,133 @@
+"""What the sequence-to-sequence recipes (translation, parsing) share: starting a run, training an
+``EncoderDecoder`` on encoded pairs with label smoothing and token-bucketed batches, the models
+scored at the end (the last checkpoint and the average of the last K, [V17] §6.1), and the
+results file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from torch import nn
+
+from fullrank.data.tokenizers import Tokenizer
+from fullrank.data.translation import EncodedPairs, ParallelBatches
+from fullrank.models import EncoderDecoderConfig, build_model
+from fullrank.recipes.common import Resume, RunReport, find_resume_point
+from fullrank.recipes.config import ExperimentConfig, save_resolved
+from fullrank.runtime import matmul_summary, memory_summary
+from fullrank.training.averaging import average_checkpoints, last_checkpoints
+from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
+from fullrank.training.distributed import DistInfo, setup, teardown
+from fullrank.training.loop import RunOutput, train
+from fullrank.training.metrics import plot_run
+from fullrank.training.tasks import Translation
+
+Sampler = Callable[[int], tuple[list[np.ndarray], list[np.ndarray]]]
+
+
+def begin(exp: ExperimentConfig, resume: Resume) -> tuple[DistInfo, Path | None]:
+    """Join the processes of the run, set the thread count, and find the checkpoint to resume
+    from (``None``: a fresh run)."""
+    dist = setup(exp.train.device)
+    if exp.train.threads:
+        torch.set_num_threads(exp.train.threads)
+    return dist, find_resume_point(exp.run_dir, resume)
+
+
+def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_pairs: EncodedPairs,
+                  valid_pairs: EncodedPairs | None, *, tokenizer: Tokenizer, vocabulary: str,
+                  meta: dict[str, Any], dist: DistInfo, start: Path | None, progress: bool,
+                  console: Console, describe_data: Callable[[ParallelBatches], str],
+                  sampler: Sampler | None = None) -> tuple[nn.Module, RunReport]:
+    """Build the model of ``model_cfg``, train it on ``train_pairs`` and return it with the run's
+    report (``valid`` filled with the exact validation perplexity on rank 0).
+
+    Args:
+        tokenizer: saved with every checkpoint; its pad, BOS and EOS ids frame both sides.
+        vocabulary: how the header line describes the vocabulary (e.g. "shared bpe vocabulary
+            of 8000").
+        meta: stored in every checkpoint's ``meta.json`` (``task``, ``experiment``, …).
+        describe_data: the data line printed under the header, given the training batches.
+        sampler: new token ids of the training pairs each epoch (BPE-dropout), or ``None``.
+    """
+    cfg, data = exp.train, exp.data
+    torch.manual_seed(cfg.seed)
+    model = build_model(model_cfg)
+    torch.manual_seed(cfg.seed + dist.rank)  # dropout differs across ranks
+    n_params = sum(p.numel() for p in model.parameters())
+    ids = dict(pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+    batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, seed=cfg.seed,
+                              world=dist.world, sampler=sampler, **ids)
+    task = Translation(tokenizer.pad_id, cfg.label_smoothing)
+    valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, shuffle=False,
+                                    **ids) if valid_pairs else None
+
+    def evaluate(m: nn.Module, limit: int | None = cfg.eval_batches) -> dict[str, float]:
+        assert valid_batches is not None
+        return task.evaluate(m, (valid_batches.get(0, i) for i in range(len(valid_batches))),
+                             dist.device, limit=limit)
+
+    if dist.is_main:
+        save_resolved(exp, model_cfg, exp.run_dir / "config.yaml")
+        dh, dv = model_cfg.head_sizes
+        console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · "
+                      f"{model_cfg.n_layers}+{model_cfg.decoder_layers} layers · d_model "
+                      f"{model_cfg.d_model} · {model_cfg.n_heads} heads × d_head {dh} (d_value "
+                      f"{dv}) · {vocabulary}")
+        if dist.device.type == "cpu":
+            console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
+            console.print(memory_summary())
+        console.print(describe_data(batches) + (f" · resuming from {start.name}" if start else ""))
+    out = RunOutput(exp.run_dir, model_cfg, tokenizer, meta)
+    result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
+                   progress=progress, evaluate=evaluate if valid_batches else None)
+    teardown()  # every rank together; what follows is rank 0's alone
+    report = RunReport(str(exp.run_dir), result.state.step, result.seconds, n_params,
+                       checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
+    if dist.is_main and valid_batches is not None:
+        report.valid = evaluate(model.eval(), None)
+        console.print(f"valid: loss {report.valid['loss']:.4f} · perplexity "
+                      f"{report.valid['ppl']:.2f}")
+    return model, report
+
+
+def scored_models(run_dir: Path, model: nn.Module, average_last: int,
+                  console: Console) -> dict[str, nn.Module]:
+    """The models a run scores at the end: ``last`` (``model``, in eval mode) and, with
+    ``average_last`` K > 1, ``avgK``, the average of the last K checkpoints ([V17] §6.1),
+    written to ``RUN/averaged-lastK``. Fewer checkpoints than K: said, and ``last`` alone."""
+    models: dict[str, nn.Module] = {"last": model.eval()}
+    k = average_last
+    if k > 1:
+        try:
+            found = last_checkpoints(run_dir, k)
+        except Exception as e:  # fewer checkpoints than K: say so, score the last one only
+            console.print(f"[yellow]no averaging:[/yellow] {e}")
+        else:
+            avg = average_checkpoints(found, run_dir / f"averaged-last{k}")
+            models[f"avg{k}"] = load_checkpoint(avg, device=next(model.parameters()).device).model
+    return models
+
+
+def not_scored(console: Console, split: str) -> None:
+    """Say that ``decode.splits`` names a split the data section leaves empty."""
+    console.print(f"[yellow]not scored:[/yellow] decode.splits names '{split}', but the data "
+                  f"section gives it no pairs (set data.{split}, or leave it out of "
+                  f"decode.splits)")
+
+
+def finish(run_dir: Path, report: RunReport, console: Console) -> None:
+    """Draw the curves, stamp the report and write ``RUN/results.json``."""
+    report.extra["curves"] = str(plot_run(run_dir))
+    report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")
+    console.print(f"trained {report.steps} steps in {report.seconds / 60:.1f} min; "
+                  f"results in {run_dir / 'results.json'}")
