@@ -8,10 +8,11 @@ from fullrank.errors import ConfigError
 from fullrank.recipes.config import load_experiment
 from fullrank.recipes.lm import run_lm
 from fullrank.recipes.mt import run_mt
+from fullrank.recipes.parse import run_parse
 
 
 # the recipe of each task
-RECIPES = {"lm": run_lm, "mt": run_mt}
+RECIPES = {"lm": run_lm, "mt": run_mt, "parse": run_parse}
 RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
                 "never": "never"}
 

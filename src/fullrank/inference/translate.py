@@ -55,8 +55,8 @@ def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float 
 def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, lines: Sequence[str],
               *, beam: int = 4, alpha: float = 0.6, a: float = 1.0, b: int = 50,
               batch_size: int = 64, n_best: int = 1, progress: bool = False,
-              compile: bool = False, workers: int = 1,
-              processes: bool = False) -> list[list[str]]:
+              compile: bool = False, workers: int = 1, processes: bool = False,
+              target: Tokenizer | None = None) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
@@ -64,7 +64,8 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             ``config`` with ``max_len``), or several sharing ``tokenizer``: an ensemble, which
             decodes with the mean of their next-token probabilities (:class:`EnsembleDecoder`)
             up to the smallest ``max_len`` among them.
-        tokenizer: the shared source/target tokenizer saved with the checkpoint.
+        tokenizer: the shared source/target tokenizer saved with the checkpoint (the source
+            tokenizer when ``target`` is given).
         lines: source sentences, one per entry.
         beam: beam size ``k`` (1 = greedy search).
         alpha: GNMT length-penalty exponent.
@@ -85,6 +86,8 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
         processes: with ``workers > 1``, workers are processes forked from this one instead of
             threads (Linux; threads elsewhere): faster, as the Python between operations then
             runs in parallel too; call it from a program that can fork (no CUDA in use).
+        target: the target side's own tokenizer (its BOS, EOS and vocabulary), for a model
+            trained with separate vocabularies; ``None``: ``tokenizer`` serves both sides.
 
     CPU matrix multiplies go through oneDNN meanwhile where that keeps float32 accuracy
     (:mod:`fullrank.runtime`), and the model's linear weights are stored column-major
@@ -102,14 +105,14 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
     with fast_matmul(), contextlib.ExitStack() as stack:
         for m in models:
             stack.enter_context(decoding_layout(m))
-        return _translate(models, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
-                          batch_size=batch_size, n_best=n_best, progress=progress,
+        return _translate(models, tokenizer, target or tokenizer, lines, beam=beam, alpha=alpha,
+                          a=a, b=b, batch_size=batch_size, n_best=n_best, progress=progress,
                           compile=compile, workers=workers, processes=processes)
 
 
-def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[str], *,
-               beam: int, alpha: float, a: float, b: int, batch_size: int, n_best: int,
-               progress: bool, compile: bool, workers: int,
+def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
+               lines: Sequence[str], *, beam: int, alpha: float, a: float, b: int,
+               batch_size: int, n_best: int, progress: bool, compile: bool, workers: int,
                processes: bool) -> list[list[str]]:
     max_len = min(m.config.max_len for m in models)  # type: ignore[union-attr]
     device = next(models[0].parameters()).device
@@ -138,12 +141,12 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
                    for m, f in zip(models, decode)]
         decoder = members[0] if len(members) == 1 else EnsembleDecoder(members)
         if beam == 1:
-            outs = greedy_search(decoder, batch_size=len(seqs), bos_id=tokenizer.bos_id,
-                                 eos_id=tokenizer.eos_id, max_len=lengths)
-            return [[tokenizer.decode(ids)] * n_best for ids in outs]
-        hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=tokenizer.bos_id,
-                           eos_id=tokenizer.eos_id, max_len=lengths, alpha=alpha, n_best=n_best)
-        return [[tokenizer.decode(h.tokens) for h in sentence] for sentence in hyps]
+            outs = greedy_search(decoder, batch_size=len(seqs), bos_id=target.bos_id,
+                                 eos_id=target.eos_id, max_len=lengths)
+            return [[target.decode(ids)] * n_best for ids in outs]
+        hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=target.bos_id,
+                           eos_id=target.eos_id, max_len=lengths, alpha=alpha, n_best=n_best)
+        return [[target.decode(h.tokens) for h in sentence] for sentence in hyps]
 
     for batch, translations in zip(batches, tqdm(map_batches(run, batches, workers,
                                                              processes=processes),

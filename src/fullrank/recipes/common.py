@@ -71,7 +71,7 @@ def prepare_tokenizer(exp: ExperimentConfig, files: Sequence[Path], run_dir: Pat
         return Tokenizer.load(exp.data.path(exp.data.tokenizer_file))
     if dist.is_main:
         tok = Tokenizer.train(exp.data.tokenizer, list(files), exp.data.vocab_size,
-                              lowercase=exp.data.lowercase)
+                              min_frequency=exp.data.min_frequency, lowercase=exp.data.lowercase)
         run_dir.mkdir(parents=True, exist_ok=True)
         tok.save(saved)
     barrier(dist)
