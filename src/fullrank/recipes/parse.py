@@ -69,7 +69,7 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
               console: Console | None = None) -> RunReport:
     """Train a parser as ``exp`` describes and score its dev and test files."""
     console = console or Console(highlight=False)
-    cfg, data = exp.train, exp.data
+    data = exp.data
     dist, start = begin(exp, resume)
     run_dir = exp.run_dir
     splits = {name: load_treebank(data.root, pattern) for name, pattern in
