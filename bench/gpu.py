@@ -1,4 +1,4 @@
-"""GPU benchmarks (issue 6, GPU part): MFU of a GPT-2-small LM, and where each head size lands.
+"""GPU benchmarks: MFU of a GPT-2-small LM, and where each head size lands.
 
 ``python bench/gpu.py [--out DIR] [--sections lm,attention,long] [--lm-batch 16,32]`` on a CUDA
 machine; ``--smoke`` runs every section at toy sizes on whatever device there is (the tests' CPU).
@@ -48,7 +48,7 @@ from jobs import lm_model  # noqa: E402  (the CPU suite's models and losses, sha
 GPT2_SMALL = dict(vocab=50304, d=768, layers=12, heads=12, d_ff=3072, seq=1024, batch=16)
 SMOKE_LM = dict(vocab=512, d=64, layers=2, heads=4, d_ff=256, seq=64, batch=2)
 
-# (n_heads, d_head) of the attention map: the issue's six, then [B20]'s d_head = n region
+# (n_heads, d_head) of the attention map: the CPU suite's six, then [B20]'s d_head = n region
 HEAD_GRID = [(8, 32), (16, 32), (32, 32), (8, 64), (8, 128), (8, 256), (16, 256),
              (8, 512), (4, 1024), (8, 1024)]
 DEFAULT_SECTIONS = "ceiling,lm,attention,long"

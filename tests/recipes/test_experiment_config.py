@@ -9,8 +9,10 @@ import pytest
 from fullrank.errors import ConfigError
 from fullrank.recipes.config import apply_overrides, load_experiment
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml")) + \
-    sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.toml"))
+# experiment files (sweep files, under configs/sweeps, are loaded by tests/recipes/test_sweep.py)
+CONFIGS = [p for p in sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml")) +
+           sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.toml"))
+           if "sweeps" not in p.parts]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[2])))

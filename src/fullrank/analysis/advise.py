@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fullrank.errors import ConfigError
+from fullrank.models.budget import solve_for
 from fullrank.models.config import TransformerConfig
 from fullrank.models.decoder_lm import DecoderLMConfig
 from fullrank.models.encoder import EncoderConfig
@@ -94,14 +95,9 @@ def fixed_head_sizes(seq_len: int, count: int = 2) -> list[int]:
 
 def fill_ffn(config: TransformerConfig, budget: int) -> TransformerConfig | None:
     """``config`` with the largest ``d_ff`` (a multiple of 64) that keeps ``num_params() ≤ budget``;
-    ``None`` when even ``d_ff = 64`` exceeds it. The count is linear in ``d_ff``; the slope is
-    read off the config's own ``num_params()``."""
-    at_1 = dataclasses.replace(config, d_ff=1).num_params()
-    slope = dataclasses.replace(config, d_ff=2).num_params() - at_1
-    d_ff = ((budget - at_1) // slope + 1) // FF_MULTIPLE * FF_MULTIPLE
-    if d_ff < FF_MULTIPLE:
-        return None
-    return dataclasses.replace(config, d_ff=d_ff)
+    ``None`` when even ``d_ff = 64`` exceeds it (:func:`~fullrank.models.budget.solve_for`)."""
+    found = solve_for(config, "d_ff", budget, multiple=FF_MULTIPLE, mode="at_most")
+    return found.config if found is not None else None
 
 
 def advise(*, d_model: int, seq_len: int, n_layers: int, param_budget: int,

@@ -41,8 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                            "into a new checkpoint."),
     "bleu": ("bleu", "Score detokenized translations against raw references (sacrebleu), with "
                      "signatures."),
-    "grid": ("grid", "Run chosen rows of a folder of experiment files (e.g. [V17] Table 3) and "
+    "grid": ("grid", "Run chosen rows of [V17] Table 3 (a sweep file whose arms are the rows) and "
                      "tabulate them."),
+    "sweep": ("sweep", "Train every point of a sweep file (axes × arms × seeds, parameters matched) "
+                       "and tabulate and plot mean ± std."),
     "heads": ("heads", "Per layer and head: numerical rank of QKᵀ, effective rank and entropy of "
                        "the attention, d_head against n."),
     "widen": ("widen", "Turn a checkpoint into one with larger heads (d_head, d_value) that "

@@ -25,8 +25,8 @@ from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps
                                      prepare_tokenizer)
 from fullrank.recipes.config import ExperimentConfig, save_resolved
 from fullrank.runtime import fast_matmul, matmul_summary, memory_summary
-from fullrank.training.checkpoints import latest_checkpoint
-from fullrank.training.distributed import DistInfo, barrier, setup, teardown
+from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
+from fullrank.training.distributed import DistInfo, barrier, setup, sharded, teardown
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.metrics import plot_run
 from fullrank.training.tasks import LanguageModeling
@@ -97,6 +97,10 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                    evaluate=(lambda m: evaluate_split(valid_ids, exp.data.valid or "", cfg.eval_batches))
                    if valid_ids is not None else None)
     teardown()  # every rank together; what follows is rank 0's alone
+    if sharded(dist, cfg.parallel) and dist.is_main:
+        # the trained weights were spread over the ranks, which have left: rank 0 goes on with
+        # the whole model that the last checkpoint holds
+        model = load_checkpoint(result.checkpoint).model.to(dist.device)
     report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
     if dist.is_main:

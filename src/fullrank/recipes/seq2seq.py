@@ -25,7 +25,7 @@ from fullrank.recipes.config import ExperimentConfig, save_resolved
 from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
-from fullrank.training.distributed import DistInfo, setup, teardown
+from fullrank.training.distributed import DistInfo, setup, sharded, teardown
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.metrics import plot_run
 from fullrank.training.tasks import Translation
@@ -90,6 +90,10 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)
     teardown()  # every rank together; what follows is rank 0's alone
+    if sharded(dist, cfg.parallel) and dist.is_main:
+        # the trained weights were spread over the ranks, which have left: rank 0 goes on with
+        # the whole model that the last checkpoint holds
+        model = load_checkpoint(result.checkpoint).model.to(dist.device)
     report = RunReport(str(exp.run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
     if dist.is_main and valid_batches is not None:

@@ -66,12 +66,14 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------- model weights
-def _unique_state(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """The state dict with each shared tensor once, and ``alias → kept name`` for the rest."""
+def _unique_state(model: nn.Module, state: dict[str, Tensor] | None = None
+                  ) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """The state dict (``model``'s, or ``state`` gathered from shards) with each shared tensor
+    once, and ``alias → kept name`` for the rest."""
     tensors: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
-    for name, t in model.state_dict().items():
+    for name, t in (model.state_dict() if state is None else state).items():
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
         if key in seen:
             aliases[name] = seen[key]
@@ -81,9 +83,10 @@ def _unique_state(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
     return tensors, aliases
 
 
-def save_weights(model: nn.Module, path: Path) -> None:
-    """``model``'s weights to a safetensors file (tied tensors stored once)."""
-    tensors, aliases = _unique_state(model)
+def save_weights(model: nn.Module, path: Path, state: dict[str, Tensor] | None = None) -> None:
+    """``model``'s weights (or a full ``state`` gathered from shards) to a safetensors file
+    (tied tensors stored once)."""
+    tensors, aliases = _unique_state(model, state)
     save_file(tensors, str(path), metadata={"format": FORMAT, "aliases": json.dumps(aliases)})
     _fsync_file(path)
 
@@ -131,8 +134,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------ optimizer state
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
-    sd = optimizer.state_dict()
+def _optimizer_tensors(sd: dict[str, Any]) -> tuple[dict[str, Tensor], dict]:
     tensors: dict[str, Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for pid, state in sd["state"].items():
@@ -163,7 +165,8 @@ def _rng_tensors() -> dict[str, Tensor]:
     return out
 
 
-def _restore_rng(tensors: dict[str, Tensor]) -> None:
+def restore_rng(tensors: dict[str, Tensor]) -> None:
+    """Put back the RNG states a training checkpoint saved (:func:`read_training_state`)."""
     torch.set_rng_state(tensors["rng.torch"])
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
     if cuda and torch.cuda.is_available():
@@ -194,19 +197,22 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
                      tokenizer: Tokenizer | None, meta: dict[str, Any],
-                     optimizer: torch.optim.Optimizer | None = None) -> Path:
+                     optimizer: torch.optim.Optimizer | None = None, *,
+                     full: tuple[dict[str, Tensor], dict[str, Any]] | None = None) -> Path:
     """Write a complete checkpoint directory at ``path`` atomically (temporary name, fsync,
-    rename). ``meta`` is stored in ``meta.json`` with the model config added."""
+    rename). ``meta`` is stored in ``meta.json`` with the model config added. ``full``: the
+    model and optimizer state dicts gathered from a sharded run, written instead of ``model``'s
+    and ``optimizer``'s own (the files are the same either way)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_weights(model, tmp / MODEL_FILE)
+    save_weights(model, tmp / MODEL_FILE, full[0] if full is not None else None)
     full_meta = {"format": FORMAT, "model": config_to_dict(config), **meta}
     if optimizer is not None:
-        tensors, info = _optimizer_tensors(optimizer)
+        tensors, info = _optimizer_tensors(full[1] if full is not None else optimizer.state_dict())
         tensors.update(_rng_tensors())
         save_file(tensors, str(tmp / STATE_FILE))
         _fsync_file(tmp / STATE_FILE)
@@ -230,7 +236,8 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
 def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: ModelConfig,
                              tokenizer: Tokenizer | None, optimizer: torch.optim.Optimizer,
                              meta: dict[str, Any], keep_last: int,
-                             every: int | None = None) -> Path:
+                             every: int | None = None, *,
+                             full: tuple[dict[str, Tensor], dict[str, Any]] | None = None) -> Path:
     """Save ``step-{step}`` under ``root``, then move ``latest`` to it, then prune to
     ``keep_last`` checkpoints.
 
@@ -246,7 +253,7 @@ def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: Mo
     for stale in root.glob(".step-*.tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     path = write_checkpoint(root / f"step-{step:08d}", model, config, tokenizer,
-                            {**meta, "step": step, "save_every": every}, optimizer)
+                            {**meta, "step": step, "save_every": every}, optimizer, full=full)
     write_text_atomic(root / LATEST, path.name)
     older = [p for p in step_dirs(root) if p != path]
     stale = [p for p in older if _off_interval(p)]
@@ -334,12 +341,18 @@ def load_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> 
     return Checkpoint(ckpt, model.to(device).eval(), config, tokenizer, meta)
 
 
+def read_training_state(ckpt: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Tensor]]:
+    """The meta, the optimizer state dict and the RNG states of a training checkpoint."""
+    meta = read_meta(ckpt)
+    tensors, _ = read_safetensors(ckpt / STATE_FILE)
+    return meta, _optimizer_state_dict(tensors, meta["optimizer"]), tensors
+
+
 def load_training_state(ckpt: Path, model: nn.Module,
                         optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore weights, optimizer state and RNG states for an exact resume; returns the meta."""
-    meta = read_meta(ckpt)
     load_weights(model, ckpt / MODEL_FILE)
-    tensors, _ = read_safetensors(ckpt / STATE_FILE)
-    optimizer.load_state_dict(_optimizer_state_dict(tensors, meta["optimizer"]))
-    _restore_rng(tensors)
+    meta, optim_state, tensors = read_training_state(ckpt)
+    optimizer.load_state_dict(optim_state)
+    restore_rng(tensors)
     return meta

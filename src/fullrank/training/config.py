@@ -43,6 +43,10 @@ class TrainConfig:
         max_minutes: stop (evaluate, save) after this much wall time, counted across resumes
             (a resumed run whose time is spent takes no step); the schedule still follows
             ``steps``. ``None`` = no limit.
+        parallel: how ``torchrun`` processes share the work: ``"ddp"`` (each holds the whole
+            model and optimizer; gradients are averaged) or ``"fsdp"`` (PyTorch FSDP2: each
+            holds 1/N of the parameters, gradients and optimizer state, gathered layer by layer
+            when needed; for a model that does not fit one device). Alone, no effect.
         fast_matmul: route CPU float32 matrix multiplies through oneDNN where that keeps
             float32 accuracy on this CPU (measured once per process; elsewhere, e.g. CPUs
             with AMX, it would compute in bfloat16 and is left off; see
@@ -74,6 +78,7 @@ class TrainConfig:
     threads: int = 0
     max_minutes: float | None = None
     fast_matmul: bool = True
+    parallel: Literal["ddp", "fsdp"] = "ddp"
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "save_every",

@@ -1,7 +1,15 @@
-"""Data-parallel runs through ``torchrun`` and ``torch.distributed`` (DDP): gloo on CPU, NCCL on GPU.
+"""Runs over several processes through ``torchrun`` and ``torch.distributed``: gloo on CPU, NCCL
+on GPU; data parallelism (DDP) or sharded data parallelism (FSDP2).
 
 ``torchrun --nproc_per_node=N -m fullrank train CONFIG`` sets ``RANK``, ``WORLD_SIZE`` and
 ``LOCAL_RANK``; :func:`setup` reads them. A plain ``fullrank train`` is world size 1.
+
+:func:`parallelize` is the one place a model is wrapped: ``train.parallel=ddp`` (every rank
+holds the whole model and optimizer) or ``fsdp`` (``fully_shard`` on each block of every
+``ModuleList`` and on the root: every rank holds 1/N of the parameters, gradients and optimizer
+state). Checkpoints are the same files either way: :func:`full_state` gathers full state dicts
+(the optimizer's keyed as a single process keys it) onto rank 0, and :func:`load_optimizer_state`
+spreads one back over the shards — so an FSDP checkpoint loads in one process, and resumes.
 """
 
 from __future__ import annotations
@@ -10,8 +18,12 @@ import gc
 import os
 from dataclasses import dataclass
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from fullrank.errors import ConfigError
 
@@ -86,3 +98,80 @@ def teardown() -> None:
         dist.barrier()
         gc.collect()
         dist.destroy_process_group()
+
+
+def sharded(info: DistInfo, parallel: str) -> bool:
+    """Whether the model is sharded over the ranks (FSDP with more than one process)."""
+    return parallel == "fsdp" and info.distributed
+
+
+def parallelize(model: nn.Module, info: DistInfo, parallel: str) -> nn.Module:
+    """The module that trains ``model`` on ``info.world`` ranks: ``model`` itself alone, a
+    ``DistributedDataParallel`` wrapper, or — for FSDP — ``model`` sharded in place (each block of
+    every ``nn.ModuleList`` its own unit, gathered just before it runs, then the root: embeddings,
+    norms and heads)."""
+    if not info.distributed:
+        return model
+    if parallel == "ddp":
+        return DistributedDataParallel(model)
+    from torch.distributed.fsdp import fully_shard
+
+    for module in list(model.modules()):
+        if isinstance(module, nn.ModuleList):
+            for block in module:
+                fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def _options(**kw: Any) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, **kw)
+
+
+def full_state(model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo,
+               parallel: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """The full (unsharded) model and optimizer state dicts of a sharded run, on rank 0 (every
+    rank must call this; the others get ``None``), the optimizer's keyed by position as
+    ``optimizer.state_dict()`` of one process keys it. ``None`` for an unsharded run: its own
+    state dicts are already full."""
+    if not sharded(info, parallel):
+        return None
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    weights = get_model_state_dict(model, options=_options(cpu_offload=True))
+    optim = get_optimizer_state_dict(model, optimizer, options=_options(cpu_offload=True))
+    if not info.is_main:
+        return None
+    order = {name: i for i, name in enumerate(n for g in optim["param_groups"] for n in g["params"])}
+    return weights, {"state": {order[name]: s for name, s in optim["state"].items()},
+                     "param_groups": [{**g, "params": [order[n] for n in g["params"]]}
+                                      for g in optim["param_groups"]]}
+
+
+def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer,
+                         state: dict[str, Any], info: DistInfo, parallel: str) -> None:
+    """Load a full optimizer state dict (positions as keys, as :func:`full_state` and one
+    process write it); a sharded run keeps its own shard of each tensor."""
+    if not sharded(info, parallel):
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    by_name = {"state": {order[int(i)]: s for i, s in state["state"].items()},
+               "param_groups": [{**g, "params": [order[i] for i in g["params"]]}
+                                for g in state["param_groups"]]}
+    set_optimizer_state_dict(model, optimizer, by_name, options=_options())
+
+
+def local_bytes(tensors: Any) -> int:
+    """Bytes this rank holds of ``tensors`` (a shard's own part of a sharded tensor)."""
+    total = 0
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        total += local.numel() * local.element_size()
+    return total

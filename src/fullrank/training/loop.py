@@ -3,7 +3,7 @@
 ``train`` receives a model, a :class:`~fullrank.training.tasks.Task` (how a batch becomes a
 loss), a :class:`BatchSource` (global batch ``index`` of ``epoch``, a pure function of the
 seed — so the loop's position is just two integers) and a :class:`TrainConfig`. It handles
-gradient accumulation, data parallelism (DDP), bf16 autocast, ``torch.compile``, clipping, the
+gradient accumulation, data parallelism (DDP) or sharded data parallelism (FSDP2), bf16 autocast, ``torch.compile``, clipping, the
 learning-rate schedule, periodic evaluation, metrics and atomic checkpoints, and resumes
 exactly from a checkpoint.
 """
@@ -26,9 +26,11 @@ from tqdm import tqdm
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.models import ModelConfig
-from fullrank.training.checkpoints import load_training_state, save_training_checkpoint
+from fullrank.training.checkpoints import (MODEL_FILE, load_weights, read_training_state,
+                                           restore_rng, save_training_checkpoint)
 from fullrank.training.config import TrainConfig
-from fullrank.training.distributed import DistInfo, all_reduce_sum, barrier
+from fullrank.training.distributed import (DistInfo, all_reduce_sum, barrier, full_state,
+                                           load_optimizer_state, parallelize, sharded)
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
 from fullrank.runtime import fast_matmul
@@ -93,6 +95,7 @@ class TrainResult:
     last_eval: dict[str, float] | None
     checkpoint: Path | None
     seconds: float
+    optimizer: torch.optim.Optimizer | None = None
 
 
 def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -110,7 +113,9 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     ``cfg.fast_matmul`` and that keeps float32 accuracy on this CPU).
 
     Args:
-        model: the unwrapped model; it is moved to ``dist.device`` and trained in place.
+        model: the unwrapped model; it is moved to ``dist.device`` and trained in place (with
+            ``cfg.parallel="fsdp"`` over several ranks it stays sharded: every rank holds a
+            part, and the last checkpoint holds the whole).
         task: turns a batch into summed token losses.
         data: the training batches.
         cfg: the training settings.
@@ -136,13 +141,19 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     start = time.perf_counter()
     time_limit = 60 * cfg.max_minutes if cfg.max_minutes is not None else None
     raw = model.to(dist.device)
-    optimizer = make_optimizer(raw, cfg, fused=True)
+    if resume_from is not None:  # whole weights, before any sharding
+        load_weights(raw, resume_from / MODEL_FILE)
+    net = parallelize(raw, dist, cfg.parallel)  # the one place the model is wrapped
+    shards = sharded(dist, cfg.parallel)
+    # the fused Adam kernel takes plain tensors, not the shards (DTensors) of FSDP
+    optimizer = make_optimizer(raw, cfg, fused=not shards)
     state = LoopState()
     if resume_from is not None:
-        meta = load_training_state(resume_from, raw, optimizer)
+        meta, optim_state, rng = read_training_state(resume_from)
+        load_optimizer_state(raw, optimizer, optim_state, dist, cfg.parallel)
+        restore_rng(rng)
         state = LoopState(**meta["loop"])
         start -= state.elapsed_s  # the time budget and logged times count earlier sessions
-    net: nn.Module = DistributedDataParallel(raw) if dist.distributed else raw
     if cfg.compile:
         net = torch.compile(net)
     schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
@@ -156,6 +167,7 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     checkpoint: Path | None = None
 
     def save() -> Path | None:
+        full = full_state(raw, optimizer, dist, cfg.parallel) if out is not None else None
         if not writes:
             return None
         assert out is not None
@@ -163,18 +175,19 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         meta = {**out.meta, "loop": dataclasses.asdict(state), "train": dataclasses.asdict(cfg)}
         return save_training_checkpoint(out.checkpoints, state.step, raw, out.model_config,
                                         out.tokenizer, optimizer, meta, cfg.keep_last,
-                                        every=cfg.save_every)
+                                        every=cfg.save_every, full=full)
 
     def run_eval() -> dict[str, float] | None:
-        if evaluate is None or not dist.is_main:
+        # a sharded model runs only with every rank: each evaluates, rank 0 records
+        if evaluate is None or not (dist.is_main or shards):
             return None
         raw.eval()
         with torch.no_grad(), _autocast(dist.device, cfg.precision):
             result = evaluate(raw)
         raw.train()
-        if metrics:
+        if metrics and dist.is_main:
             metrics.log(state.step, "valid", **result)
-        return result
+        return result if dist.is_main else None
 
     raw.train()
     # a run stopped by max_minutes and resumed again has nothing left to spend: no step, so
@@ -236,4 +249,4 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     bar.close()
     if metrics:
         metrics.close()
-    return TrainResult(state, last_eval, checkpoint, time.perf_counter() - start)
+    return TrainResult(state, last_eval, checkpoint, time.perf_counter() - start, optimizer)

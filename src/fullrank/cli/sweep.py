@@ -1,0 +1,166 @@
+"""``fullrank sweep SWEEP.yaml [--dry-run] [--jobs N] [--executor …] [--out DIR] [--report]``:
+train every point of a sweep file (resuming, skipping finished points) and tabulate and plot it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EXECUTORS = ("local", "slurm", "submitit-local")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", help="sweep file, e.g. configs/sweeps/b20_fig3a_ptb.yaml")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="overrides of every point, e.g. train.device=cuda (a sweep's 'set')")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the points (parameters, FLOPs per token, matching) and stop")
+    p.add_argument("--commands", action="store_true",
+                   help="print each unfinished point's `fullrank train` command and stop "
+                        "(for torchrun or any launcher)")
+    p.add_argument("--report", action="store_true",
+                   help="re-aggregate the finished points (summary.md/.csv, plots) without training")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="points trained side by side on this machine, the cores divided (default 1)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="local processes (default), one SLURM job per point through submitit, or "
+                        "submitit's local executor")
+    p.add_argument("--submitit", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="submitit parameters, e.g. slurm_partition=gpu timeout_min=240 "
+                        "cpus_per_task=8 gpus_per_node=1")
+    p.add_argument("--gpus-per-point", type=int, default=1,
+                   help="with --executor slurm: GPUs per point, trained under torchrun")
+    p.add_argument("--arms", nargs="*", default=None,
+                   help="only these arms (a prefix such as A takes every A_ arm)")
+    p.add_argument("--out", default=None, help="output folder (default: the sweep's 'out', else "
+                                               "runs/sweeps/NAME)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import shlex
+    import sys
+
+    import yaml
+    from rich.console import Console
+    from rich.table import Table
+
+    from fullrank.errors import ConfigError, closest
+    from fullrank.recipes.sweep import (check_key, claim_output, finished, load_sweep, plan,
+                                        read_manifest, train_command)
+    from fullrank.recipes.sweep_run import run_local, run_submitit
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
+        console = Console(highlight=False, width=240)
+    sweep = load_sweep(args.sweep)
+    extra = {}
+    for item in args.overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value")
+        key, value = item.split("=", 1)
+        check_key(sweep.path, "overrides", key, sweep.task)
+        extra[key] = yaml.safe_load(value) if value.strip() else ""
+    if extra:
+        sweep = dataclasses.replace(sweep, common={**sweep.common, **extra})
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
+    out = Path(args.out) if args.out else sweep.default_out()
+    the_plan = plan(sweep, out)
+    if args.arms:
+        chosen = []
+        for w in args.arms:
+            found = [a for a in sweep.arms if a == w or a.startswith(f"{w}_")]
+            if not found:
+                raise ConfigError(f"no arm '{w}' in {sweep.path}{closest(w, sweep.arms)}; arms are: "
+                                  + ", ".join(sweep.arms))
+            chosen += [a for a in found if a not in chosen]
+        the_plan.points = [p for p in the_plan.points if p.arm in chosen]
+
+    if args.dry_run:
+        print_plan(the_plan, out, console, Table)
+        if the_plan.unmatched:
+            p = the_plan.unmatched[0]
+            print(f"fullrank sweep: error: point {p.group} is {p.match}", file=sys.stderr)
+            return 2
+        return 0
+    if args.commands:  # the points' folder must hold what the commands read (the tokenizer)
+        if the_plan.unmatched:
+            p = the_plan.unmatched[0]
+            raise ConfigError(f"{sweep.path}: point {p.group} is {p.match}")
+        claim_output(the_plan, out)
+        for p in the_plan.points:
+            if not finished(out, p):
+                console.print(shlex.join(train_command(p, sweep, out)), markup=False, soft_wrap=True)
+        return 0
+    if args.report:
+        if read_manifest(out) is None:
+            raise ConfigError(f"{out}: no sweep output here (no sweep.json); run the sweep first, "
+                              f"or give --out")
+        return report(the_plan, out, console, Table)
+
+    if the_plan.unmatched:
+        p = the_plan.unmatched[0]
+        raise ConfigError(f"{sweep.path}: point {p.group} is {p.match}; nothing was run "
+                          f"(`--dry-run` lists every point)")
+    claim_output(the_plan, out)
+    if args.executor == "local":
+        outcome = run_local(the_plan, out, jobs=args.jobs, console=console,
+                            progress=not args.quiet)
+    else:
+        params = {}
+        for item in args.submitit:
+            if "=" not in item:
+                raise ConfigError(f"--submitit '{item}' must look like key=value "
+                                  f"(e.g. slurm_partition=gpu)")
+            key, value = item.split("=", 1)
+            params[key] = yaml.safe_load(value)
+        outcome = run_submitit(the_plan, out, cluster="slurm" if args.executor == "slurm" else "local",
+                               parameters=params, gpus_per_point=args.gpus_per_point,
+                               console=console)
+    report(the_plan, out, console, Table)
+    console.print(f"{len(outcome.done)} trained now, {len(outcome.skipped)} finished before, "
+                  f"{len(outcome.failed)} failed"
+                  + (f" ({', '.join(outcome.failed)}; logs in {out}/POINT/train.log)"
+                     if outcome.failed else ""))
+    return 1 if outcome.failed else 0
+
+
+def si(n: float) -> str:
+    """``19_600 → '19.6K'``, ``1.23e9 → '1.23G'``."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:g}"
+
+
+def print_plan(the_plan, out: Path, console, Table) -> None:  # noqa: ANN001
+    from fullrank.recipes.sweep import coordinate, finished, value_text
+
+    keys = the_plan.sweep.coordinate_keys()
+    derived = [c for c in ("d_head", "d_ff") if f"model.{c}" not in keys]
+    table = Table(title=f"sweep {the_plan.sweep.name}: {len(the_plan.points)} points → {out}")
+    for c in ["point", "arm", *(k.rsplit(".", 1)[-1] for k in keys), *derived, "seeds",
+              "params", "non-emb", "FLOPs/token", "match", "finished"]:
+        table.add_column(c, justify="left" if c in ("point", "arm", "match") else "right",
+                         overflow="fold")
+    for group, points in the_plan.groups().items():
+        p = points[0]
+        values = {"d_head": p.model.head_sizes[0], "d_ff": p.model.d_ff}
+        table.add_row(group, p.arm, *(value_text(coordinate(p, k)) for k in keys),
+                      *(str(values[c]) for c in derived), str(len(points)),
+                      f"{p.params:,}", f"{p.non_embedding:,}", si(p.flops), p.match,
+                      f"{sum(finished(out, q) for q in points)}/{len(points)}")
+    console.print(table)
+
+
+def report(the_plan, out: Path, console, Table) -> int:  # noqa: ANN001
+    from fullrank.recipes.sweep_report import markdown, write_plots, write_summary
+
+    md, csv_path, rows = write_summary(the_plan, out)
+    plots = write_plots(the_plan, rows, out)
+    console.print(markdown(the_plan, rows), markup=False, soft_wrap=True)
+    console.print(f"summary: {md}, {csv_path}" + (f"\nplots: {', '.join(str(p) for p in plots)}"
+                                                  if plots else ""))
+    return 0

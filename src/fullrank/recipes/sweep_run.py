@@ -1,0 +1,222 @@
+"""Running a sweep's points: side by side on this machine, or as cluster jobs through submitit.
+
+Each point is a separate ``fullrank train`` process (``resume=auto``: a killed point continues
+from its last checkpoint; a point with a ``results.json`` is not started again). Locally,
+:func:`run_local` keeps ``jobs`` processes going with the cores divided between them
+(``train.threads``), one progress line per running point read from its ``metrics.jsonl``, its
+output in ``OUT/POINT/train.log``. :func:`run_submitit` hands each point to submitit — one
+SLURM job per point (``cluster="slurm"``) or submitit's local executor — a plain
+``fullrank train`` in each, or ``torchrun`` for a point on several GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fullrank.recipes.sweep import Plan, Point, finished, train_command
+
+POLL_S = 1.0
+
+
+@dataclass
+class Outcome:
+    """What a run of the sweep did: points trained now, skipped (finished before), failed."""
+
+    done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # point → one-line reason
+
+
+def python_command(point: Point, plan: Plan, out: Path, *, threads: int | None = None,
+                   gpus: int = 1) -> list[str]:
+    """The point's ``fullrank train`` through this Python (``torchrun`` for several GPUs)."""
+    cmd = train_command(point, plan.sweep, out, threads=threads)[1:]  # without "fullrank"
+    if gpus > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={gpus}", "-m", "fullrank", *cmd]
+    return [sys.executable, "-m", "fullrank", *cmd]
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log, for a one-line failure report."""
+    if not path.is_file():
+        return "no output"
+    lines = [x.strip() for x in path.read_text(encoding="utf-8", errors="replace").splitlines()
+             if x.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _progress_of(run_dir: Path) -> tuple[int, float | None]:
+    """The last logged training step and loss of a run (0, None before the first log line)."""
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        return 0, None
+    step, loss = 0, None
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if rec.get("split") == "train":
+            step, loss = int(rec.get("step", step)), rec.get("loss", loss)
+    return step, loss
+
+
+def _summary_line(run_dir: Path) -> str:
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    parts = [f"{split} ppl {results[split]['ppl']:.2f}" for split in ("valid", "test")
+             if results.get(split)]
+    return ", ".join(parts + [f"{results.get('seconds', 0) / 60:.1f} min"])
+
+
+def _to_train(plan: Plan, out: Path) -> tuple[Outcome, list[Point]]:
+    """The points to train, and an outcome that lists the finished ones as skipped."""
+    outcome = Outcome()
+    pending: list[Point] = []
+    for p in plan.points:
+        (outcome.skipped if finished(out, p) else pending).append(p)
+    return outcome, pending
+
+
+def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
+              console: Console | None = None, progress: bool = True) -> Outcome:
+    """Train every unfinished point, ``jobs`` at a time, each on ``cores // jobs`` threads.
+
+    On a machine with several GPUs, job slot ``i`` sees GPU ``i mod count`` alone
+    (``CUDA_VISIBLE_DEVICES``). Ctrl-C stops the running points (their checkpoints stay; the
+    next run resumes them)."""
+    console = console or Console(highlight=False)
+    outcome, pending = _to_train(plan, out)
+    if not pending:
+        return outcome
+    jobs = max(1, min(jobs, len(pending)))
+    threads = max(1, (cores or available_cores()) // jobs)
+    gpus = _gpu_count()
+    running: dict[int, tuple[Point, subprocess.Popen, Any, int]] = {}  # slot → point, process
+    free = list(range(jobs))
+    bars = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24),
+                    TextColumn("{task.completed}/{task.total} steps {task.fields[loss]}"),
+                    TimeElapsedColumn(), console=console, disable=not progress, transient=True)
+    tasks: dict[str, Any] = {}
+    console.print(f"{len(pending)} points to train ({len(outcome.skipped)} finished before), "
+                  f"{jobs} at a time on {threads} thread{'s' if threads > 1 else ''} each")
+    try:
+        with bars:
+            while pending or running:
+                while pending and free:
+                    slot, point = free.pop(0), pending.pop(0)
+                    run_dir = out / point.name
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    log = open(run_dir / "train.log", "a", encoding="utf-8")
+                    env = dict(os.environ)
+                    if gpus > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+                        env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+                    proc = subprocess.Popen(python_command(point, plan, out, threads=threads),
+                                            stdout=log, stderr=subprocess.STDOUT, env=env)
+                    running[slot] = (point, proc, log, 0)
+                    assert point.experiment is not None
+                    tasks[point.name] = bars.add_task(point.name, total=point.experiment.train.steps,
+                                                      loss="")
+                time.sleep(POLL_S)
+                for slot, (point, proc, log, _) in list(running.items()):
+                    step, loss = _progress_of(out / point.name)
+                    bars.update(tasks[point.name], completed=step,
+                                loss=f"· loss {loss:.3f}" if loss is not None else "")
+                    if proc.poll() is None:
+                        continue
+                    log.close()
+                    bars.remove_task(tasks.pop(point.name))
+                    del running[slot]
+                    free.append(slot)
+                    if proc.returncode == 0 and finished(out, point):
+                        outcome.done.append(point.name)
+                        console.print(f"done   {point.name}: {_summary_line(out / point.name)}")
+                    else:
+                        reason = f"exit {proc.returncode}: {last_line(out / point.name / 'train.log')}"
+                        outcome.failed[point.name] = reason
+                        console.print(f"failed {point.name} ({reason}); the others go on")
+    finally:
+        for point, proc, log, _ in running.values():  # interrupted: stop what this call started
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
+    return outcome
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, Any],
+                 gpus_per_point: int = 1, console: Console | None = None,
+                 wait: bool = True) -> Outcome:
+    """Submit every unfinished point as one job through submitit and wait for them.
+
+    ``cluster``: ``"slurm"`` (one SLURM job per point) or ``"local"`` (submitit's local
+    executor, for trying a sweep's submission on one machine). ``parameters`` go to
+    ``AutoExecutor.update_parameters`` (``timeout_min``, ``slurm_partition``,
+    ``cpus_per_task``, ``gpus_per_node``, …). A job runs the point's plain ``fullrank train``
+    (through ``torchrun`` when ``gpus_per_point > 1``)."""
+    import submitit
+    from submitit.helpers import CommandFunction
+
+    console = console or Console(highlight=False)
+    outcome, pending = _to_train(plan, out)
+    if not pending:
+        return outcome
+    executor = submitit.AutoExecutor(folder=out / ".submitit" / "%j", cluster=cluster)
+    params = {"name": plan.sweep.name, "timeout_min": 24 * 60, **parameters}
+    if gpus_per_point > 1:
+        params.setdefault("gpus_per_node", gpus_per_point)
+    executor.update_parameters(**params)
+    threads = params.get("cpus_per_task") or (None if cluster != "local" else
+                                               max(1, available_cores() // len(pending)))
+    jobs = []
+    with executor.batch():
+        for point in pending:
+            cmd = python_command(point, plan, out, threads=threads, gpus=gpus_per_point)
+            jobs.append(executor.submit(CommandFunction(cmd, cwd=os.getcwd(), verbose=False)))
+    by_job = {id(job): point for job, point in zip(jobs, pending)}
+    ids = ", ".join(str(j.job_id) for j in jobs)
+    console.print(f"submitted {len(jobs)} points through submitit ({cluster}): jobs {ids}; logs "
+                  f"under {out / '.submitit'}")
+    if not wait:
+        return outcome
+    for job in submitit.helpers.as_completed(jobs):
+        point = by_job[id(job)]
+        try:
+            job.result()
+        except Exception as e:  # a failed job: reported, the others go on
+            lines = [x for x in str(e).splitlines() if x.strip()]
+            outcome.failed[point.name] = lines[-1][:300] if lines else type(e).__name__
+            console.print(f"failed {point.name} ({outcome.failed[point.name]}); the others go on")
+            continue
+        if finished(out, point):
+            outcome.done.append(point.name)
+            console.print(f"done   {point.name}: {_summary_line(out / point.name)}")
+        else:
+            outcome.failed[point.name] = "the job ended without results.json"
+    return outcome

@@ -1,0 +1,154 @@
+"""Sweep files: points, parameter matching against the built models, bad input in one line, and
+an output folder that is never someone else's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fullrank.cli import main
+from fullrank.errors import ConfigError
+from fullrank.models import build_model
+from fullrank.recipes.sweep import claim_output, load_sweep, plan
+from tests.e2e.lm_fixture import tiny_experiment
+from tests.helpers import shared_data
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((REPO / "configs" / "sweeps").glob("*.yaml"))
+
+TOY = """
+name: toy
+base: tiny.yaml
+seeds: [0, 1]
+axes:
+  model.n_heads: [2, 4]
+arms:
+  fixed: {model.d_head: 5, model.d_value: null}
+  standard: {model.d_head: null, model.d_value: null}
+match: {target: fixed, solve_for: model.d_ff, tolerance: 0.05}
+"""
+
+
+def toy_sweep(tmp_path: Path, text: str = TOY, **kw) -> Path:
+    tiny_experiment(tmp_path, **kw)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_points_cross_axes_arms_and_seeds_and_match_the_target(tmp_path):
+    the_plan = plan(load_sweep(toy_sweep(tmp_path)), tmp_path / "out")
+    assert [p.name for p in the_plan.points] == [
+        "fixed-n_heads2-s0", "fixed-n_heads2-s1", "fixed-n_heads4-s0", "fixed-n_heads4-s1",
+        "standard-n_heads2-s0", "standard-n_heads2-s1", "standard-n_heads4-s0",
+        "standard-n_heads4-s1"]
+    by = {p.name: p for p in the_plan.points}
+    for h in (2, 4):
+        fixed, standard = by[f"fixed-n_heads{h}-s0"], by[f"standard-n_heads{h}-s0"]
+        assert fixed.match == "target" and standard.match.startswith("matched: d_ff=")
+        assert standard.model.head_sizes == (24 // h, 24 // h)
+        assert abs(standard.params - fixed.params) / fixed.params <= 0.05
+        assert f"model.d_ff={standard.model.d_ff}" in standard.overrides
+    for p in the_plan.points:  # the counts are the built models', vocabulary from the tokenizer
+        assert p.params == sum(q.numel() for q in build_model(p.model).parameters())
+        assert p.experiment.model_config(p.model.vocab_size) == p.model
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_sweep_files_load(path):
+    sweep = load_sweep(path)
+    assert sweep.base.is_file() and sweep.arms and sweep.seeds
+
+
+def test_table3_sweep_carries_the_papers_figures():
+    from fullrank.models.presets import TABLE3
+
+    paper = {r.name: r for r in TABLE3}
+    sweep = load_sweep(REPO / "configs" / "sweeps" / "v17_table3.yaml")
+    assert len(sweep.arms) == 20 and set(sweep.reference) == set(sweep.arms)
+    for ref in sweep.reference.values():
+        row = paper[ref["paper_row"]]
+        assert (ref["paper_PPL"], ref["paper_BLEU"]) == (row.paper_ppl, row.paper_bleu)
+        assert ref.get("paper_params_M") == row.paper_params
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_sweeps_count_the_models_they_build(path, monkeypatch):
+    """Every point of every shipped sweep: closed form = sum(p.numel()) of the built model, and
+    matched points within the stated tolerance."""
+    shared_data()
+    monkeypatch.chdir(REPO)  # the experiment files' data.root is relative to the repository
+    sweep = load_sweep(path)
+    the_plan = plan(sweep, REPO / "runs" / "sweeps" / sweep.name)
+    assert not the_plan.unmatched, the_plan.unmatched[0].match
+    seen = set()
+    for p in the_plan.points:
+        if p.group in seen:
+            continue
+        seen.add(p.group)
+        with torch.device("meta"):  # shapes only: no memory, no time
+            model = build_model(p.model)
+        assert p.params == sum(q.numel() for q in model.parameters()), p.group
+        if sweep.match is not None and p.arm in sweep.match.arms:
+            target = next(q for q in the_plan.points if q.arm == sweep.match.target
+                          and all(p.coords.get(k) == v for k, v in q.coords.items()))
+            assert abs(p.params - target.params) <= sweep.match.tolerance * target.params
+
+
+@pytest.mark.parametrize("text,expected", [
+    (TOY.replace("model.n_heads: [2, 4]", "model.n_head: [2, 4]"),
+     "unknown key 'model.n_head' (did you mean 'model.n_heads'?)"),
+    (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: []"),
+     "axes: 'model.n_heads' is empty"),
+    (TOY.replace("seeds: [0, 1]", "seeds: [0, one]"), "seeds must be a non-empty list of integers"),
+    (TOY.replace("seeds: [0, 1]", "seeds: [0, 1.5]"), "seeds must be a non-empty list of integers"),
+    (TOY.replace("tolerance: 0.05", "tolerance: 0.000001"),
+     "point standard-n_heads2 is unmatched: the nearest, d_ff="),
+    (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: [2, 5]"),
+     "point standard (model.n_heads=5)"),
+    (TOY.replace("target: fixed", "target: fixd"), "match.target 'fixd' is not an arm (did you mean"),
+    (TOY.replace("match:", "mtch:"), "unknown key 'mtch' (did you mean 'match'?)"),
+])
+def test_bad_sweep_files_are_one_line(tmp_path, capsys, text, expected):
+    path = toy_sweep(tmp_path, text)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()  # nothing was started
+
+
+def test_dry_run_prints_every_point_and_writes_nothing(tmp_path, capsys):
+    path = toy_sweep(tmp_path)
+    assert main(["sweep", str(path), "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    for text in ("standard-n_heads4", "fixed-n_heads2", "target", "matched: d_ff=", "non-emb",
+                 "FLOPs/token"):
+        assert text in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_folder_that_is_not_this_sweeps_is_refused(tmp_path, capsys):
+    path = toy_sweep(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("keep me")
+    assert main(["sweep", str(path), "--out", str(mine)]) == 2
+    assert "is not a sweep's output folder" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
+
+    the_plan = plan(load_sweep(path), tmp_path / "out")
+    claim_output(the_plan, tmp_path / "out")
+    (tmp_path / "out" / the_plan.points[0].name).mkdir()  # a point trained with other settings
+    changed = plan(load_sweep(toy_sweep(tmp_path, TOY.replace("seeds: [0, 1]",
+                                                              "seeds: [0, 1]\nsteps: 3"))),
+                   tmp_path / "out")
+    with pytest.raises(ConfigError, match="was trained with other settings"):
+        claim_output(changed, tmp_path / "out")
+    other = plan(load_sweep(toy_sweep(tmp_path, TOY.replace("name: toy", "name: other"))),
+                 tmp_path / "out")
+    with pytest.raises(ConfigError, match="holds sweep 'toy'"):
+        claim_output(other, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "sweep.json").read_text())["sweep"] == "toy"
