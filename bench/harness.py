@@ -26,11 +26,12 @@ BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 
 
-def run_job(spec: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
-    """Run one job in a fresh process; return its JSON result (or an ``error`` entry)."""
+def run_job(spec: dict[str, Any], timeout: float = 900, script: Path = BENCH / "jobs.py") -> dict[str, Any]:
+    """Run one job (``script SPEC``) in a fresh process; return its JSON result (or an ``error``
+    entry)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(spec.get("threads", 2)),
            "MKL_NUM_THREADS": str(spec.get("threads", 2))}
-    proc = subprocess.run([sys.executable, str(BENCH / "jobs.py"), json.dumps(spec)],
+    proc = subprocess.run([sys.executable, str(script), json.dumps(spec)],
                           capture_output=True, text=True, timeout=timeout, env=env)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -38,13 +39,13 @@ def run_job(spec: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def interleaved(specs: dict[str, dict[str, Any]], rounds: int,
-                log=print) -> dict[str, list[dict[str, Any]]]:
+def interleaved(specs: dict[str, dict[str, Any]], rounds: int, log=print,
+                script: Path = BENCH / "jobs.py") -> dict[str, list[dict[str, Any]]]:
     """``rounds`` rounds of every spec in turn; results per spec name, in round order."""
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in specs}
     for r in range(rounds):
         for name, spec in specs.items():
-            res = run_job(spec)
+            res = run_job(spec, script=script)
             out[name].append(res)
             if "error" in res:
                 log(f"  round {r + 1} {name}: ERROR {res['error']}")

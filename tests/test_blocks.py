@@ -13,7 +13,7 @@ from fullrank.layers.masks import causal_mask, padding_mask
 def spec(d: int, h: int, f: int, norm_first: bool, **kw) -> BlockSpec:
     base = dict(d_model=d, n_heads=h, d_head=None, d_value=None, d_ff=f, dropout=0.1,
                 attn_dropout=0.0, ffn_dropout=0.0, activation="relu", norm_first=norm_first,
-                norm_eps=1e-5, bias=True, fused=True)
+                norm_eps=1e-5, bias=True, fused_attention=True)
     return BlockSpec(**{**base, **kw})
 
 

@@ -36,11 +36,11 @@ class BlockSpec:
     norm_first: bool
     norm_eps: float
     bias: bool
-    fused: bool
+    fused_attention: bool
 
     def attention(self) -> MultiHeadAttention:
         return MultiHeadAttention(self.d_model, self.n_heads, self.d_head, self.d_value,
-                                  dropout=self.attn_dropout, bias=self.bias, fused=self.fused)
+                                  dropout=self.attn_dropout, bias=self.bias, fused=self.fused_attention)
 
     def feedforward(self) -> FeedForward:
         return FeedForward(self.d_model, self.d_ff, activation=self.activation,

@@ -27,6 +27,10 @@ class CheckpointError(FullrankError, ValueError):
     """A checkpoint is missing, truncated, corrupt or of another architecture."""
 
 
+class TrainingError(FullrankError, RuntimeError):
+    """Training cannot go on: the loss or the weights stopped being finite numbers."""
+
+
 def closest(name: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest of ``choices`` to ``name``, or ``""``.
 

@@ -7,9 +7,11 @@ import os
 import numpy as np
 import pytest
 
+from fullrank.data import corpus as corpus_module
 from fullrank.data.corpus import cache_path, ids_dtype, tokenize_file
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import DataError
+from tests.e2e.lm_fixture import REPO
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
 
@@ -106,3 +108,29 @@ def test_missing_file_and_no_tokens_are_one_line_errors(tmp_path):
     assert not (tmp_path / "cache").exists() or not any(
         p.name.startswith("control") for p in (tmp_path / "cache").iterdir())
     assert os.path.exists(path)
+
+
+
+@pytest.mark.parametrize("kind, vocab", [("char", None), ("word", None), ("bpe", 200),
+                                          ("wordpiece", 200)])
+def test_long_lines_are_tokenized_in_bounded_pieces_with_the_same_ids(tmp_path, monkeypatch,
+                                                                      kind, vocab):
+    # One long line costs what the same text in lines does: the tokenizer never sees more than
+    # _PIECE_CHARS characters at once (cut before whitespace), and the ids are the whole line's.
+    text = (REPO / "data" / "tinyshakespeare" / "valid.txt").read_text(encoding="utf-8")[:20000]
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8")
+    tok = Tokenizer.train(kind, [tmp_path / "t.txt"], vocab)
+    line = text.replace("\n", "  ")
+    if kind == "char":  # characters may be cut anywhere, even inside a run without whitespace
+        line += "x" * 300
+    whole = tok.encode(line)
+    seen: list[int] = []
+    encode_batch = tok.encode_batch
+    monkeypatch.setattr(tok, "encode_batch",
+                        lambda texts: seen.extend(map(len, texts)) or encode_batch(texts))
+    monkeypatch.setattr(corpus_module, "_PIECE_CHARS", 97)
+    monkeypatch.setattr(corpus_module, "_CALL_CHARS", 1000)
+    for eos in (False, True):
+        ids = corpus_module.encode_text(line, tok, eos_per_line=eos).tolist()
+        assert ids == whole + [tok.eos_id] * eos
+    assert max(seen) <= 97 and len(seen) > 400

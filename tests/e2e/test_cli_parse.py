@@ -49,7 +49,7 @@ out_dir: {out}
 model: {{d_model: 24, n_heads: 3, d_head: 10, d_value: 6, d_ff: 37, n_layers: 1,
          n_decoder_layers: 2, max_len: 48, seq_len: 16, dropout: 0.0}}
 data: {{root: {root}, train: "wsj_{{0001..0008}}.mrg", valid: wsj_0009.mrg, test: wsj_0010.mrg,
-        tokenizer: word, min_frequency: 2, max_tokens: 512, max_len: 40,
+        tokenizer: word, min_frequency: 2, max_tokens: 512, max_sentence_len: 40,
         cache_dir: {out}/cache}}
 train: {{steps: 12, lr: 2.0, schedule: noam, warmup: 6, label_smoothing: 0.1, eval_every: 6,
          save_every: 4, keep_last: 3, log_every: 4, threads: 1}}

@@ -132,7 +132,7 @@ task: mt
 model: {{d_model: 24, n_heads: 2, d_ff: 32, n_layers: 1, n_decoder_layers: 1, max_len: 64,
          seq_len: 8, dropout: 0.0}}
 data: {{root: {tmp_path}, train: train, valid: val, src_lang: en, tgt_lang: de,
-        tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_len: 20,
+        tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_sentence_len: 20,
         cache_dir: {tmp_path / 'cache'}}}
 train: {{steps: 50, lr: 2.0, schedule: noam, warmup: 4, eval_every: 50, save_every: 50,
          log_every: 50, threads: 1}}

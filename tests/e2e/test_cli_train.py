@@ -135,3 +135,32 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     a, b = final_weights(one / "runs" / "tiny"), final_weights(two / "runs" / "tiny")
     for k in a:
         assert (a[k] - b[k]).abs().max() < 1e-5, k
+    # the logged metrics mean the same: the train loss over both ranks' rows (the global
+    # batch), the periodic validation on the same rows as one process
+    logged = [[json.loads(x) for x in (d / "runs" / "tiny" / "metrics.jsonl").read_text()
+               .splitlines()] for d in (one, two)]
+    assert [(r["split"], r["step"]) for r in logged[0]] == [(r["split"], r["step"])
+                                                           for r in logged[1]]
+    for r1, r2 in zip(*logged):
+        assert abs(r1["loss"] - r2["loss"]) < 1e-5, (r1, r2)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_batch_that_does_not_split_across_ranks_is_one_line_from_rank_0(tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this Python")
+    cfg = tiny_experiment(tmp_path, steps=4, batch_size=5)
+    ddp = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "fullrank",
+                          "train", str(cfg), "--quiet", "train.device=cpu"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert ddp.returncode != 0
+    ours = [line for line in ddp.stderr.splitlines() if line.startswith("fullrank train")]
+    assert ours == ["fullrank train: error: batch_size = 5 is not divisible by the world size 2; "
+                    "choose a train.batch_size that is a multiple of the number of processes"]
+    # no rank printed a traceback (torchrun's own report of the failed workers follows)
+    frames = [line for line in ddp.stderr.splitlines() if line.strip().startswith("File ")]
+    assert not [f for f in frames if "fullrank" in f], ddp.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was written

@@ -34,7 +34,7 @@ out_dir: {tmp_path / 'runs'}
 model: {{d_model: 24, n_heads: 3, d_head: 10, d_value: 6, d_ff: 37, n_layers: 1,
          n_decoder_layers: 2, max_len: 64, seq_len: 8, dropout: 0.0}}
 data: {{root: {tmp_path}, train: train, valid: val, test: test, src_lang: en, tgt_lang: de,
-        tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_len: 20,
+        tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_sentence_len: 20,
         cache_dir: {tmp_path / 'cache'}, eval_sets: {{other: other}}}}
 train: {{steps: 16, lr: 2.0, schedule: noam, warmup: 8, label_smoothing: 0.1, eval_every: 8,
          save_every: 4, keep_last: 3, log_every: 4, threads: 1}}
@@ -118,10 +118,14 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     import shutil
 
     from fullrank.data.tokenizers import Tokenizer
+    from fullrank.training.integrity import digest
 
     other = tmp_path / "other_tok"
     shutil.copytree(tmp_path / "avg", other)
     Tokenizer.train("bpe", [str(tmp_path / "other.en")], vocab_size=40).save(other / "tokenizer.json")
+    meta = json.loads((other / "meta.json").read_text())  # recorded, as a re-saved checkpoint
+    meta["files"]["tokenizer.json"] = digest(other / "tokenizer.json")
+    (other / "meta.json").write_text(json.dumps(meta))
     capsys.readouterr()
     assert main(["translate", str(run), str(other), "-i", str(tmp_path / "in.txt")]) == 2
     err = capsys.readouterr().err
@@ -277,9 +281,9 @@ def test_no_decode_splits_means_nothing_is_decoded_or_tuned(tmp_path, capsys, mo
     (["translate", "CKPT", "--beam", "0"], "--beam must be >= 1"),
     (["translate", "CKPT", "--beam", "2", "--n-best", "3"], "--n-best must be between 1 and --beam"),
     (["translate", "CKPT", "--max-len-b", "0"], "--max-len-b must be >= 1"),
-    (["translate", "CKPT", "--max-len-a", "-1"], "--max-len-a must be >= 0"),
+    (["translate", "CKPT", "--max-len-a", "-1"], "--max-len-a must be a finite number >= 0"),
     (["generate", "CKPT", "--top-k", "0"], "--top-k must be a positive integer"),
-    (["generate", "CKPT", "--temperature", "-1"], "--temperature must be ≥ 0"),
+    (["generate", "CKPT", "--temperature", "-1"], "--temperature must be a finite number ≥ 0"),
 ])
 def test_bad_decoding_options_are_named_as_typed_before_any_checkpoint_is_read(argv, message,
                                                                                capsys):
@@ -291,8 +295,8 @@ def test_bad_decoding_options_are_named_as_typed_before_any_checkpoint_is_read(a
 def test_bpe_dropout_trains_and_resumes_exactly(tmp_path, capsys):
     from safetensors.torch import load_file
 
-    # several batches per epoch, several epochs; max_len + 1 within the budget, as BPE-dropout needs
-    data = ", bpe_dropout: 0.3, max_tokens: 48, max_len: 47"
+    # several batches per epoch, several epochs; max_sentence_len + 1 within the budget, as BPE-dropout needs
+    data = ", bpe_dropout: 0.3, max_tokens: 48, max_sentence_len: 47"
     rest = "decode: {splits: [], tune_alpha: []}"
 
     def final(run):

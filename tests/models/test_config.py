@@ -15,15 +15,19 @@ def lm(**kw):
 
 
 @pytest.mark.parametrize("field,value,pattern", [
-    ("d_model", 0, r"DecoderLMConfig.d_model must be a positive integer, got 0"),
-    ("n_heads", -2, r"n_heads must be a positive integer"),
-    ("d_head", 0, r"d_head must be a positive integer"),
-    ("n_layers", 0, r"n_layers must be a positive integer"),
-    ("dropout", 1.0, r"dropout must be in \[0, 1\), got 1.0"),
-    ("attn_dropout", -0.1, r"attn_dropout must be in \[0, 1\)"),
-    ("d_model", 24.5, r"d_model must be int, got 24.5"),
-    ("activation", "swish", r"activation must be Literal\['relu', 'gelu'\]"),
-    ("norm_first", "yes", r"norm_first must be bool"),
+    ("d_model", 0, r"DecoderLMConfig\.d_model = 0: should be greater than 0"),
+    ("n_heads", -2, r"n_heads = -2: should be greater than 0"),
+    ("d_head", 0, r"d_head = 0: should be greater than 0"),
+    ("n_layers", 0, r"n_layers = 0: should be greater than 0"),
+    ("dropout", 1.0, r"dropout = 1\.0: should be less than 1"),
+    ("attn_dropout", -0.1, r"attn_dropout = -0\.1: should be greater than or equal to 0"),
+    ("d_model", 24.5, r"d_model = 24\.5: should be a valid integer"),
+    ("vocab_size", True, r"vocab_size = True: should be a valid integer"),
+    ("dropout", float("nan"), r"dropout = nan: should be a finite number"),
+    ("norm_eps", float("inf"), r"norm_eps = inf: should be a finite number"),
+    ("activation", "swish", r"activation = 'swish': should be 'relu' or 'gelu'"),
+    ("norm_first", "yes", r"norm_first = 'yes': should be a valid boolean"),
+    ("d_heads", 8, r"unknown key 'DecoderLMConfig\.d_heads' \(did you mean 'd_head'\?\)"),
 ])
 def test_bad_values_name_the_field(field, value, pattern):
     with pytest.raises(ConfigError, match=pattern) as info:
@@ -43,7 +47,7 @@ def test_seq_len_beyond_max_len():
 
 
 def test_replace_validates_again():
-    with pytest.raises(ConfigError, match="n_decoder_layers must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"n_decoder_layers = 0: should be greater than 0"):
         replace(EncoderDecoderConfig(vocab_size=50), n_decoder_layers=0)
 
 
@@ -55,3 +59,32 @@ def test_lm_max_len_defaults_to_seq_len():
 def test_bottleneck_warning():
     assert "d_head=6 < seq_len=8" in lm().bottleneck_warning()
     assert lm(d_head=8).bottleneck_warning() is None
+
+
+def test_encoder_heads_are_counted_in_closed_form():
+    from fullrank.models import Encoder, EncoderConfig
+
+    for heads in (dict(), dict(pretraining_heads=False, n_classes=3),
+                  dict(pretraining_heads=False, span_head=True),
+                  dict(pretraining_heads=True, n_classes=5, span_head=True)):
+        cfg = EncoderConfig(vocab_size=53, d_model=24, n_heads=3, d_head=10, d_value=6, d_ff=37,
+                            n_layers=2, max_len=19, seq_len=11, **heads)
+        model = Encoder(cfg)
+        assert cfg.num_params() == sum(p.numel() for p in model.parameters()), heads
+        embeddings = sum(p.numel() for n, p in model.named_parameters() if n.startswith("embed.")
+                         and "norm" not in n)
+        vocab_bias = 53 if cfg.pretraining_heads else 0
+        assert cfg.non_embedding_params() == cfg.num_params() - embeddings - vocab_bias
+
+
+def test_shipped_bert_table3_models_match_within_two_percent():
+    from pathlib import Path
+
+    from fullrank.recipes.config import load_experiment
+
+    root = Path(__file__).resolve().parents[2] / "configs" / "bert"
+    fixed = load_experiment(root / "table2" / "fixed_h8.yaml").model_config(6000)
+    standard = load_experiment(root / "table3" / "standard_d208_h8.yaml").model_config(6000)
+    assert fixed.d_model < standard.d_model and fixed.head_sizes[0] == 128 == fixed.seq_len
+    assert standard.standard_rule and not fixed.standard_rule
+    assert abs(fixed.num_params() - standard.num_params()) / fixed.num_params() < 0.02

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from fullrank.errors import ConfigError
+from fullrank.errors import ConfigError, FullrankError
 from fullrank.recipes.config import apply_overrides, load_experiment
 
 # experiment files (sweep files, under configs/sweeps, are loaded by tests/recipes/test_sweep.py)
@@ -53,13 +54,13 @@ def test_unknown_key_suggests_the_closest(tmp_path):
 
 
 def test_wrong_type_and_value_name_the_key(tmp_path):
-    with pytest.raises(ConfigError, match=r"train\.steps: .*integer.*'ten'"):
+    with pytest.raises(ConfigError, match=r"train\.steps = 'ten': should be a valid integer"):
         load_experiment(write(tmp_path, BASE.replace("steps: 10", "steps: ten")))
-    with pytest.raises(ConfigError, match=r"train\.steps must be a positive integer, got -1"):
+    with pytest.raises(ConfigError, match=r"train\.steps = -1: should be greater than 0"):
         load_experiment(write(tmp_path, BASE.replace("steps: 10", "steps: -1")))
     with pytest.raises(ConfigError, match=r"n_heads=3 does not divide d_model=32.*set d_head"):
         load_experiment(write(tmp_path, BASE.replace("n_heads: 4", "n_heads: 3")))
-    with pytest.raises(ConfigError, match=r"data\.tokenizer: .*'char'"):
+    with pytest.raises(ConfigError, match=r"data\.tokenizer = 'chars': should be 'char'"):
         load_experiment(write(tmp_path, BASE.replace("{train: train.txt}",
                                                      "{train: train.txt, tokenizer: chars}")))
 
@@ -85,32 +86,33 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
         "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, tokenizer: bpe, "
                               "vocab_size: 100}")
     assert load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1"]).data.bpe_dropout == 0.1
-    with pytest.raises(ConfigError, match=r"data\.bpe_dropout = 1\.0 must be in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"data\.bpe_dropout = 1\.0: should be less than 1"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=1.0"])
-    with pytest.raises(ConfigError, match=r"data\.bpe_dropout = -0\.1 must be in"):
+    with pytest.raises(ConfigError, match=r"data\.bpe_dropout = -0\.1: should be greater"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=-0.1"])
     with pytest.raises(ConfigError, match=r"not of a lm run with a char tokenizer"):
         load_experiment(write(tmp_path, BASE), ["data.bpe_dropout=0.1"])
     with pytest.raises(ConfigError, match=r"not of a mt run with a word tokenizer"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.tokenizer=word"])
-    # a sampled pair can reach max_len tokens: a budget below it would stop training mid-run
-    with pytest.raises(ConfigError,
-                       match=r"data\.max_tokens = 100 is smaller than data\.max_len \+ 1 = 129"):
+    # a sampled pair can reach max_sentence_len tokens: a budget below it would stop training
+    with pytest.raises(ConfigError, match=r"data\.max_tokens = 100 is smaller than "
+                                          r"data\.max_sentence_len \+ 1 = 129"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100"])
     assert load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100",
-                                                 "data.max_len=99"]).data.max_len == 99
+                                                 "data.max_sentence_len=99"]).data.max_sentence_len == 99
 
 
 @pytest.mark.parametrize("override, message", [
-    ("decode.beam=0", r"decode\.beam must be >= 1 \(1 = greedy search\), got 0"),
-    ("decode.batch_size=0", r"decode\.batch_size must be >= 1, got 0"),
-    ("decode.a=-1", r"decode\.a must be >= 0 .*got -1"),
-    ("decode.b=0", r"decode\.b must be >= 1 .*got 0"),
-    ("decode.workers=0", r"decode\.workers must be >= 1 \(batches decoded at once\), got 0"),
-    ("decode.average_last=-1", r"decode\.average_last must be >= 0"),
-    ("sample.temperature=-0.5", r"sample\.temperature must be ≥ 0"),
-    ("sample.top_k=0", r"sample\.top_k must be a positive integer, got 0"),
-    ("sample.max_new_tokens=-1", r"sample\.max_new_tokens must be non-negative"),
+    ("decode.beam=0", r"decode\.beam = 0: should be greater than 0"),
+    ("decode.batch_size=0", r"decode\.batch_size = 0: should be greater than 0"),
+    ("decode.a=-1", r"decode\.a = -1: should be greater than or equal to 0"),
+    ("decode.b=0", r"decode\.b = 0: should be greater than 0"),
+    ("decode.workers=0", r"decode\.workers = 0: should be greater than 0"),
+    ("decode.average_last=-1", r"decode\.average_last = -1: should be greater than or equal"),
+    ("decode.tune_alpha=[0.6,-1]", r"decode\.tune_alpha\.1 = -1: should be greater than or"),
+    ("sample.temperature=-0.5", r"sample\.temperature = -0\.5: should be greater than or"),
+    ("sample.top_k=0", r"sample\.top_k = 0: should be greater than 0"),
+    ("sample.max_new_tokens=-1", r"sample\.max_new_tokens = -1: should be greater than or"),
 ])
 def test_decoding_and_sampling_settings_fail_when_loaded_not_after_training(tmp_path, override,
                                                                             message):
@@ -160,3 +162,49 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_experiment(tmp_path / "nope.yaml")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_experiment(write(tmp_path, "name: [unclosed"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lr=.nan", r"train\.lr = nan: should be a finite number"),
+    ("train.lr=.inf", r"train\.lr = inf: should be a finite number"),
+    ("train.lr=0", r"train\.lr = 0: should be greater than 0"),
+    ("train.min_lr=-1.0e-4", r"train\.min_lr = -0\.0001: should be greater than or equal to 0"),
+    ("train.min_lr=0.01", r"train\.min_lr = 0\.01 is above train\.lr = 0\.001"),
+    ("train.eps=-1", r"train\.eps = -1: should be greater than 0"),
+    ("train.weight_decay=.inf", r"train\.weight_decay = inf: should be a finite number"),
+    ("train.clip_grad=0", r"train\.clip_grad = 0: should be greater than 0"),
+    ("train.betas=[0.9,1.0]", r"train\.betas\.1 = 1\.0: should be less than 1"),
+    ("train.label_smoothing=1", r"train\.label_smoothing = 1: should be less than 1"),
+    ("train.eval_batches=0", r"train\.eval_batches = 0: should be greater than 0"),
+    ("train.max_minutes=-5", r"train\.max_minutes = -5: should be greater than 0"),
+    ("train.steps=true", r"train\.steps = True: should be a valid integer"),
+    ("train.seed=-1", r"train\.seed = -1: should be greater than or equal to 0"),
+    ("model.dropout=.nan", r"model\.dropout = nan: should be a finite number"),
+    ("task=lmm", r"task 'lmm' is not one of lm, mt, parse, bert, classify, squad \(did you mean 'lm'\?\)"),
+    ("name=..", r"name '\.\.' must be a plain run name"),
+    ("data.max_len=64", r"'data\.max_len' is now called 'data\.max_sentence_len'"),
+])
+def test_numbers_and_names_are_checked_when_loaded(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_experiment(write(tmp_path, BASE), [override])
+    assert "\n" not in str(info.value)
+
+
+def test_yaml_1_2_numbers_and_repeated_keys(tmp_path):
+    exp = load_experiment(write(tmp_path, BASE.replace("lr: 0.001", "lr: 1e-3")), ["train.eps=1e-8"])
+    assert exp.train.lr == 1e-3 and exp.train.eps == 1e-8
+    with pytest.raises(ConfigError, match=r"exp\.yaml:6: key 'steps' appears twice in this "
+                                          r"mapping \(first on line 6\)"):
+        load_experiment(write(tmp_path, BASE.replace("steps: 10", "steps: 10, steps: 20")))
+    with pytest.raises(ConfigError, match=r"exp\.yaml:7: key 'train' appears twice .*line 6"):
+        load_experiment(write(tmp_path, BASE + "train: {steps: 3}\n"))
+
+
+def test_config_file_and_prompt_must_be_utf8(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_bytes(BASE.encode() + b"sample: {prompt: caf\xe9}\n")
+    with pytest.raises(FullrankError, match=r"exp\.yaml:7: not valid UTF-8 \(byte 0xe9 at column 21\)"):
+        load_experiment(path)
+    # bytes that are not UTF-8 on the command line reach Python as lone surrogates
+    with pytest.raises(FullrankError, match=r"not valid UTF-8 \(byte 0xff at character 3\)"):
+        load_experiment(write(tmp_path, BASE), [os.fsdecode(b"sample.prompt=ab\xff")])

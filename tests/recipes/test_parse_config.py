@@ -38,5 +38,5 @@ def test_parse_refuses_bleu_only_settings_and_a_bad_min_frequency(tmp_path):
         load_experiment(write(tmp_path), ["decode.tune_alpha=[0.3,0.6]"])
     with pytest.raises(ConfigError, match="data.eval_sets is for translation"):
         load_experiment(write(tmp_path), ["data.eval_sets.x=y"])
-    with pytest.raises(ConfigError, match="data.min_frequency must be >= 1"):
+    with pytest.raises(ConfigError, match="data.min_frequency = 0: should be greater than 0"):
         load_experiment(write(tmp_path), ["data.min_frequency=0"])

@@ -43,3 +43,97 @@ def test_bert_for_pretraining_matches_hugging_face():
     torch.testing.assert_close(ours.nsp_logits(hidden), ref.seq_relationship_logits,
                                atol=1e-5, rtol=1e-5)
     assert cfg.num_params() == sum(p.numel() for p in hf.parameters())
+
+
+def _tiny_hf_config(**kw):
+    return transformers.BertConfig(vocab_size=53, hidden_size=24, num_hidden_layers=3,
+                                   num_attention_heads=4, intermediate_size=37,
+                                   max_position_embeddings=19, attn_implementation="eager", **kw)
+
+
+def _perturb(hf) -> None:
+    with torch.no_grad():  # non-trivial norms and biases
+        for name, p in hf.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.uniform_(-0.5, 0.5)
+
+
+def _converted(hf, hf_cfg):
+    from fullrank.models.convert_hf import bert_heads_from_hf
+
+    state = hf.state_dict()
+    cfg = bert_config_from_hf(hf_cfg.to_dict(), **bert_heads_from_hf(state))
+    ours = Encoder(cfg).eval()
+    ours.load_state_dict(bert_state_dict_from_hf(state, cfg.n_layers), strict=True)
+    assert cfg.num_params() == sum(p.numel() for p in hf.parameters())
+    return ours
+
+
+def _batch():
+    tokens = torch.randint(0, 53, (5, 11))
+    segments = (torch.arange(11) >= 6).long().expand(5, 11)
+    keep = torch.ones(5, 11, dtype=torch.bool)
+    keep[2, 7:] = False
+    keep[4, 3:] = False
+    return tokens, segments, keep
+
+
+@pytest.mark.reference
+def test_bert_for_sequence_classification_matches_hugging_face():
+    hf_cfg = _tiny_hf_config(num_labels=3)
+    hf = transformers.BertForSequenceClassification(hf_cfg).eval()
+    _perturb(hf)
+    ours = _converted(hf, hf_cfg)
+    assert ours.config.n_classes == 3 and not ours.config.pretraining_heads
+    tokens, segments, keep = _batch()
+    with torch.no_grad():
+        ref = hf(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long()).logits
+        got = ours.class_logits(ours(tokens, segments=segments, mask=keep))
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.reference
+def test_bert_for_question_answering_matches_hugging_face():
+    hf_cfg = _tiny_hf_config()
+    hf = transformers.BertForQuestionAnswering(hf_cfg).eval()
+    _perturb(hf)
+    ours = _converted(hf, hf_cfg)
+    assert ours.config.span_head and ours.pooler is None  # HF's QA model has no pooler
+    tokens, segments, keep = _batch()
+    with torch.no_grad():
+        ref = hf(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long())
+        got = ours.span_logits(ours(tokens, segments=segments, mask=keep))
+    torch.testing.assert_close(got[..., 0][keep], ref.start_logits[keep], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[..., 1][keep], ref.end_logits[keep], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.reference
+def test_pretraining_loss_matches_hugging_face_on_the_same_masked_batch():
+    from fullrank.data.batch import EncoderInputs, PretrainingBatch
+    from fullrank.training.tasks import MaskedLMWithNSP
+
+    hf_cfg = _tiny_hf_config()
+    hf = transformers.BertForPreTraining(hf_cfg).eval()
+    _perturb(hf)
+    ours = _converted(hf, hf_cfg)
+    tokens, segments, keep = _batch()
+    gen = torch.Generator().manual_seed(3)
+    chosen = (torch.rand(5, 11, generator=gen) < 0.3) & keep
+    chosen[:, 1] = True  # every row predicts something
+    labels = torch.where(chosen, torch.randint(0, 53, (5, 11), generator=gen), -100)
+    nsp = torch.tensor([0, 1, 1, 0, 1])
+    ref = hf(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long(), labels=labels,
+             next_sentence_label=nsp).loss
+    index = torch.nonzero(chosen.reshape(-1)).squeeze(1)
+    batch = PretrainingBatch(EncoderInputs(tokens, segments, keep), index, labels.reshape(-1)[index],
+                             nsp, nsp_weight=len(index) / 5)
+    out = MaskedLMWithNSP().loss(ours, batch)
+    got = out.loss / out.n_tokens  # what the training loop minimises
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    # and the gradient reaches the tied MLM decoder through the fused cross-entropy (row 0 is
+    # Hugging Face's padding_idx, whose embedding it never updates; ours treats it as any row)
+    got.backward()
+    ref.backward()
+    torch.testing.assert_close(ours.embed.token.weight.grad[1:],
+                               hf.bert.embeddings.word_embeddings.weight.grad[1:], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours.mlm.bias.grad, hf.cls.predictions.bias.grad, atol=1e-5, rtol=1e-4)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -11,13 +13,16 @@ import time
 
 import pytest
 import torch
+from safetensors.torch import load_file
+from safetensors.torch import save as save
 
 from fullrank.errors import CheckpointError
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
-from fullrank.training.checkpoints import (MODEL_FILE, latest_checkpoint, load_checkpoint,
-                                           load_training_state, load_weights, resolve,
-                                           save_training_checkpoint, save_weights, step_dirs,
-                                           write_checkpoint)
+from fullrank.training.checkpoints import (META_FILE, MODEL_FILE, check_readable,
+                                           latest_checkpoint, load_checkpoint,
+                                           load_training_state, load_weights, newest_readable,
+                                           read_meta, resolve, save_training_checkpoint,
+                                           save_weights, step_dirs, write_checkpoint)
 from fullrank.training.config import TrainConfig
 from fullrank.training.optim import make_optimizer
 
@@ -63,11 +68,12 @@ def test_latest_pointer_pruning_and_stale_temporaries(tmp_path):
     model, cfg = tiny_lm()
     opt = make_optimizer(model, TrainConfig())
     (tmp_path / ".step-00000009.tmp-1234").mkdir()  # a save killed half-way
+    (tmp_path / ".latest.tmp-1234").write_text("step-")
     for step in range(1, 6):
         save_training_checkpoint(tmp_path, step, model, cfg, None, opt, {}, keep_last=2)
     assert [p.name for p in step_dirs(tmp_path)] == ["step-00000004", "step-00000005"]
     assert latest_checkpoint(tmp_path).name == "step-00000005"
-    assert not list(tmp_path.glob(".step-*"))
+    assert not list(tmp_path.glob(".*"))
     (tmp_path / "latest").write_text("step-00000004")
     assert resolve(tmp_path / "latest").name == "step-00000004"  # the pointer file itself
     (tmp_path / "latest").write_text("step-00000099")  # stale pointer: fall back to newest
@@ -79,13 +85,184 @@ def test_truncated_file_is_one_line_naming_it(tmp_path):
     path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
     data = (path / MODEL_FILE).read_bytes()
     (path / MODEL_FILE).write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors "
-                                              r"file .*truncated or corrupt") as info:
+    with pytest.raises(CheckpointError, match=rf"model\.safetensors: {len(data) // 2:,} bytes "
+                                              rf"where {len(data):,} were written") as info:
         load_checkpoint(path)
     assert "\n" not in str(info.value)
+    # a checkpoint without checksums (as written before they were recorded): the format check
+    drop_checksums(path)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors "
+                                              r"file .*truncated or corrupt"):
+        load_checkpoint(path)
     (path / MODEL_FILE).write_bytes(b"garbage" * 10)
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         load_checkpoint(path)
+
+
+def drop_checksums(ckpt):
+    meta = json.loads((ckpt / META_FILE).read_text())
+    del meta["files"]
+    (ckpt / META_FILE).write_text(json.dumps(meta))
+
+
+def rewrite(ckpt, name, data: bytes) -> None:
+    """Replace file ``name`` of ``ckpt`` and record its new checksum, as a crafted checkpoint
+    would: what is checked next is the content itself."""
+    (ckpt / name).write_bytes(data)
+    meta = json.loads((ckpt / META_FILE).read_text())
+    meta["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (ckpt / META_FILE).write_text(json.dumps(meta))
+
+
+def test_a_flipped_byte_in_the_tensor_data_is_caught_by_its_checksum(tmp_path):
+    model, cfg = tiny_lm()
+    path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
+    data = bytearray((path / MODEL_FILE).read_bytes())
+    data[-3] ^= 0x40  # inside the last tensor: the file still parses, the weights are wrong
+    (path / MODEL_FILE).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: SHA-256 does not match"):
+        load_checkpoint(path)
+    assert "3 files match" not in check_readable_or_error(path)
+    drop_checksums(path)  # an old checkpoint loads as before (no checksum to compare with)
+    assert load_checkpoint(path).config == cfg
+
+
+def check_readable_or_error(path) -> str:
+    try:
+        return check_readable(path)
+    except CheckpointError as e:
+        return str(e)
+
+
+def test_checksums_are_recorded_and_verified(tmp_path):
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+    ckpt = save_training_checkpoint(tmp_path, 1, model, cfg, None, opt, {"loop": {}}, keep_last=2)
+    meta = json.loads((ckpt / META_FILE).read_text())
+    assert set(meta["files"]) == {MODEL_FILE, "optimizer.safetensors"}
+    for name, d in meta["files"].items():
+        assert d["sha256"] == hashlib.sha256((ckpt / name).read_bytes()).hexdigest()
+    assert check_readable(ckpt) == "2 files match their SHA-256"
+    (ckpt / "notes.txt").write_text("added later")
+    with pytest.raises(CheckpointError, match=r"notes\.txt: not recorded in .*meta\.json"):
+        check_readable(ckpt)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["model"].update(vocab_size=10**12),
+     r"the model config describes [\d,]+ parameters but model\.safetensors holds [\d,]+ values"),
+    (lambda m: m.update(model=[1, 2]), r"model = \[1, 2\]: should be a valid dictionary"),
+    (lambda m: m["model"].update(d_model="wide"), r"d_model = 'wide': should be a valid integer"),
+    (lambda m: m["model"].update(dropout=float("nan")), r"invalid model config"),
+    (lambda m: m.update(task=["lm"]), r"task = \['lm'\]: should be a valid string"),
+    (lambda m: m.update(data=[]), r"data = \[\]: should be a valid dictionary"),
+    (lambda m: m.update(format="other"), r"format 'other' is not 'fullrank-checkpoint-v1'"),
+    (lambda m: m["files"].update({"../x": m["files"][MODEL_FILE]}), r"files\.\.\./x"),
+])
+def test_metadata_is_validated_before_any_model_is_built(tmp_path, edit, message):
+    model, cfg = tiny_lm()
+    path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
+    meta = json.loads((path / META_FILE).read_text())
+    edit(meta)
+    (path / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=message) as info:
+        load_checkpoint(path)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"\xff\xfe{}", r"meta\.json: not UTF-8 \(byte 0xff at offset 0\)"),
+    (b'{"format": ', r"meta\.json: not valid JSON"),
+    (b"[]", r"meta\.json: holds a JSON list, not an object"),
+])
+def test_undecodable_metadata_is_one_line(tmp_path, data, message):
+    model, cfg = tiny_lm()
+    path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
+    (path / META_FILE).write_bytes(data)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path)
+
+
+def test_weights_metadata_aliases_must_be_a_json_mapping(tmp_path):
+    model, cfg = tiny_lm()
+    path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
+    tensors = load_file(str(path / MODEL_FILE))
+    for aliases, message in (("{", "is not valid JSON"), ('["a"]', "is not a mapping")):
+        rewrite(path, MODEL_FILE, save(tensors, metadata={"format": "x", "aliases": aliases}))
+        with pytest.raises(CheckpointError, match=rf"'aliases' metadata {message}"):
+            load_checkpoint(path)
+
+
+def test_paths_that_leave_the_run_directory_are_refused(tmp_path):
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+    root = tmp_path / "run" / "checkpoints"
+    save_training_checkpoint(root, 1, model, cfg, None, opt, {"loop": {}}, keep_last=2)
+    outside = write_checkpoint(tmp_path / "elsewhere" / "step-00000009", model, cfg, None, {})
+    for pointer in ("../../elsewhere/step-00000009", str(outside), "step-1/../../x"):
+        (root / "latest").write_text(pointer)
+        with pytest.raises(CheckpointError, match=r"latest: names .*not a step-N checkpoint "
+                                                  r"inside"):
+            load_checkpoint(tmp_path / "run")
+    (root / "latest").write_bytes(b"step-\xff")
+    with pytest.raises(CheckpointError, match=r"latest: not a UTF-8 checkpoint name"):
+        load_checkpoint(tmp_path / "run")
+    (root / "latest").write_text("step-00000002")
+    (root / "step-00000002").symlink_to(outside)  # a step directory that is a link out
+    with pytest.raises(CheckpointError, match="not a step-N checkpoint inside"):
+        load_checkpoint(tmp_path / "run")
+    (root / "latest").write_text("step-00000001")
+    (root / "step-00000001" / MODEL_FILE).unlink()  # a weights file that is a link out
+    (root / "step-00000001" / MODEL_FILE).symlink_to(outside / MODEL_FILE)
+    with pytest.raises(CheckpointError, match="leads outside its checkpoint directory"):
+        load_checkpoint(tmp_path / "run")
+
+
+def test_optimizer_state_of_other_shapes_is_one_line(tmp_path):
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+    model(torch.randint(0, 13, (2, 8))).sum().backward()
+    opt.step()
+    ckpt = save_training_checkpoint(tmp_path, 1, model, cfg, None, opt, {"loop": {}}, keep_last=2)
+    tensors = load_file(str(ckpt / "optimizer.safetensors"))
+    key = next(k for k in tensors if k.endswith(".exp_avg") and tensors[k].dim() == 2)
+    tensors[key] = tensors[key][:, :-1].contiguous()
+    rewrite(ckpt, "optimizer.safetensors", save(tensors))
+    fresh, _ = tiny_lm()
+    with pytest.raises(CheckpointError, match=rf"optimizer tensor '{key}' has shape .* but its "
+                                              rf"parameter has"):
+        load_training_state(ckpt, fresh, make_optimizer(fresh, TrainConfig()))
+
+
+def test_an_existing_directory_is_replaced_only_if_it_is_a_checkpoint(tmp_path):
+    model, cfg = tiny_lm()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    for replace in (False, True):
+        with pytest.raises(CheckpointError, match="already exists"):
+            write_checkpoint(tmp_path / "mine", model, cfg, None, {}, replace=replace)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    first = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"n": 1})
+    with pytest.raises(CheckpointError, match="already exists"):
+        write_checkpoint(first, model, cfg, None, {"n": 2})
+    write_checkpoint(first, model, cfg, None, {"n": 2}, replace=True)
+    assert read_meta(first)["n"] == 2 and not list(tmp_path.glob(".*"))
+
+
+def test_resume_passes_over_unreadable_checkpoints(tmp_path):
+    model, cfg = tiny_lm()
+    opt = make_optimizer(model, TrainConfig())
+    for step in (1, 2, 3):
+        save_training_checkpoint(tmp_path, step, model, cfg, None, opt, {"loop": {}}, keep_last=3)
+    newest = tmp_path / "step-00000003"
+    (newest / MODEL_FILE).write_bytes((newest / MODEL_FILE).read_bytes()[:100])
+    found, notes = newest_readable(tmp_path)
+    assert found == tmp_path / "step-00000002"
+    assert len(notes) == 1 and notes[0].startswith("step-00000003 cannot be resumed from: ")
+    (tmp_path / "step-00000002" / META_FILE).write_text("{")
+    (tmp_path / "step-00000001" / "optimizer.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="no checkpoint can be resumed from"):
+        newest_readable(tmp_path)
 
 
 def test_other_architecture_names_the_first_mismatched_tensor(tmp_path):

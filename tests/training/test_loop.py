@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -10,10 +11,12 @@ import torch
 
 from fullrank.data.lm import LMBlocks
 from fullrank.models import DecoderLM, DecoderLMConfig
-from fullrank.training.checkpoints import latest_checkpoint
+from fullrank.errors import TrainingError
+from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint, step_dirs
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo
 from fullrank.training.loop import RunOutput, train
+from fullrank.training.losses import TokenLoss
 from fullrank.training.tasks import LanguageModeling
 
 CPU = DistInfo(rank=0, world=1, local_rank=0, device=torch.device("cpu"))
@@ -165,3 +168,45 @@ def test_more_processes_than_gpus_is_a_config_error(monkeypatch):
     with pytest.raises(ConfigError, match="nproc_per_node=1 or set train.device=cpu"):
         pick_device("auto", 1)
     assert pick_device("cpu", 1) == torch.device("cpu")
+
+
+class BreaksAt:
+    """Language modelling whose loss (and with ``nll``, the reported NLL too) becomes NaN at
+    call ``at``: a stand-in for a learning rate that blows the weights up."""
+
+    def __init__(self, at: int, *, nll: bool) -> None:
+        self.inner, self.at, self.nll, self.calls = LanguageModeling(), at, nll, 0
+
+    def loss(self, model, batch):
+        out = self.inner.loss(model, batch)
+        self.calls += 1
+        if self.calls == self.at:
+            nan = torch.tensor(float("nan"))
+            out = TokenLoss(out.loss * nan, out.nll * nan if self.nll else out.nll, out.n_tokens)
+        return out
+
+
+@pytest.mark.parametrize("nll, message", [
+    (True, r"step 5: the training loss is not a finite number"),
+    (False, r"step 4: a weight \(after the update\) is not a finite number"),
+])
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, nll,
+                                                                            message):
+    # nll=True: the loss of step 5 is NaN (found at step 6, the next log line and save);
+    # nll=False: only the gradient of step 4 is NaN, so step 4's weights are, found before
+    # step 4's save
+    cfg = TrainConfig(steps=12, batch_size=4, lr=1e-3, schedule="constant", warmup=1,
+                      save_every=2, log_every=3, optimizer="adamw")
+    out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
+    data = LMBlocks(IDS, seq_len=12, batch_size=4)
+    with pytest.raises(TrainingError, match=message + r"; stopped without saving .*latest stays "
+                                                      r"the last good checkpoint"):
+        train(make_model(), BreaksAt(4 if not nll else 5, nll=nll), data, cfg, dist=CPU,
+              progress=False, out=out)
+    good = latest_checkpoint(out.checkpoints)
+    assert good.name == ("step-00000004" if nll else "step-00000002")
+    assert [p.name for p in step_dirs(out.checkpoints)][-1] == good.name
+    ckpt = load_checkpoint(good)
+    assert all(torch.isfinite(p).all() for p in ckpt.model.parameters())
+    logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["loss"]) for r in logged)

@@ -34,18 +34,26 @@ def test_label_smoothing_matches_torch_cross_entropy(eps):
 
 @pytest.mark.parametrize("eps,ignore", [(0.0, None), (0.1, 0), (0.2, 3)])
 @pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
-def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_rows):
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_rows, with_bias):
     h = torch.randn(3, 11, 24, dtype=torch.float64, requires_grad=True)
     w = torch.randn(37, 24, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(37, dtype=torch.float64, requires_grad=True) if with_bias else None
     target = torch.randint(0, 37, (3, 11))
     target[1, 5:] = 0
-    fused = linear_cross_entropy(h, w, target, epsilon=eps, ignore_index=ignore,
+    fused = linear_cross_entropy(h, w, target, bias=b, epsilon=eps, ignore_index=ignore,
                                  chunk_bytes=chunk_rows * 37 * 8, min_chunk_rows=1)
     (0.3 * fused.loss).backward()
     grads = h.grad.clone(), w.grad.clone()
+    grad_b = b.grad.clone() if b is not None else None
     h.grad = w.grad = None
-    plain = label_smoothed_cross_entropy(h @ w.T, target, epsilon=eps, ignore_index=ignore)
+    if b is not None:
+        b.grad = None
+    logits = h @ w.T + (b if b is not None else 0)
+    plain = label_smoothed_cross_entropy(logits, target, epsilon=eps, ignore_index=ignore)
     (0.3 * plain.loss).backward()
+    if b is not None:
+        torch.testing.assert_close(grad_b, b.grad, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(fused.loss, plain.loss, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(fused.nll, plain.nll, rtol=1e-12, atol=1e-12)
     assert int(fused.n_tokens) == int(plain.n_tokens)
@@ -128,7 +136,7 @@ def test_no_weight_decay_on_biases_and_norms_and_tied_weights_once():
 def test_train_config_errors_name_the_field():
     from fullrank.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="train.steps must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.steps = 0: should be greater than 0"):
         TrainConfig(steps=0)
     with pytest.raises(ConfigError, match="needs optimizer: adamw"):
         TrainConfig(weight_decay=0.1)

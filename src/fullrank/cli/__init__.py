@@ -3,7 +3,9 @@
 The table names each command's module and one-line help; a module is imported only when its
 command runs (or its ``--help`` is asked for), so ``fullrank --help`` answers without importing
 PyTorch. Every command module has ``add_arguments(parser)`` and ``run(args) -> int``. A
-:class:`~fullrank.errors.FullrankError` becomes one line on stderr and exit status 2.
+:class:`~fullrank.errors.FullrankError` becomes one line on stderr and exit status 2; under
+``torchrun`` the line comes from rank 0 alone, and the other ranks exit with the same status
+quietly.
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "computes the same function."),
     "attention": ("attention", "Draw per-head attention maps and the 'from one token' view "
                                "([V17] Figures 3–5)."),
+    "classify": ("classify", "Label sentences or TAB-separated sentence pairs with a fine-tuned "
+                             "classifier: label and probabilities per line."),
+    "answer": ("answer", "Answer a question about a text file with a fine-tuned SQuAD span "
+                         "model."),
+    "verify": ("verify", "Check a checkpoint, or every checkpoint of a run, against the SHA-256 "
+                         "of its files and its metadata."),
 }
 
 
@@ -59,9 +67,16 @@ def load_command(name: str) -> ModuleType:
     return importlib.import_module(f"fullrank.cli.{COMMANDS[name][0]}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line like every other error (exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s sub-parser gets its arguments (the others show help)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fullrank",
         description="Transformers with a free attention head size ([V17] + [B20]).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -98,5 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return module.run(args)
     except FullrankError as e:
-        print(f"fullrank {args.command}: error: {e}", file=sys.stderr)
+        _leave_process_group()
+        if int(os.environ.get("RANK", "0")) == 0:  # every rank meets the error; one says it
+            print(f"fullrank {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _leave_process_group() -> None:
+    """Destroy the ``torch.distributed`` group if this process joined one, so that a rank
+    stopped by an error exits without gloo's or NCCL's complaints about an open group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -10,6 +10,7 @@ import torch
 from fullrank.analysis.capture import capture_attention
 from fullrank.analysis.inputs import lm_batch, mt_batch, token_strings
 from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
+from fullrank.data.text import check_utf8
 from fullrank.errors import CheckpointError, ConfigError
 from fullrank.inference.translate import translate
 from fullrank.training.checkpoints import load_checkpoint
@@ -36,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_utf8(args.text, "--text")
+    if args.target is not None:
+        check_utf8(args.target, "--target")
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:
@@ -57,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
     layer = n_layers - 2 if args.layer is None and n_layers > 1 else (args.layer or 0)
     if not 0 <= layer < n_layers:
         raise ConfigError(f"--layer {layer} is out of range: this model has layers 0..{n_layers - 1}")
+    bad_heads = [h for h in args.heads or [] if not 0 <= h < cfg.n_heads]
+    if bad_heads:
+        raise ConfigError(f"--heads {bad_heads[0]} is out of range: this model has heads "
+                          f"0..{cfg.n_heads - 1}")
+    if args.query is not None and not 0 <= args.query < len(queries):
+        raise ConfigError(f"--query {args.query} is out of range: the text has tokens "
+                          f"0..{len(queries) - 1}")
     name = prefix.format(layer)
     model = ckpt.model
     with torch.no_grad(), capture_attention(model) as rec:

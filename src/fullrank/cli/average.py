@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from fullrank.errors import ConfigError
+from fullrank.paths import check_output_dir
 from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
 
 
@@ -14,10 +15,17 @@ from fullrank.training.averaging import average_checkpoints, last_checkpoints, u
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", help="checkpoint directories, or one run directory with --last")
     p.add_argument("--last", type=int, default=None, help="average the run's last K checkpoints")
-    p.add_argument("-o", "--output", required=True, help="directory of the averaged checkpoint")
+    p.add_argument("-o", "--output", required=True,
+                   help="directory of the averaged checkpoint (a new one, or with --overwrite an "
+                        "existing checkpoint)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the checkpoint at --output (only a fullrank checkpoint is "
+                        "replaced)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.training.checkpoints import is_checkpoint_dir, resolve
+
     if args.last is not None:
         if len(args.paths) != 1 or args.last < 1:
             raise ConfigError("--last K takes exactly one run directory and K >= 1")
@@ -27,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {note}", file=sys.stderr)
     else:
         paths = [Path(p) for p in args.paths]
-    out = average_checkpoints(paths, args.output)
+    sources = [resolve(p) for p in paths]
+    check_output_dir(args.output, option="-o", overwrite=args.overwrite,
+                     inputs=[*args.paths, *sources], within=sources,
+                     replaceable=is_checkpoint_dir, kind="a fullrank checkpoint")
+    out = average_checkpoints(paths, args.output, replace=args.overwrite)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) → {out}")
     return 0

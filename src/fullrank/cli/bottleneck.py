@@ -26,6 +26,7 @@ from fullrank.analysis.rank_fit import write_csv
 from fullrank.analysis.theorem1 import counterexample, head_attention, theorem1_construction
 from fullrank.analysis.theorem2 import FITS_TOL, theorem2_experiment
 from fullrank.errors import ConfigError
+from fullrank.paths import check_output_dir
 
 
 
@@ -52,7 +53,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-samples", type=int, default=64, help="inputs X fitted (--theorem 2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("runs/bottleneck"),
-                   help="directory for the CSV and PNG (default runs/bottleneck)")
+                   help="directory for the CSV and PNG (default runs/bottleneck): a new one, or "
+                        "with --overwrite one that holds only results of this command")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results in an existing --out directory")
+
+
+# what the rank experiment and --multihead write into --out
+OUTPUTS = ("rank_experiment.csv", "rank_experiment.png", "multihead.csv")
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse an ``--out`` that would replace files this command did not write
+    (:func:`fullrank.paths.check_output_dir`)."""
+    check_output_dir(args.out, option="--out", overwrite=args.overwrite,
+                     replaceable=lambda p: {q.name for q in p.iterdir()} <= set(OUTPUTS),
+                     kind="a directory of bottleneck results")
 
 
 def wide_console() -> Console:
@@ -246,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
         return run_theorem1(args, console)
     if args.theorem == 2:
         return run_theorem2(args, console)
+    check_out(args)
     if args.multihead:
         return run_multihead(args, console)
     return run_rank(args, console)

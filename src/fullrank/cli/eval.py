@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         raise CheckpointError(f"{ckpt.path}: `fullrank eval` needs a language-model checkpoint "
                               f"with its tokenizer (this one has task={ckpt.task!r})")
     ensure_vocab_matches(ckpt.tokenizer, ckpt.config.vocab_size, str(ckpt.path))
-    eos_per_line = bool(ckpt.meta.get("data", {}).get("eos_per_line", False))
+    eos_per_line = ckpt.eos_per_line
     with tempfile.TemporaryDirectory() as tmp:
         ids = tokenize_file(args.data, ckpt.tokenizer, args.cache_dir or Path(tmp),
                             eos_per_line=eos_per_line)

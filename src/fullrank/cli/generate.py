@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fullrank.data.text import check_utf8
 from fullrank.errors import CheckpointError
 from fullrank.inference.sampling import check_sample_settings
 from fullrank.recipes.lm import generate_text
@@ -26,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_sample_settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                           top_k=args.top_k, name=lambda key: "--" + key.replace("_", "-"))
+    check_utf8(args.prompt, "--prompt")
     ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
     if ckpt.task != "lm" or ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: `fullrank generate` needs a language-model "

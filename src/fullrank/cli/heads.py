@@ -13,7 +13,8 @@ from fullrank.analysis.head_stats import head_report, head_table
 from fullrank.analysis.inputs import lm_batch, mt_batch
 from fullrank.analysis.plots import plot_head_heatmap
 from fullrank.data.text import read_lines, read_text
-from fullrank.errors import CheckpointError
+from fullrank.errors import CheckpointError, ConfigError
+from fullrank.paths import check_output_files
 from fullrank.inference.translate import translate
 from fullrank.training.checkpoints import load_checkpoint
 
@@ -31,10 +32,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default=None,
                    help="heatmap PNG (default: heads.png next to the checkpoint's run); a CSV "
                         "with the same name is written too")
+    p.add_argument("--overwrite", action="store_true", help="replace existing output files")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sequences < 1:
+        raise ConfigError(f"--sequences must be at least 1, got {args.sequences}")
     ckpt = load_checkpoint(args.checkpoint)
+    out = Path(args.output) if args.output else ckpt.path.parent.parent / "heads.png"
+    check_output_files([out, out.with_suffix(".csv")], option="-o", overwrite=args.overwrite,
+                       inputs=[p for p in (args.data, args.ref, args.checkpoint) if p],
+                       within=[ckpt.path])
     tok = ckpt.tokenizer
     if tok is None:
         raise CheckpointError(f"{ckpt.path}: no tokenizer.json in this checkpoint")
@@ -47,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt,
                             tgt_mask=batch.tgt_mask)
     else:
-        eos_per_line = bool(ckpt.meta.get("data", {}).get("eos_per_line", False))
+        eos_per_line = ckpt.eos_per_line
         batch = lm_batch(tok, read_text(args.data), seq_len=cfg.seq_len,
                          n_sequences=args.sequences, eos_per_line=eos_per_line)
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask)
@@ -56,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{ckpt.path}: {cfg.n_heads} heads × d_head {dh} (d_value {dv}), measured on "
                   f"{batch.tokens.shape[0]} sequences of up to {batch.tokens.shape[1]} tokens")
     console.print(head_table(stats))
-    out = Path(args.output) if args.output else ckpt.path.parent.parent / "heads.png"
     plot_head_heatmap(stats, out)
     with open(out.with_suffix(".csv"), "w", newline="", encoding="utf-8") as f:
         rows = [dataclasses.asdict(s) for s in stats]

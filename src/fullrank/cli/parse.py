@@ -35,7 +35,7 @@ def _option(setting: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from fullrank.data.text import read_lines
+    from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.errors import CheckpointError
     from fullrank.inference.parse import parse, tree_vocabulary
     from fullrank.inference.translate import check_settings
@@ -49,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
                               f"vocabulary); use a checkpoint written by a parsing run")
-    lines = read_lines(args.input, allow_blank=True) if args.input else \
-        sys.stdin.read().splitlines()
+    lines = read_lines(args.input, allow_blank=True) if args.input else read_stdin_lines()
     parsed = parse(ckpt.model, ckpt.tokenizer, trees, lines, beam=args.beam, alpha=args.alpha,
                    a=args.max_len_a, b=args.max_len_b, batch_size=args.batch_size,
                    progress=args.input is not None, workers=args.workers,

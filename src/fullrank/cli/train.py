@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from fullrank.errors import ConfigError
-from fullrank.recipes.config import load_experiment
-from fullrank.recipes.lm import run_lm
-from fullrank.recipes.mt import run_mt
-from fullrank.recipes.parse import run_parse
 
-
-# the recipe of each task
-RECIPES = {"lm": run_lm, "mt": run_mt, "parse": run_parse}
+# the recipe of each task: (module under fullrank.recipes, function), imported when it runs
+RECIPES = {"lm": ("lm", "run_lm"), "mt": ("mt", "run_mt"), "bert": ("bert", "run_bert"),
+           "classify": ("classify", "run_classify"), "squad": ("squad", "run_squad"),
+           "parse": ("parse", "run_parse")}
 RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
                 "never": "never"}
 
@@ -28,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.recipes.config import load_experiment
+
     resume = "always" if args.resume else "never"
     overrides = []
     for item in args.overrides:
@@ -39,5 +39,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             overrides.append(item)
     exp = load_experiment(args.config, overrides)
-    RECIPES[exp.task](exp, resume=resume, progress=not args.quiet)
+    module, function = RECIPES[exp.task]
+    recipe = getattr(importlib.import_module(f"fullrank.recipes.{module}"), function)
+    recipe(exp, resume=resume, progress=not args.quiet)
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fullrank.data.text import read_lines
+from fullrank.data.text import read_lines, read_stdin_lines
 from fullrank.errors import CheckpointError
 from fullrank.inference.translate import check_settings, translate
 from fullrank.training.checkpoints import load_checkpoint
@@ -52,7 +52,8 @@ def _option(setting: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
-                   a=args.max_len_a, b=args.max_len_b, workers=args.workers, name=_option)
+                   a=args.max_len_a, b=args.max_len_b, workers=args.workers, alpha=args.alpha,
+                   name=_option)
     device = pick_device(args.device)
     ckpts = [load_checkpoint(path, device=device) for path in args.checkpoint]
     for ckpt in ckpts:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input:
         lines = read_lines(args.input, allow_blank=True)
     else:
-        lines = sys.stdin.read().splitlines()
+        lines = read_stdin_lines()
     outputs = translate([c.model for c in ckpts], first.tokenizer, lines, beam=args.beam,
                         alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
                         batch_size=args.batch_size, n_best=args.n_best,

@@ -9,6 +9,7 @@ import torch
 
 from fullrank.analysis.widen import widen
 from fullrank.models import config_to_dict
+from fullrank.paths import check_output_dir
 from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
 
 
@@ -21,11 +22,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero-init", action="store_true",
                    help="zero every new weight (they then receive no gradient; default: new "
                         "query and value rows are random, new key rows and output columns zero)")
-    p.add_argument("-o", "--output", required=True, help="directory of the new checkpoint")
+    p.add_argument("-o", "--output", required=True,
+                   help="directory of the new checkpoint (a new one, or with --overwrite an "
+                        "existing checkpoint)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the checkpoint at --output (only a fullrank checkpoint is "
+                        "replaced)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from fullrank.training.checkpoints import is_checkpoint_dir
+
     ckpt = load_checkpoint(args.checkpoint)
+    check_output_dir(args.output, option="-o", overwrite=args.overwrite,
+                     inputs=[args.checkpoint, ckpt.path], within=[ckpt.path],
+                     replaceable=is_checkpoint_dir, kind="a fullrank checkpoint")
     model = widen(ckpt.model, args.d_head, args.d_value, zero_init=args.zero_init)
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "model", "optimizer", "loop")}
     if "experiment" in meta:  # keep the stored experiment consistent with the new model
@@ -34,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         model_fields.pop("family")
         meta["experiment"]["model"] = model_fields
     meta["widened_from"] = str(ckpt.path)
-    out = write_checkpoint(args.output, model, model.config, ckpt.tokenizer, meta)
+    out = write_checkpoint(args.output, model, model.config, ckpt.tokenizer, meta,
+                           replace=args.overwrite)
     check = _max_difference(ckpt.model, model)
     old, new = ckpt.config.head_sizes, model.config.head_sizes
     print(f"widened heads d_head/d_value {old[0]}/{old[1]} → {new[0]}/{new[1]}: "

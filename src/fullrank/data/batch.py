@@ -119,3 +119,97 @@ def collate_pairs(src: Sequence[Sequence[int] | np.ndarray], tgt: Sequence[Seque
     return Seq2SeqBatch(src=torch.from_numpy(src_ids), src_mask=torch.from_numpy(src_mask),
                         tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
                         tgt_mask=torch.from_numpy(tgt_mask))
+
+
+@dataclass
+class EncoderInputs:
+    """What a BERT encoder reads: ``tokens`` ``(B, T)`` (``[CLS] A [SEP] B [SEP]`` then padding),
+    ``segments`` ``(B, T)`` (0 for ``A`` and its specials, 1 for ``B``) and ``mask`` ``(B, T)``
+    (``True`` = real token)."""
+
+    tokens: Tensor
+    segments: Tensor
+    mask: Tensor
+
+    def __post_init__(self) -> None:
+        if self.tokens.dim() != 2 or not (self.tokens.shape == self.segments.shape == self.mask.shape):
+            raise ValueError(f"tokens {tuple(self.tokens.shape)}, segments "
+                             f"{tuple(self.segments.shape)} and mask {tuple(self.mask.shape)} "
+                             f"must be the same (B, T)")
+
+    def to(self, device: torch.device | str) -> EncoderInputs:
+        return EncoderInputs(*(t.to(device, non_blocking=True)
+                               for t in (self.tokens, self.segments, self.mask)))
+
+
+@dataclass
+class PretrainingBatch:
+    """A BERT pre-training batch: masked inputs, the positions to predict and the NSP labels.
+
+    ``mlm_index`` ``(N,)`` indexes the flattened ``(B·T)`` positions chosen for prediction and
+    ``mlm_labels`` ``(N,)`` holds their original tokens; ``nsp_labels`` ``(B,)`` is 1 where
+    segment B is a random segment from another document, 0 where it is the actual next one (the
+    convention of BERT's ``is_random_next`` and Hugging Face's ``next_sentence_label``).
+    ``nsp_weight`` makes the summed loss ``Σ mlm + nsp_weight · Σ nsp`` equal to ``N·(mean MLM
+    + mean NSP)`` over the *global* batch this one is a share of (``N/B`` of the global batch),
+    so that data-parallel shares add up to BERT's loss.
+    """
+
+    inputs: EncoderInputs
+    mlm_index: Tensor
+    mlm_labels: Tensor
+    nsp_labels: Tensor
+    nsp_weight: float
+
+    @property
+    def n_tokens(self) -> int:
+        """Predicted positions ``N`` (the count the loop normalises the loss by)."""
+        return int(self.mlm_index.shape[0])
+
+    def to(self, device: torch.device | str) -> PretrainingBatch:
+        return PretrainingBatch(self.inputs.to(device), self.mlm_index.to(device, non_blocking=True),
+                                self.mlm_labels.to(device, non_blocking=True),
+                                self.nsp_labels.to(device, non_blocking=True), self.nsp_weight)
+
+
+@dataclass
+class ClassificationBatch:
+    """Sentence (pair) classification: ``labels`` ``(B,)`` class ids."""
+
+    inputs: EncoderInputs
+    labels: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        """Examples (the loss is a mean over examples)."""
+        return int(self.labels.shape[0])
+
+    def to(self, device: torch.device | str) -> ClassificationBatch:
+        return ClassificationBatch(self.inputs.to(device), self.labels.to(device, non_blocking=True))
+
+
+@dataclass
+class SpanBatch:
+    """Extractive QA windows: ``starts``/``ends`` ``(B,)`` token positions of the answer in each
+    window (0, the ``[CLS]`` position, where the window does not hold the answer)."""
+
+    inputs: EncoderInputs
+    starts: Tensor
+    ends: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        """Windows (the loss is a mean over windows)."""
+        return int(self.starts.shape[0])
+
+    def to(self, device: torch.device | str) -> SpanBatch:
+        return SpanBatch(self.inputs.to(device), self.starts.to(device, non_blocking=True),
+                         self.ends.to(device, non_blocking=True))
+
+
+def encoder_inputs(rows: Sequence[Sequence[int] | np.ndarray],
+                   segments: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> EncoderInputs:
+    """Right-pad token rows and their segment rows into an :class:`EncoderInputs`."""
+    tokens, mask = pad_sequences(rows, pad_id)
+    seg, _ = pad_sequences(segments, 0)
+    return EncoderInputs(tokens, seg, mask)

@@ -75,3 +75,9 @@ def check_rank(rank: int, world: int) -> None:
     """``ConfigError`` unless ``0 <= rank < world``."""
     if world < 1 or not 0 <= rank < world:
         raise ConfigError(f"rank {rank} is not in a world of size {world}; ranks run from 0 to world - 1")
+
+
+def check_position(epoch: int, index: int, n_batches: int) -> None:
+    """``IndexError`` unless batch ``index`` of ``epoch`` exists in epochs of ``n_batches``."""
+    if epoch < 0 or not 0 <= index < n_batches:
+        raise IndexError(f"batch {index} of epoch {epoch}: an epoch has batches 0..{n_batches - 1}")

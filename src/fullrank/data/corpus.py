@@ -21,7 +21,9 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import DataError
 
 _FORMAT = "fullrank-corpus-v1"  # bump when the layout of the cache changes
-_LINES_PER_CHUNK = 8192  # lines per encode_batch call
+_LINES_PER_CHUNK = 8192  # lines (or pieces of lines) per encode_batch call
+_CALL_CHARS = 1 << 20  # about this many characters per encode_batch call
+_PIECE_CHARS = 1 << 16  # the longest piece of a line handed to the tokenizer
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -44,22 +46,60 @@ def cache_path(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path, *,
     return Path(cache_dir) / f"{Path(path).name}.{key[:24]}.npy"
 
 
+def pieces(line: str, limit: int | None = None) -> list[str]:
+    """``line`` cut into pieces of at most ``limit`` (default ``_PIECE_CHARS``) characters, each
+    cut made just before a
+    whitespace character, so that every tokenizer (whose pieces never span whitespace) encodes
+    the pieces to exactly the ids of the whole line; a run of more than ``limit`` characters
+    without whitespace is cut where it must. An empty line is one empty piece."""
+    limit = limit or _PIECE_CHARS
+    out: list[str] = []
+    start = 0
+    while len(line) - start > limit:
+        end = start + limit
+        cut = max(line.rfind(c, start + 1, end + 1) for c in " \t\n\r\f\v")
+        cut = cut if cut > start else end
+        out.append(line[start:cut])
+        start = cut
+    out.append(line[start:])
+    return out
+
+
 def encode_text(text: str, tokenizer: Tokenizer, *, eos_per_line: bool) -> np.ndarray:
-    """Token ids of ``text`` as a 1-D array (see :func:`tokenize_file` for ``eos_per_line``)."""
+    """Token ids of ``text`` as a 1-D array (see :func:`tokenize_file` for ``eos_per_line``).
+
+    The tokenizer sees the text in bounded calls (at most ``_LINES_PER_CHUNK`` pieces and about
+    ``_CALL_CHARS`` characters each, a long line cut by :func:`pieces`), so that its working
+    memory stays bounded however the text is laid out: one 20 MB line costs what 20 MB in
+    lines does."""
     dtype = ids_dtype(tokenizer.vocab_size)
-    if eos_per_line:
-        pieces = split_lines(text)
-        eos = np.array([tokenizer.eos_id], dtype=dtype)
-    else:
-        # Lines keep their newline; for char and word tokenizers, encoding line by line equals
-        # encoding the whole text at once.
-        pieces = text.splitlines(keepends=True)
+    eos = np.array([tokenizer.eos_id], dtype=dtype)
+    # Lines keep their newline unless EOS ends them; for char and word tokenizers, encoding
+    # line by line equals encoding the whole text at once.
+    lines = split_lines(text) if eos_per_line else text.splitlines(keepends=True)
     parts: list[np.ndarray] = []
-    for start in range(0, len(pieces), _LINES_PER_CHUNK):
-        for ids in tokenizer.encode_batch(pieces[start: start + _LINES_PER_CHUNK]):
+    batch: list[str] = []
+    line_ends: list[bool] = []  # whether each piece of the batch ends its line
+    chars = 0
+
+    def encode_batch() -> None:
+        for ids, line_end in zip(tokenizer.encode_batch(batch), line_ends):
             parts.append(np.asarray(ids, dtype=dtype))
-            if eos_per_line:
+            if eos_per_line and line_end:
                 parts.append(eos)
+        batch.clear()
+        line_ends.clear()
+
+    for line in lines:
+        cut = pieces(line)
+        for i, piece in enumerate(cut):
+            batch.append(piece)
+            line_ends.append(i == len(cut) - 1)
+            chars += len(piece)
+            if len(batch) >= _LINES_PER_CHUNK or chars >= _CALL_CHARS:
+                encode_batch()
+                chars = 0
+    encode_batch()
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fullrank.data.batch import LMBatch
-from fullrank.data.batching import check_rank
+from fullrank.data.batching import check_position, check_rank
 from fullrank.errors import ConfigError, DataError
 
 
@@ -33,7 +33,7 @@ def check_world(batch_size: int, rank: int, world: int) -> None:
     check_rank(rank, world)
     if batch_size % world:
         raise ConfigError(f"batch_size = {batch_size} is not divisible by the world size {world}; "
-                          "choose a batch_size that is a multiple of the number of processes")
+                          "choose a train.batch_size that is a multiple of the number of processes")
 
 
 class LMBlocks:
@@ -83,8 +83,7 @@ class LMBlocks:
             raise DataError(f"{self.name}: {len(self.ids)} tokens make {self.n_blocks} blocks of "
                             f"seq_len+1 = {self.seq_len + 1} tokens, fewer than batch_size = "
                             f"{self.batch_size}; use a longer corpus or a smaller seq_len or batch_size")
-        if epoch < 0 or not 0 <= index < len(self):
-            raise IndexError(f"batch {index} of epoch {epoch}: an epoch has batches 0..{len(self) - 1}")
+        check_position(epoch, index, len(self))
         offset, order = self.epoch_plan(epoch)
         blocks = order[index * self.batch_size: (index + 1) * self.batch_size][rank::world]
         return _rows_to_batch(self.ids, offset + blocks * self.seq_len, self.seq_len + 1)

@@ -51,6 +51,20 @@ def decode_utf8(data: bytes, path: str | Path, *, allow_blank: bool = False) -> 
     return text
 
 
+def check_utf8(text: str, where: str) -> str:
+    """``text`` unchanged, or :class:`DataError` naming ``where`` when it holds bytes that are not
+    UTF-8 — Python hands such bytes of a command-line argument to the program as lone
+    surrogates (``\\udcff`` for byte 0xff), which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise DataError(f"{where}: not valid UTF-8 ({byte} at character {e.start + 1}); "
+                        "pass UTF-8 text") from None
+    return text
+
+
 def read_text(path: str | Path) -> str:
     """The whole text of a UTF-8 file, newlines kept exactly as they are (``\\r\\n`` included)."""
     return decode_utf8(read_bytes(path), path)
@@ -69,3 +83,14 @@ def read_lines(path: str | Path, *, allow_blank: bool = False) -> list[str]:
     """The lines of a UTF-8 file without their line endings (empty lines kept: they count);
     ``allow_blank`` accepts a file whose lines are all empty."""
     return split_lines(decode_utf8(read_bytes(path), path, allow_blank=allow_blank))
+
+
+def read_stdin_lines() -> list[str]:
+    """The lines of standard input (empty lines kept), read as bytes so that text that is not
+    UTF-8 is one :class:`DataError` naming the line."""
+    import sys
+
+    data = getattr(sys.stdin, "buffer", sys.stdin).read()
+    if isinstance(data, str):  # a text stream without a buffer (e.g. one a test put in place)
+        data = data.encode("utf-8", "surrogateescape")
+    return split_lines(decode_utf8(data, "<stdin>", allow_blank=True)) if data else []

@@ -94,7 +94,7 @@ class ParallelBatches:
                  ) -> None:
         if len(data) == 0:
             raise DataError(f"no sentence pairs to batch ({data.n_dropped} were dropped as too long); "
-                            "raise max_len or check the corpus")
+                            "raise data.max_sentence_len or check the corpus")
         self.data = data
         self.max_tokens = max_tokens
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -108,7 +108,7 @@ class ParallelBatches:
         if int(base.lengths.max()) > max_tokens:
             raise ConfigError(f"max_tokens = {max_tokens} is smaller than the longest pair "
                               f"({int(base.lengths.max())} tokens with BOS/EOS); raise max_tokens "
-                              "or lower max_len")
+                              "or lower data.max_sentence_len")
         self._base = base
         # bucket batches per epoch of data's own token ids, the same every epoch
         self.n_batches = len(bucket_batches(base.lengths, max_tokens, seed=seed, epoch=0,

@@ -5,6 +5,8 @@ Shapes: ``B`` rows, ``T0`` prompt length, ``V`` vocabulary.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 
 import torch
@@ -22,8 +24,9 @@ def check_sample_settings(*, max_new_tokens: int, temperature: float, top_k: int
     ``"sample.{}".format`` for a config)."""
     if max_new_tokens < 0:
         raise ConfigError(f"{name('max_new_tokens')} must be non-negative, got {max_new_tokens}")
-    if temperature < 0:
-        raise ConfigError(f"{name('temperature')} must be ≥ 0 (0 = greedy), got {temperature}")
+    if not temperature >= 0 or math.isinf(temperature):  # NaN fails every comparison
+        raise ConfigError(f"{name('temperature')} must be a finite number ≥ 0 (0 = greedy), got "
+                          f"{temperature}")
     if top_k is not None and top_k < 1:
         raise ConfigError(f"{name('top_k')} must be a positive integer, got {top_k}")
 

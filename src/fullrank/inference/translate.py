@@ -8,6 +8,7 @@ positional table (``max_len`` tokens: BOS and the first ``max_len − 1`` of the
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -33,10 +34,12 @@ def first_too_long(encoded: Sequence[Sequence[int]], max_len: int) -> tuple[int,
 
 
 def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float = 1.0,
-                   b: int = 50, workers: int = 1, name: Callable[[str], str] = str) -> None:
+                   b: int = 50, workers: int = 1, alpha: float = 0.6,
+                   name: Callable[[str], str] = str) -> None:
     """Raise :class:`ConfigError` unless ``beam ≥ 1``, ``1 ≤ n_best ≤ beam``, ``batch_size ≥ 1``,
-    ``a ≥ 0``, ``b ≥ 1`` (so that every output may have a token) and ``workers ≥ 1``; ``name``
-    spells a setting for the message (e.g. ``"decode.{}".format`` for a config)."""
+    ``a ≥ 0``, ``b ≥ 1`` (so that every output may have a token), ``workers ≥ 1`` and ``alpha``
+    is finite (``a`` and ``alpha`` finite numbers); ``name`` spells a setting for the message
+    (e.g. ``"decode.{}".format`` for a config)."""
     length = "outputs may have a·|src| + b tokens"
     checks = ((beam >= 1, f"{name('beam')} must be >= 1 (1 = greedy search), got {beam}"),
               (1 <= n_best <= beam, f"{name('n_best')} must be between 1 and {name('beam')} "
@@ -44,8 +47,9 @@ def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float 
               (batch_size >= 1, f"{name('batch_size')} must be >= 1, got {batch_size}"),
               (workers >= 1, f"{name('workers')} must be >= 1 (batches decoded at once), got "
                              f"{workers}"),
-              (a >= 0, f"{name('a')} must be >= 0 ({length}), got {a}"),
-              (b >= 1, f"{name('b')} must be >= 1 ({length}), got {b}"))
+              (0 <= a < math.inf, f"{name('a')} must be a finite number >= 0 ({length}), got {a}"),
+              (b >= 1, f"{name('b')} must be >= 1 ({length}), got {b}"),
+              (math.isfinite(alpha), f"{name('alpha')} must be a finite number, got {alpha}"))
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)

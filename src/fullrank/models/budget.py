@@ -11,6 +11,7 @@ largest one within it. Counts are those of the model fullrank builds, so the fig
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Literal
 
 from fullrank.errors import ConfigError
@@ -61,8 +62,9 @@ def solve_for(config: TransformerConfig, field: str, target: int, *, which: Coun
     ``n_heads`` does not divide under the standard rule) is skipped. ``None`` when no valid value
     exists (``"at_most"``: even the smallest is above ``target``).
     """
+    hints = typing.get_type_hints(type(config))  # PositiveInt → int, PositiveInt | None → …
     names = [f.name for f in dataclasses.fields(config)
-             if f.type in ("int", "int | None") and f.name != "vocab_size"]
+             if int in (hints[f.name], *typing.get_args(hints[f.name])) and f.name != "vocab_size"]
     if field not in names:
         raise ConfigError(f"cannot solve for '{field}': choose an integer model field, one of "
                           f"{', '.join(names)}")

@@ -1,24 +1,21 @@
 """The fields every Transformer family shares, their validation, and closed-form counts.
 
 Each model family has one config dataclass (``EncoderDecoderConfig``, ``DecoderLMConfig``,
-``EncoderConfig``) that extends :class:`TransformerConfig`. Configs are frozen: derive variants with
-:func:`dataclasses.replace`, which validates again. Every validation error is one line naming the
-field and the fix.
+``EncoderConfig``) that extends :class:`TransformerConfig`. Configs are frozen pydantic dataclasses
+(:func:`fullrank.validation.config_dataclass`): each field's type and range are declared on it and
+checked whenever a config is made — from an experiment file, a checkpoint or Python — and derived
+variants made with :func:`dataclasses.replace` are checked again. Every error is one line naming
+the field and the fix.
 """
 
 from __future__ import annotations
-
-import dataclasses
-import types
-import typing
-from dataclasses import dataclass
-from typing import Any, Literal
 
 from fullrank.blocks import BlockSpec
 from fullrank.errors import ConfigError
 from fullrank.layers.attention import FUSED_MAX_HEAD, resolve_head_sizes
 from fullrank.layers.embeddings import PositionKind
 from fullrank.layers.feedforward import Activation
+from fullrank.validation import Bool, PositiveFloat, PositiveInt, Probability, config_dataclass
 
 
 def attention_params(d_model: int, n_heads: int, d_head: int, d_value: int, bias: bool) -> int:
@@ -37,27 +34,7 @@ def norm_params(d_model: int) -> int:
     return 2 * d_model
 
 
-def _type_ok(value: Any, hint: Any) -> bool:
-    """Whether ``value`` fits a simple annotation (int, float, bool, str, Literal, X | None)."""
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return value in typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(hint, type):
-        return isinstance(value, hint)
-    return True
-
-
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class TransformerConfig:
     """Fields shared by all families. Names follow STYLE.md: ``d_model``, ``n_heads``, ``d_head``…
 
@@ -79,7 +56,7 @@ class TransformerConfig:
         norm_eps: LayerNorm epsilon.
         bias: biases in attention and feed-forward projections.
         positions: ``"sinusoidal"`` ([V17] §3.5) or ``"learned"`` (Table 3 row E, BERT).
-        max_len: number of positions the model accepts.
+        max_len: number of positions the model accepts (the size of its position table).
         seq_len: the sequence length ``n`` the model is trained at; FLOPs per token and the
             [B20] bottleneck check (``d_head < n``) use it.
         scale_embeddings: multiply token embeddings by ``√D`` ([V17] §3.4).
@@ -87,47 +64,31 @@ class TransformerConfig:
         fused_attention: use ``scaled_dot_product_attention`` (else the explicit ``attend``).
     """
 
-    vocab_size: int
-    d_model: int = 512
-    n_heads: int = 8
-    d_head: int | None = None
-    d_value: int | None = None
-    d_ff: int = 2048
-    n_layers: int = 6
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
-    ffn_dropout: float = 0.0
+    vocab_size: PositiveInt
+    d_model: PositiveInt = 512
+    n_heads: PositiveInt = 8
+    d_head: PositiveInt | None = None
+    d_value: PositiveInt | None = None
+    d_ff: PositiveInt = 2048
+    n_layers: PositiveInt = 6
+    dropout: Probability = 0.1
+    attn_dropout: Probability = 0.0
+    ffn_dropout: Probability = 0.0
     activation: Activation = "relu"
-    norm_first: bool = False
-    norm_eps: float = 1e-5
-    bias: bool = True
+    norm_first: Bool = False
+    norm_eps: PositiveFloat = 1e-5
+    bias: Bool = True
     positions: PositionKind = "sinusoidal"
-    max_len: int = 1024
-    seq_len: int = 256
-    scale_embeddings: bool = True
-    tie_embeddings: bool = True
-    fused_attention: bool = True
+    max_len: PositiveInt = 1024
+    seq_len: PositiveInt = 256
+    scale_embeddings: Bool = True
+    tie_embeddings: Bool = True
+    fused_attention: Bool = True
 
     # ----------------------------------------------------------------------------- validation
     def __post_init__(self) -> None:
+        """What relates several fields (each field's type and range are pydantic's)."""
         name = type(self).__name__
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not _type_ok(value, hints[f.name]):
-                hint = hints[f.name]
-                expected = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
-                raise ConfigError(f"{name}.{f.name} must be {expected}, got {value!r}")
-        for f in self._positive_fields():
-            value = getattr(self, f)
-            if value is not None and value <= 0:
-                raise ConfigError(f"{name}.{f} must be a positive integer, got {value}")
-        for f in ("dropout", "attn_dropout", "ffn_dropout"):
-            value = getattr(self, f)
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name}.{f} must be in [0, 1), got {value}")
-        if self.norm_eps <= 0:
-            raise ConfigError(f"{name}.norm_eps must be positive, got {self.norm_eps}")
         if self.seq_len > self.max_len:
             raise ConfigError(f"{name}.seq_len={self.seq_len} exceeds max_len={self.max_len}; "
                               f"raise max_len to at least {self.seq_len}")
@@ -135,10 +96,6 @@ class TransformerConfig:
             resolve_head_sizes(self.d_model, self.n_heads, self.d_head, self.d_value)
         except ConfigError as e:
             raise ConfigError(f"{name}: {e}") from None
-
-    def _positive_fields(self) -> tuple[str, ...]:
-        return ("vocab_size", "d_model", "n_heads", "d_head", "d_value", "d_ff", "n_layers",
-                "max_len", "seq_len")
 
     # ------------------------------------------------------------------------------- derived
     @property
@@ -158,7 +115,7 @@ class TransformerConfig:
             d_value=self.head_sizes[1], d_ff=self.d_ff, dropout=self.dropout,
             attn_dropout=self.attn_dropout, ffn_dropout=self.ffn_dropout,
             activation=self.activation, norm_first=self.norm_first, norm_eps=self.norm_eps,
-            bias=self.bias, fused=self.fused_attention,
+            bias=self.bias, fused_attention=self.fused_attention,
         )
 
     def attention_params(self) -> int:

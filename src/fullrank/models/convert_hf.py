@@ -38,15 +38,28 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> EncoderConfi
     return EncoderConfig(**kw)
 
 
-def bert_state_dict_from_hf(hf: Mapping[str, Tensor], n_layers: int) -> dict[str, Tensor]:
-    """Map a ``BertForPreTraining`` (or ``BertModel``, prefix-free) state dict to :class:`Encoder`.
+def bert_heads_from_hf(hf: Mapping[str, Tensor]) -> dict[str, Any]:
+    """The :class:`EncoderConfig` head fields that a Hugging Face BERT state dict holds:
+    ``BertForPreTraining`` → the pre-training heads, ``BertForSequenceClassification`` →
+    ``n_classes``, ``BertForQuestionAnswering`` → ``span_head`` (and no pooler)."""
+    return {"pretraining_heads": "cls.seq_relationship.weight" in hf,
+            "n_classes": int(hf["classifier.weight"].shape[0]) if "classifier.weight" in hf else 0,
+            "span_head": "qa_outputs.weight" in hf}
 
-    Query, key and value weights are concatenated into the fused ``qkv_proj``.
+
+def bert_state_dict_from_hf(hf: Mapping[str, Tensor], n_layers: int) -> dict[str, Tensor]:
+    """Map a ``BertForPreTraining``, ``BertForSequenceClassification``,
+    ``BertForQuestionAnswering`` (or ``BertModel``, prefix-free) state dict to :class:`Encoder`.
+
+    Query, key and value weights are concatenated into the fused ``qkv_proj``; the heads map to
+    ``pooler``/``mlm``/``nsp``, ``classifier`` and ``span`` (:func:`bert_heads_from_hf` gives the
+    config fields that build them).
     """
     prefix = "bert." if any(k.startswith("bert.") for k in hf) else ""
 
     def get(name: str) -> Tensor:
-        key = prefix + name if not name.startswith("cls.") else name
+        top = name.startswith(("cls.", "classifier.", "qa_outputs."))
+        key = name if top else prefix + name
         if key not in hf:
             raise CheckpointError(f"Hugging Face BERT state dict has no '{key}'")
         return hf[key]
@@ -69,9 +82,17 @@ def bert_state_dict_from_hf(hf: Mapping[str, Tensor], n_layers: int) -> dict[str
             out[dst + f"ffn.fc1.{p}"] = get(src + f"intermediate.dense.{p}")
             out[dst + f"ffn.fc2.{p}"] = get(src + f"output.dense.{p}")
             out[dst + f"ffn_norm.{p}"] = get(src + f"output.LayerNorm.{p}")
-    if "cls.seq_relationship.weight" in hf:
+    heads = bert_heads_from_hf(hf)
+    if heads["pretraining_heads"] or heads["n_classes"]:
         for p in ("weight", "bias"):
             out[f"pooler.{p}"] = get(f"pooler.dense.{p}")
+    for p in ("weight", "bias"):
+        if heads["n_classes"]:
+            out[f"classifier.{p}"] = get(f"classifier.{p}")
+        if heads["span_head"]:
+            out[f"span.{p}"] = get(f"qa_outputs.{p}")
+    if heads["pretraining_heads"]:
+        for p in ("weight", "bias"):
             out[f"mlm.transform.{p}"] = get(f"cls.predictions.transform.dense.{p}")
             out[f"mlm.norm.{p}"] = get(f"cls.predictions.transform.LayerNorm.{p}")
             out[f"nsp.{p}"] = get(f"cls.seq_relationship.{p}")

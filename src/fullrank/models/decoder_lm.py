@@ -8,9 +8,12 @@ Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from typing import Any
 
 import torch.nn.functional as F
+from pydantic import model_validator
+from pydantic_core import ArgsKwargs
 from torch import Tensor, nn
 
 from fullrank.blocks import EncoderBlock
@@ -18,18 +21,29 @@ from fullrank.layers.embeddings import InputEmbedding, TokenEmbedding
 from fullrank.layers.kv_cache import DecoderCache
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
+from fullrank.validation import PositiveInt, config_dataclass
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class DecoderLMConfig(TransformerConfig):
-    """A decoder-only LM. ``seq_len`` is the training block size; ``max_len`` defaults to it."""
+    """A decoder-only LM. ``seq_len`` is the training block size; ``max_len`` (the positions the
+    model accepts) defaults to it when not given."""
 
-    max_len: int = 0  # 0 = seq_len
+    max_len: PositiveInt  # given, or seq_len (below)
 
-    def __post_init__(self) -> None:
-        if self.max_len == 0:
-            object.__setattr__(self, "max_len", self.seq_len)
-        super().__post_init__()
+    @model_validator(mode="before")
+    @classmethod
+    def _max_len_defaults_to_seq_len(cls, data: Any) -> Any:
+        """Fill in ``max_len = seq_len`` when the input (keyword arguments or a mapping) has
+        no ``max_len``."""
+        if isinstance(data, ArgsKwargs):
+            kwargs = dict(data.kwargs or {})
+            if "max_len" not in kwargs:
+                kwargs["max_len"] = kwargs.get("seq_len", _SEQ_LEN_DEFAULT)
+            return ArgsKwargs(data.args, kwargs)
+        if isinstance(data, dict) and "max_len" not in data:
+            return {**data, "max_len": data.get("seq_len", _SEQ_LEN_DEFAULT)}
+        return data
 
     def param_breakdown(self) -> dict[str, int]:
         d, n = self.d_model, self.n_layers
@@ -46,6 +60,9 @@ class DecoderLMConfig(TransformerConfig):
             + self.vocab_size * self.d_model
         fwd = 2 * matmul + self.n_layers * self.attention_flops_per_token(self.seq_len)
         return {"forward": fwd, "train": 3 * fwd}
+
+
+_SEQ_LEN_DEFAULT = next(f.default for f in dataclasses.fields(DecoderLMConfig) if f.name == "seq_len")
 
 
 class DecoderLM(nn.Module):

@@ -1,60 +1,85 @@
-"""Bidirectional encoder — the BERT backbone of [B20] §4 (Tables 1–3), with its pre-training heads.
+"""Bidirectional encoder — the BERT backbone of [B20] §4 (Tables 1–3), with its heads.
 
 Token + learned position + segment embeddings, LayerNorm, dropout; a stack of post-LN
-self-attention blocks with GELU; optionally the BERT pre-training heads: a pooler on the first
+self-attention blocks with GELU; optionally the BERT pre-training heads (a pooler on the first
 token, the masked-LM transform with a decoder tied to the token embedding, and the
-next-sentence classifier. [B20]'s parameter counts include these heads.
+next-sentence classifier), a sequence classifier on the pooled first token (BERT §4.1, GLUE/MNLI)
+and a span head giving start/end logits per token (BERT §4.2, SQuAD). [B20]'s parameter counts
+include the pre-training heads. The heads are named in the config, so a checkpoint's config says
+which tensors it holds; fine-tuning loads a pre-trained encoder and reports the heads it adds and
+drops.
 
 Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fullrank.blocks import EncoderBlock
+from fullrank.errors import ConfigError
 from fullrank.layers.embeddings import InputEmbedding, PositionKind, TokenEmbedding
 from fullrank.layers.feedforward import Activation
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
+from fullrank.validation import (Bool, NonNegativeInt, PositiveFloat, PositiveInt, Probability,
+                                 config_dataclass)
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class EncoderConfig(TransformerConfig):
     """BERT-style encoder. Defaults are BERT's (GELU, learned positions, no embedding scale).
 
     Attributes:
         type_vocab_size: segment types (2: sentence A/B).
         pretraining_heads: build the pooler, masked-LM and next-sentence heads.
+        n_classes: build a classifier with this many classes on the pooled first token
+            (dropout, then a linear layer, as ``BertForSequenceClassification``); 0 = none.
+        span_head: build the start/end span head (``BertForQuestionAnswering``).
         init_std: std of the normal initialisation of every weight (BERT: 0.02).
     """
 
     activation: Activation = "gelu"
     positions: PositionKind = "learned"
-    attn_dropout: float = 0.1
-    norm_eps: float = 1e-12
-    max_len: int = 512
-    seq_len: int = 128
-    scale_embeddings: bool = False
-    type_vocab_size: int = 2
-    pretraining_heads: bool = True
-    init_std: float = 0.02
+    attn_dropout: Probability = 0.1
+    norm_eps: PositiveFloat = 1e-12
+    max_len: PositiveInt = 512
+    seq_len: PositiveInt = 128
+    scale_embeddings: Bool = False
+    type_vocab_size: PositiveInt = 2
+    pretraining_heads: Bool = True
+    n_classes: NonNegativeInt = 0
+    span_head: Bool = False
+    init_std: PositiveFloat = 0.02
 
-    def _positive_fields(self) -> tuple[str, ...]:
-        return super()._positive_fields() + ("type_vocab_size", "init_std")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_classes == 1:
+            raise ConfigError("EncoderConfig.n_classes must be 0 (no classifier) or at least 2, "
+                              "got 1")
+
+    @property
+    def has_pooler(self) -> bool:
+        """The pooler serves next-sentence prediction and the classifier."""
+        return self.pretraining_heads or self.n_classes > 0
+
+    def non_embedding_params(self) -> int:
+        """Parameters outside the token, position and segment embeddings (and outside the MLM
+        output bias, which is one number per vocabulary entry): what grows with the heads."""
+        b = self.param_breakdown()
+        vocab_bias = self.vocab_size if self.pretraining_heads else 0
+        return self.num_params() - b["embeddings"] - vocab_bias
 
     def param_breakdown(self) -> dict[str, int]:
         d, n, v = self.d_model, self.n_layers, self.vocab_size
-        heads = 0
+        heads = d * d + d if self.has_pooler else 0
         if self.pretraining_heads:
-            pooler = d * d + d
             mlm = d * d + d + norm_params(d) + v + (0 if self.tie_embeddings else v * d)
             nsp = 2 * d + 2
-            heads = pooler + mlm + nsp
+            heads += mlm + nsp
+        heads += (d + 1) * self.n_classes + ((d + 1) * 2 if self.span_head else 0)
         return {
             "embeddings": v * d + self.position_params() + self.type_vocab_size * d,
             "attention": n * self.attention_params(),
@@ -85,20 +110,33 @@ class MaskedLMHead(nn.Module):
         self.decoder = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
 
-    def forward(self, h: Tensor) -> Tensor:
-        h = self.norm(F.gelu(self.transform(h)))
+    def transformed(self, h: Tensor) -> Tensor:
+        """``Linear → GELU → LayerNorm``: ``(…, D) → (…, D)``, the input of the decoder."""
+        return self.norm(F.gelu(self.transform(h)))
+
+    @property
+    def output_weight(self) -> Tensor:
+        """The decoder matrix ``(V, D)`` (the token embedding when tied)."""
         if self.decoder is not None:
-            return self.decoder(h) + self.bias
+            return self.decoder.weight
         assert self.embedding is not None
-        return F.linear(h, self.embedding.weight, self.bias)
+        return self.embedding.weight
+
+    def forward(self, h: Tensor) -> Tensor:
+        return F.linear(self.transformed(h), self.output_weight, self.bias)
 
 
 class Encoder(nn.Module):
     """``forward(tokens (B, T), segments (B, T), mask (B, T)) → hidden (B, T, D)``.
 
-    With ``pretraining_heads``: :meth:`mlm_logits` ``(B, T, V)``, :meth:`pooled` ``(B, D)`` and
-    :meth:`nsp_logits` ``(B, 2)``.
+    With ``pretraining_heads``: :meth:`mlm_logits` ``(B, T, V)`` (or, for chosen positions only,
+    :meth:`mlm_hidden` and ``mlm.output_weight``/``mlm.bias``), :meth:`pooled` ``(B, D)`` and
+    :meth:`nsp_logits` ``(B, 2)``. With ``n_classes``: :meth:`class_logits` ``(B, n_classes)``.
+    With ``span_head``: :meth:`span_logits` ``(B, T, 2)`` (start, end).
     """
+
+    # the task-specific parts: fine-tuning adds and drops these, never the backbone
+    head_modules = ("pooler", "mlm", "nsp", "classifier", "span")
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -112,12 +150,16 @@ class Encoder(nn.Module):
         spec = c.block_spec()
         self.layers = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
         self.final_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
+        self.pooler: nn.Linear | None = nn.Linear(c.d_model, c.d_model) if c.has_pooler else None
         if c.pretraining_heads:
-            self.pooler: nn.Linear | None = nn.Linear(c.d_model, c.d_model)
             self.mlm: MaskedLMHead | None = MaskedLMHead(c, token)
             self.nsp: nn.Linear | None = nn.Linear(c.d_model, 2)
         else:
-            self.pooler = self.mlm = self.nsp = None
+            self.mlm = self.nsp = None
+        # BERT's classifier: dropout (hidden_dropout_prob) on the pooled output, then a linear layer
+        self.classifier_dropout = nn.Dropout(c.dropout)
+        self.classifier = nn.Linear(c.d_model, c.n_classes) if c.n_classes else None
+        self.span = nn.Linear(c.d_model, 2) if c.span_head else None
         self._init_bert_weights()
 
     def _init_bert_weights(self) -> None:
@@ -144,11 +186,31 @@ class Encoder(nn.Module):
             raise RuntimeError("this Encoder was built with pretraining_heads=False")
         return self.mlm(hidden)
 
+    def mlm_hidden(self, hidden: Tensor) -> Tensor:
+        """The MLM transform of some hidden states ``(N, D) → (N, D)``; the logits are
+        ``mlm_hidden(h) @ mlm.output_weightᵀ + mlm.bias``. Gather the positions to predict
+        first, so that no ``(B, T, V)`` tensor is ever built."""
+        if self.mlm is None:
+            raise RuntimeError("this Encoder was built with pretraining_heads=False")
+        return self.mlm.transformed(hidden)
+
     def pooled(self, hidden: Tensor) -> Tensor:
         """``tanh(W h_0 + b)`` on the first ([CLS]) position: ``(B, T, D) → (B, D)``."""
         if self.pooler is None:
-            raise RuntimeError("this Encoder was built with pretraining_heads=False")
+            raise RuntimeError("this Encoder has no pooler (pretraining_heads=False, n_classes=0)")
         return torch.tanh(self.pooler(hidden[:, 0]))
+
+    def class_logits(self, hidden: Tensor) -> Tensor:
+        """Sequence-classification logits ``(B, n_classes)`` from the pooled first token."""
+        if self.classifier is None:
+            raise RuntimeError("this Encoder was built with n_classes=0")
+        return self.classifier(self.classifier_dropout(self.pooled(hidden)))
+
+    def span_logits(self, hidden: Tensor) -> Tensor:
+        """Start and end logits of every position, ``(B, T, D) → (B, T, 2)``."""
+        if self.span is None:
+            raise RuntimeError("this Encoder was built with span_head=False")
+        return self.span(hidden)
 
     def nsp_logits(self, hidden: Tensor) -> Tensor:
         """Next-sentence logits ``(B, 2)`` from the pooled first token."""

@@ -11,8 +11,6 @@ Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model, ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -21,9 +19,10 @@ from fullrank.layers.embeddings import InputEmbedding, TokenEmbedding
 from fullrank.layers.kv_cache import DecoderCache
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
+from fullrank.validation import PositiveInt, config_dataclass
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class EncoderDecoderConfig(TransformerConfig):
     """[V17] encoder-decoder. ``n_layers`` counts encoder blocks.
 
@@ -33,11 +32,8 @@ class EncoderDecoderConfig(TransformerConfig):
             tying).
     """
 
-    n_decoder_layers: int | None = None
-    src_vocab_size: int | None = None
-
-    def _positive_fields(self) -> tuple[str, ...]:
-        return super()._positive_fields() + ("n_decoder_layers", "src_vocab_size")
+    n_decoder_layers: PositiveInt | None = None
+    src_vocab_size: PositiveInt | None = None
 
     @property
     def decoder_layers(self) -> int:

@@ -10,9 +10,11 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError
+from fullrank.paths import check_output_dir
 from fullrank.recipes.config import ExperimentConfig
 from fullrank.runtime import num_threads
-from fullrank.training.checkpoints import latest_checkpoint
+from fullrank.training.checkpoints import (check_readable, newest_readable, remove_temporaries,
+                                           resolve)
 from fullrank.training.distributed import DistInfo, barrier
 
 Resume = Literal["never", "auto", "always"]
@@ -48,30 +50,77 @@ class RunReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def find_resume_point(run_dir: Path, resume: Resume) -> Path | None:
-    """The checkpoint to continue from, following the ``resume`` policy."""
-    found = latest_checkpoint(run_dir / "checkpoints")
+# what a run directory may hold before its config.yaml: the tokenizer (trained first), the log
+# that `fullrank sweep` opens for the run, and a parsing run's tree vocabulary and data/ (the
+# pairs and gold trees it writes before training)
+RUN_FIRST_FILES = frozenset({"tokenizer.json", "train.log", "tree_tokenizer.json", "data"})
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` looks like a directory ``fullrank train`` wrote (its resolved config or
+    its checkpoints; or only what a run writes before them)."""
+    return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir() or \
+        {p.name for p in path.iterdir()} <= RUN_FIRST_FILES
+
+
+def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None = None,
+                      dist: DistInfo | None = None,
+                      log: Callable[[str], None] = print) -> Path | None:
+    """The checkpoint to continue from, following the ``resume`` policy; ``None`` for a new run.
+
+    ``resume_from`` (``train.resume_from``) names the checkpoint; otherwise it is the one
+    ``latest`` names, or when that one is unreadable (truncated, corrupt) the newest readable
+    one, with a ``log`` line per checkpoint passed over. Rank 0 (of ``dist``) also removes
+    the temporaries of a save that was killed. A new run's directory must not exist, be
+    empty, or be a run directory without checkpoints (one that stopped before its first
+    save): ``fullrank train`` never writes into a directory of other files."""
+    main = dist is None or dist.is_main
+    checkpoints = run_dir / "checkpoints"
+    if resume_from is not None:
+        found: Path | None = resolve(resume_from)
+        check_readable(found, training=True)
+    else:
+        found, passed_over = newest_readable(checkpoints)
+        for note in passed_over if main else []:
+            log(f"warning: {note}")
+        if found is not None and passed_over and main:
+            log(f"resuming from {found.name}, the newest readable checkpoint")
     if found is None and resume == "always":
         raise ConfigError(f"{run_dir}: nothing to resume (no checkpoint under "
-                          f"{run_dir / 'checkpoints'}); drop --resume to start the run")
-    if found is not None and resume == "never":
+                          f"{checkpoints}); drop --resume to start the run")
+    if found is not None and resume == "never" and resume_from is None:
         raise ConfigError(f"{run_dir} already holds a checkpoint ({found.name}); pass --resume "
                           f"(or resume=auto) to continue it, or set name=… for a new run")
+    if found is None or resume_from is not None:
+        check_output_dir(run_dir, option="run directory", overwrite=True, replaceable=is_run_dir,
+                         kind="a fullrank run directory", new="set another name= or out_dir=")
+    if main and checkpoints.is_dir():
+        removed = remove_temporaries(checkpoints)
+        if removed:
+            log(f"removed {len(removed)} temporary file(s) left by a save that was killed: "
+                + ", ".join(p.name for p in removed))
     return found
 
 
 def prepare_tokenizer(exp: ExperimentConfig, files: Sequence[Path], run_dir: Path,
-                      dist: DistInfo, resuming: bool) -> Tokenizer:
-    """Load the run's tokenizer when resuming, a given ``tokenizer_file``, or train one on
-    ``files`` (rank 0 trains and saves; the others wait and load)."""
+                      dist: DistInfo, resuming: bool, start: Tokenizer | None = None) -> Tokenizer:
+    """Load the run's tokenizer when resuming, the ``train.init_from`` checkpoint's (``start``),
+    a given ``tokenizer_file``, or train one on ``files`` (rank 0 trains and saves; the others
+    wait and load)."""
     saved = run_dir / "tokenizer.json"
     if resuming and saved.is_file():
         return Tokenizer.load(saved)
-    if exp.data.tokenizer_file:
+    if start is not None:
+        if exp.data.tokenizer_file:
+            raise ConfigError("data.tokenizer_file and train.init_from both give a tokenizer; "
+                              "drop data.tokenizer_file (the checkpoint's tokenizer is used)")
+        tok = start
+    elif exp.data.tokenizer_file:
         return Tokenizer.load(exp.data.path(exp.data.tokenizer_file))
     if dist.is_main:
-        tok = Tokenizer.train(exp.data.tokenizer, list(files), exp.data.vocab_size,
-                              min_frequency=exp.data.min_frequency, lowercase=exp.data.lowercase)
+        tok = start or Tokenizer.train(exp.data.tokenizer, list(files), exp.data.vocab_size,
+                                       min_frequency=exp.data.min_frequency,
+                                       lowercase=exp.data.lowercase)
         run_dir.mkdir(parents=True, exist_ok=True)
         tok.save(saved)
     barrier(dist)

@@ -1,48 +1,94 @@
-"""Experiment files: YAML or TOML → validated dataclasses, with ``dotted.key=value`` overrides.
+"""Experiment files: YAML or TOML → validated configs, with ``dotted.key=value`` overrides.
 
-Flow (STYLE.md §3.5): dataclass defaults → file → overrides. Parsing and type validation are
-pydantic's; an unknown key is rejected by name with the closest valid key, a wrong type or value
-by name with what is expected — always one line. The resolved config is saved with every run.
+Flow (STYLE.md §3.5): config defaults → file → overrides. Every section is a pydantic dataclass
+(:mod:`fullrank.validation`): an unknown key is rejected by name with the closest valid key, a
+wrong type or an out-of-range, NaN or infinite value by its dotted key with what is expected —
+always one line. A YAML mapping that repeats a key is an error (not "the last one wins"). The
+resolved config is saved with every run.
 
 An experiment file has the sections ``name``, ``task``, ``model`` (fields of the task's model
 config, optionally starting from ``preset: NAME``; ``vocab_size`` comes from the tokenizer),
-``data``, ``train``, ``sample`` (language models) and ``decode`` (translation and parsing).
+``data``, ``train``, ``sample`` (language models) and ``decode`` (translation, parsing). The encoder tasks
+(``bert``, ``classify``, ``squad``) have data sections of their own
+(:mod:`fullrank.recipes.encoder_data`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import sys
-import typing
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import field
+from pathlib import Path, PurePath
+from typing import Annotated, Any
 
 import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import AfterValidator, TypeAdapter, ValidationError
 
+from fullrank.data.text import check_utf8, decode_utf8, read_bytes
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.errors import ConfigError, FullrankError, closest
-from fullrank.inference.sampling import check_sample_settings
-from fullrank.inference.translate import check_settings
-from fullrank.models import FAMILIES, ModelConfig, config_to_dict
+from fullrank.models import ModelConfig, config_to_dict
 from fullrank.models.decoder_lm import DecoderLMConfig
+from fullrank.models.encoder import EncoderConfig
 from fullrank.models.encoder_decoder import EncoderDecoderConfig
 from fullrank.models.presets import preset
+from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile, PretrainData, SquadData
 from fullrank.training.config import TrainConfig
+from fullrank.validation import (Bool, NonNegativeFloat, NonNegativeInt, PositiveInt, Probability,
+                                 Str, config_dataclass, describe)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-Task = Literal["lm", "mt", "parse"]
-# the model family each task trains
-TASK_MODELS: dict[str, type] = {"lm": DecoderLMConfig, "mt": EncoderDecoderConfig,
-                                "parse": EncoderDecoderConfig}
+# ------------------------------------------------------------------------------------- tasks
+# Every task, and the model family it trains: the one list of tasks (``task:`` accepts these
+# names; fullrank.cli.train maps each to its recipe).
+TASK_MODELS: dict[str, type] = {
+    "lm": DecoderLMConfig,
+    "mt": EncoderDecoderConfig,
+    "parse": EncoderDecoderConfig,
+    "bert": EncoderConfig,
+    "classify": EncoderConfig,
+    "squad": EncoderConfig,
+}
+# the heads each encoder task trains (fields of EncoderConfig; classify adds n_classes)
+TASK_HEADS: dict[str, dict[str, Any]] = {
+    "bert": {"pretraining_heads": True, "n_classes": 0, "span_head": False},
+    "classify": {"pretraining_heads": False, "span_head": False},
+    "squad": {"pretraining_heads": False, "n_classes": 0, "span_head": True},
+}
 
 
-@dataclass(frozen=True, kw_only=True)
+def _known_task(task: str) -> str:
+    if task not in TASK_MODELS:
+        raise ValueError(f"task '{task}' is not one of {', '.join(TASK_MODELS)}"
+                         f"{closest(task, TASK_MODELS)}")
+    return task
+
+
+def _run_name(name: str) -> str:
+    parts = PurePath(name).parts
+    if not name or PurePath(name).is_absolute() or any(p in (".", "..") for p in parts) \
+            or name != name.strip():
+        raise ValueError(f"name '{name}' must be a plain run name (the run directory is "
+                         f"out_dir/name), without '.', '..' or a leading '/'")
+    return name
+
+
+def _prompt(text: str) -> str:
+    return check_utf8(text, "sample.prompt")
+
+
+TaskName = Annotated[str, AfterValidator(_known_task)]
+RunName = Annotated[Str, AfterValidator(_run_name)]
+Prompt = Annotated[Str, AfterValidator(_prompt)]
+
+
+@config_dataclass
 class DataConfig:
     """Where the data is and how it is tokenised.
 
@@ -68,55 +114,55 @@ class DataConfig:
         cache_dir: where tokenised corpora are cached.
         src_lang, tgt_lang: translation direction (``en``, ``de``).
         max_tokens: translation (and parsing) batch budget in tokens ([V17] §5.1).
-        max_len: training pairs with a side longer than this (in tokens) are dropped and
-            counted (translation: valid pairs too; parsing scores every tree).
+        max_sentence_len: translation pairs with a sentence longer than this many tokens are
+            dropped (and counted) from training and validation; for parsing, training and
+            validation trees whose sentence or linearized tree is longer (every tree is scored).
         eval_sets: translation only — evaluation-only parallel sets, ``name → file prefix``
             (e.g. ``newstest2013: wmt14-en-de/newstest2013``); translated and scored at the end
             of a run when ``decode.splits`` names them, never trained or validated on.
         bpe_dropout: translation with a ``bpe`` tokenizer only — BPE-dropout's merge-dropout
             probability (Provilkov et al. 2020 use 0.1): the training pairs get a new subword
             segmentation every epoch (:mod:`fullrank.data.bpe_dropout`); 0 = standard BPE.
-            A sampled pair may reach ``max_len`` tokens, so ``max_tokens`` must be ≥ ``max_len + 1``.
+            A sampled pair may reach ``max_sentence_len`` tokens, so ``max_tokens`` must be
+            ≥ ``max_sentence_len + 1``.
     """
 
-    root: str = "."
-    train: str
-    valid: str | None = None
-    test: str | None = None
+    root: Str = "."
+    train: Str
+    valid: Str | None = None
+    test: Str | None = None
     tokenizer: TokenizerKind = "char"
-    vocab_size: int | None = None
-    min_frequency: int = 1
-    tokenizer_file: str | None = None
-    lowercase: bool | None = None
-    eos_per_line: bool = False
-    cache_dir: str = ".cache/fullrank"
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    max_tokens: int = 4096
-    max_len: int = 128
-    eval_sets: dict[str, str] = field(default_factory=dict)
-    bpe_dropout: float = 0.0
+    vocab_size: PositiveInt | None = None
+    min_frequency: PositiveInt = 1
+    tokenizer_file: Str | None = None
+    lowercase: Bool | None = None
+    eos_per_line: Bool = False
+    cache_dir: Str = ".cache/fullrank"
+    src_lang: Str | None = None
+    tgt_lang: Str | None = None
+    max_tokens: PositiveInt = 4096
+    max_sentence_len: PositiveInt = 128
+    eval_sets: dict[Str, Str] = field(default_factory=dict)
+    bpe_dropout: Probability = 0.0
 
     def path(self, name: str) -> Path:
         """``root / name`` (absolute names stay as they are)."""
         return Path(self.root) / name
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class SampleConfig:
-    """The text sample printed at the end of a language-model run."""
+    """The text sample printed at the end of a language-model run: ``max_new_tokens`` sampled
+    after ``prompt`` (UTF-8 text) at ``temperature`` (0 = greedy) among the ``top_k``
+    likeliest tokens (``None`` = all)."""
 
-    prompt: str = "\n"
-    max_new_tokens: int = 300
-    temperature: float = 0.8
-    top_k: int | None = 50
-
-    def __post_init__(self) -> None:
-        check_sample_settings(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                              top_k=self.top_k, name="sample.{}".format)
+    prompt: Prompt = "\n"
+    max_new_tokens: NonNegativeInt = 300
+    temperature: NonNegativeFloat = 0.8
+    top_k: PositiveInt | None = 50
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class DecodeConfig:
     """How a translation or parsing run is evaluated at the end ([V17] §6.1, §6.3).
 
@@ -140,62 +186,49 @@ class DecodeConfig:
             the other splits.
     """
 
-    beam: int = 4
-    alpha: float = 0.6
-    a: float = 1.0
-    b: int = 50
-    batch_size: int = 64
-    workers: int = 1
-    processes: bool = False
-    average_last: int = 5
-    splits: tuple[str, ...] = ("valid", "test")
-    tune_alpha: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_settings(beam=self.beam, batch_size=self.batch_size, a=self.a, b=self.b,
-                       workers=self.workers, name="decode.{}".format)
-        if self.average_last < 0:
-            raise ConfigError(f"decode.average_last must be >= 0 (0 = no averaging), got "
-                              f"{self.average_last}")
-        if any(a < 0 for a in self.tune_alpha):
-            raise ConfigError(f"decode.tune_alpha must hold exponents >= 0, got "
-                              f"{list(self.tune_alpha)}")
+    beam: PositiveInt = 4
+    alpha: NonNegativeFloat = 0.6
+    a: NonNegativeFloat = 1.0
+    b: PositiveInt = 50
+    batch_size: PositiveInt = 64
+    workers: PositiveInt = 1
+    processes: Bool = False
+    average_last: NonNegativeInt = 5
+    splits: tuple[Str, ...] = ("valid", "test")
+    tune_alpha: tuple[NonNegativeFloat, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class ExperimentConfig:
     """One experiment: what to train, on what, how. ``model`` holds the model section as written
     (validated against the task's model config); :meth:`model_config` completes it."""
 
-    name: str
-    task: Task = "lm"
-    model: dict[str, Any] = field(default_factory=dict)
+    name: RunName
+    task: TaskName = "lm"
+    model: dict[Str, Any] = field(default_factory=dict)
     data: DataConfig
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    out_dir: str = "runs"
+    out_dir: Str = "runs"
 
     def __post_init__(self) -> None:
         if self.data.eval_sets and self.task != "mt":
             raise ConfigError(f"data.eval_sets is for translation (task: mt); task '{self.task}' "
                               f"evaluates files with `fullrank eval CKPT --data FILE`")
         if self.data.bpe_dropout:
-            if not 0.0 < self.data.bpe_dropout < 1.0:
-                raise ConfigError(f"data.bpe_dropout = {self.data.bpe_dropout} must be in [0, 1) "
-                                  f"(the paper uses 0.1; 0 turns it off)")
             if self.task != "mt" or self.data.tokenizer != "bpe":
                 raise ConfigError(f"data.bpe_dropout resamples the BPE segmentation of translation "
                                   f"pairs (task: mt, data.tokenizer: bpe), not of a "
                                   f"{self.task} run with a {self.data.tokenizer} tokenizer; "
                                   f"leave it at 0")
-            if self.data.max_tokens < self.data.max_len + 1:
-                # a resampled pair may grow to max_len tokens (+1 for BOS/EOS): checked now,
-                # not when an epoch's sample first holds one, hours into training
+            if self.data.max_tokens < self.data.max_sentence_len + 1:
+                # a resampled pair may grow to max_sentence_len tokens (+1 for BOS/EOS): checked
+                # now, not when an epoch's sample first holds one, hours into training
                 raise ConfigError(f"data.max_tokens = {self.data.max_tokens} is smaller than "
-                                  f"data.max_len + 1 = {self.data.max_len + 1}, the longest pair "
-                                  f"BPE-dropout may sample; raise data.max_tokens or lower "
-                                  f"data.max_len")
+                                  f"data.max_sentence_len + 1 = {self.data.max_sentence_len + 1}, "
+                                  f"the longest pair BPE-dropout may sample; raise "
+                                  f"data.max_tokens or lower data.max_sentence_len")
         reserved = {"train", "valid", "test"} & set(self.data.eval_sets)
         if reserved:
             raise ConfigError(f"data.eval_sets: '{sorted(reserved)[0]}' names a split of its own; "
@@ -207,9 +240,6 @@ class ExperimentConfig:
                 raise ConfigError(f"decode.splits names '{split}', which is not one of "
                                   f"{', '.join(known)}{closest(split, known)}; add it to "
                                   f"data.eval_sets as NAME: FILE_PREFIX to score another set")
-        if self.data.min_frequency < 1:
-            raise ConfigError(f"data.min_frequency must be >= 1 (1 keeps every symbol), got "
-                              f"{self.data.min_frequency}")
         if self.task == "parse" and self.decode.tune_alpha:
             raise ConfigError("decode.tune_alpha chooses α by BLEU, for translation; a parsing "
                               "run decodes with decode.alpha (leave decode.tune_alpha empty)")
@@ -232,53 +262,59 @@ class ExperimentConfig:
         return dataclasses.asdict(self)
 
 
-# unknown keys are errors, in every section (pydantic reads this attribute of a dataclass)
-for _cls in (DataConfig, SampleConfig, DecodeConfig, ExperimentConfig, TrainConfig,
-             *(cfg for cfg, _ in FAMILIES.values())):
-    _cls.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
+@config_dataclass
+class EncoderExperiment(ExperimentConfig):
+    """An experiment of an encoder task; its ``data`` section is the task's own."""
+
+    def __post_init__(self) -> None:
+        if "preset" in self.model and self.train.init_from:
+            raise ConfigError("model.preset and train.init_from both give the architecture; "
+                              "drop model.preset (the checkpoint's model is used)")
+        if not self.train.init_weights and not self.train.init_from:
+            raise ConfigError("train.init_weights=false takes the architecture of "
+                              "train.init_from, which is not set")
 
 
-def build_model_config(task: str, section: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The task's model config from a ``model`` section (``preset`` first, then the fields)."""
+@config_dataclass
+class PretrainExperiment(EncoderExperiment):
+    data: PretrainData
+
+
+@config_dataclass
+class ClassifyExperiment(EncoderExperiment):
+    data: ClassifyData
+
+
+@config_dataclass
+class SquadExperiment(EncoderExperiment):
+    data: SquadData
+
+
+# the experiment class each task validates against (the base class for lm and mt)
+EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
+    "bert": PretrainExperiment, "classify": ClassifyExperiment, "squad": SquadExperiment}
+
+
+def build_model_config(task: str, section: dict[str, Any], vocab_size: int,
+                       base: dict[str, Any] | None = None) -> ModelConfig:
+    """The task's model config from a ``model`` section (``preset`` first, then the fields) on
+    top of ``base`` (the fields of a starting checkpoint's config, for ``train.init_from``); an
+    encoder task's heads are set by the task."""
     fields = dict(section)
     cls = TASK_MODELS[task]
-    base: dict[str, Any] = {}
+    base = dict(base or {})
     if "preset" in fields:
         start = preset(str(fields.pop("preset")))
         if type(start) is not cls:
             raise ConfigError(f"model.preset is a {type(start).__name__}, but task '{task}' "
                               f"trains a {cls.__name__}")
         base = dataclasses.asdict(start)
-    merged = {**base, **fields, "vocab_size": fields.get("vocab_size", vocab_size)}
+    merged = {**base, **fields, "vocab_size": fields.get("vocab_size", vocab_size),
+              **TASK_HEADS.get(task, {})}
     try:
         return TypeAdapter(cls).validate_python(merged)
     except ValidationError as e:
-        raise ConfigError(_describe(e, cls, prefix="model")) from None
-
-
-# --------------------------------------------------------------------------------- errors
-def _field_type(cls: Any, name: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    return hints.get(name)
-
-
-def _describe(error: ValidationError, root: Any, prefix: str = "") -> str:
-    """The first pydantic error as one line: the dotted key, what is wrong, the closest key."""
-    first = error.errors()[0]
-    loc = [str(p) for p in first["loc"]]
-    dotted = ".".join([prefix, *loc] if prefix else loc)
-    if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
-        owner: Any = root
-        for part in loc[:-1]:
-            owner = _field_type(owner, part) if dataclasses.is_dataclass(owner) else None
-        names = [f.name for f in dataclasses.fields(owner)] if dataclasses.is_dataclass(owner) else []
-        return f"unknown key '{dotted}'{closest(loc[-1], names)}"
-    if first["type"] == "missing" or first["type"] == "missing_argument":
-        return f"missing key '{dotted}'"
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "value_error":  # our own validation: already names the field
-        return msg
-    return f"{dotted}: {msg} (got {first.get('input')!r})"
+        raise ConfigError(describe(e, cls, prefix="model")) from None
 
 
 # --------------------------------------------------------------------------------- loading
@@ -290,17 +326,50 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with two changes: a mapping that repeats a key is an error (not
+    "the last one wins"), and ``1e-3`` is a number as in YAML 1.2 (YAML 1.1 wants ``1.0e-3``)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{self.name}:{line}: key '{key}' appears twice in this mapping "
+                                  f"(first on line {seen[key]}); keep one")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_yaml(text: str, name: str = "<text>") -> Any:
+    """``text`` as YAML through :class:`_Loader` (``name`` is the file named in errors)."""
+    loader = _Loader(text)
+    loader.name = name
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def read_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Parse a YAML or TOML file into a dict; one-line errors for missing/invalid files.
+    """Parse a YAML or TOML file into a dict; one-line errors for missing, undecodable (not
+    UTF-8) and invalid files, and for repeated keys.
 
     ``extends: OTHER_FILE`` (relative to this file) starts from that file's contents, so a
     variant states only what it changes.
     """
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
+    text = decode_utf8(read_bytes(path), path)
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+        data = tomllib.loads(text) if path.suffix == ".toml" else parse_yaml(text, str(path))
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:
         detail = " ".join(str(e).split())
         raise ConfigError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'} "
@@ -320,16 +389,17 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Apply ``a.b.c=value`` strings (values parsed as YAML: ``3``, ``0.1``, ``null``, ``true``)."""
     out = dict(data)
     for item in overrides:
-        if "=" not in item:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
             raise ConfigError(f"override '{item}' must look like section.key=value "
                               f"(e.g. train.steps=100)")
-        key, raw = item.split("=", 1)
+        check_utf8(raw, f"override '{key}'")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = parse_yaml(raw, f"override {key}") if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         node = out
-        parts = key.strip().split(".")
         for part in parts[:-1]:
             child = node.get(part)
             node[part] = dict(child) if isinstance(child, dict) else {}
@@ -338,12 +408,21 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
+# keys that were renamed: old dotted key → new one
+RENAMED = {"data.max_len": "data.max_sentence_len"}
+
+
 def parse_experiment(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
     """Validate a dict into an :class:`ExperimentConfig` (the model section too)."""
+    for old, new in RENAMED.items():
+        section, key = old.split(".")
+        if isinstance(data.get(section), dict) and key in data[section]:
+            raise ConfigError(f"{source}: '{old}' is now called '{new}'; rename the key")
+    cls = EXPERIMENTS.get(str(data.get("task")), ExperimentConfig)
     try:
-        exp = TypeAdapter(ExperimentConfig).validate_python(data)
+        exp = TypeAdapter(cls).validate_python(data)
     except ValidationError as e:
-        raise ConfigError(f"{source}: {_describe(e, ExperimentConfig)}") from None
+        raise ConfigError(f"{source}: {describe(e, cls)}") from None
     try:  # check the model section now, with a stand-in vocabulary size
         build_model_config(exp.task, exp.model, exp.model.get("vocab_size", 1) or 1)
     except FullrankError as e:
@@ -357,14 +436,16 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     return parse_experiment(apply_overrides(read_file(path), overrides or []), str(path))
 
 
-def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) -> None:
-    """Write the resolved experiment (model section complete) as YAML."""
-    data = exp.to_dict()
+def resolved_yaml(exp: ExperimentConfig, model_config: ModelConfig) -> str:
+    """The resolved experiment (model section complete) as YAML: a run's ``config.yaml``."""
+    data = json.loads(json.dumps(exp.to_dict()))  # tuples as lists, for YAML
     model = config_to_dict(model_config)
     model.pop("family")
     data["model"] = model
-    data["train"]["betas"] = list(data["train"]["betas"])
-    data["decode"]["splits"] = list(data["decode"]["splits"])
-    data["decode"]["tune_alpha"] = list(data["decode"]["tune_alpha"])
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) -> None:
+    """Write :func:`resolved_yaml` to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    path.write_text(resolved_yaml(exp, model_config), encoding="utf-8")

@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from fullrank.data.corpus import tokenize_file
-from fullrank.data.lm import LMBlocks
+from fullrank.data.lm import LMBlocks, check_world
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.inference.decoders import LMDecoder
 from fullrank.inference.layout import decoding_layout
@@ -23,7 +23,8 @@ from fullrank.inference.sampling import sample
 from fullrank.models import build_model
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      prepare_tokenizer)
-from fullrank.recipes.config import ExperimentConfig, save_resolved
+from fullrank.recipes.init import find_start, init_weights, start_config
+from fullrank.recipes.config import ExperimentConfig, resolved_yaml
 from fullrank.runtime import fast_matmul, matmul_summary, memory_summary
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, barrier, setup, sharded, teardown
@@ -53,11 +54,14 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     dist = setup(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    check_world(cfg.batch_size, dist.rank, dist.world)  # before anything is read or written
     run_dir = exp.run_dir
-    start = find_resume_point(run_dir, resume)
+    start = find_resume_point(run_dir, resume, resume_from=cfg.resume_from, dist=dist,
+                              log=lambda line: console.print(line, markup=False))
+    origin = find_start(exp)
     tok = prepare_tokenizer(exp, [exp.data.path(exp.data.train)], run_dir, dist,
-                            resuming=start is not None)
-    model_cfg = exp.model_config(tok.vocab_size)
+                            resuming=start is not None, start=origin and origin.tokenizer)
+    model_cfg = start_config(exp, origin, tok.vocab_size)
     ensure_vocab_matches(tok, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
     train_ids = corpus(exp, exp.data.train, tok, dist)
     valid_ids = corpus(exp, exp.data.valid, tok, dist)
@@ -65,12 +69,16 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
+    init_weights(model, exp, origin, resuming=start is not None,
+                 say=console.print if dist.is_main else (lambda _: None))
     torch.manual_seed(cfg.seed + dist.rank)  # dropout differs across ranks
     n_params = sum(p.numel() for p in model.parameters())
     data = LMBlocks(train_ids, seq_len=model_cfg.seq_len, batch_size=cfg.batch_size,
                     seed=cfg.seed, name=exp.data.train)
     task = LanguageModeling(cfg.label_smoothing)
-    eval_bs = max(1, cfg.batch_size // dist.world)
+    # rank 0 evaluates alone, in batches of the global size: with train.eval_batches the
+    # periodic validation covers the same rows as a one-process run
+    eval_bs = cfg.batch_size
 
     def evaluate_split(ids: Any, name: str, limit: int | None) -> dict[str, float]:
         blocks = LMBlocks(ids, seq_len=model_cfg.seq_len, batch_size=eval_bs, seed=cfg.seed,
@@ -78,7 +86,6 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         return task.evaluate(model, blocks.eval_batches(eval_bs), dist.device, limit=limit)
 
     if dist.is_main:
-        save_resolved(exp, model_cfg, run_dir / "config.yaml")
         dh, dv = model_cfg.head_sizes
         console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · {model_cfg.n_layers} "
                       f"layers · d_model {model_cfg.d_model} · {model_cfg.n_heads} heads × d_head "
@@ -91,7 +98,8 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                       + (f" · resuming from {start.name}" if start else ""))
     out = RunOutput(run_dir, model_cfg, tok,
                     {"task": "lm", "experiment": exp.to_dict(), "data": {
-                        "eos_per_line": exp.data.eos_per_line}})
+                        "eos_per_line": exp.data.eos_per_line}},
+                    config_yaml=resolved_yaml(exp, model_cfg))
     result = train(model, task, data, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress,
                    evaluate=(lambda m: evaluate_split(valid_ids, exp.data.valid or "", cfg.eval_batches))

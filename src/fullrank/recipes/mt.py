@@ -23,6 +23,7 @@ from fullrank.evaluation.bleu import score
 from fullrank.inference.translate import first_too_long, translate
 from fullrank.recipes.common import Resume, RunReport, keeps_thread_count, prepare_tokenizer
 from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig
+from fullrank.recipes.init import find_start, start_config
 from fullrank.recipes.seq2seq import begin, finish, not_scored, scored_models, train_seq2seq
 
 
@@ -35,7 +36,7 @@ def pair_files(data: DataConfig, prefix: str) -> tuple[Path, Path]:
 
 def load_split(data: DataConfig, prefix: str, tok: Tokenizer) -> tuple[list[tuple[str, str]], EncodedPairs]:
     pairs = read_parallel(*pair_files(data, prefix))
-    return pairs, encode_pairs(pairs, tok, max_len=data.max_len)
+    return pairs, encode_pairs(pairs, tok, max_len=data.max_sentence_len)
 
 
 def evaluate_bleu(model: nn.Module, tok: Tokenizer, pairs: list[tuple[str, str]],
@@ -62,14 +63,15 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     """Train and evaluate a translation model as ``exp`` describes."""
     console = console or Console(highlight=False)
     cfg, data = exp.train, exp.data
-    dist, start = begin(exp, resume)
+    dist, start = begin(exp, resume, console)
     run_dir = exp.run_dir
     # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
     extra = {name: read_parallel(*pair_files(data, prefix))
              for name, prefix in data.eval_sets.items() if name in exp.decode.splits}
+    origin = find_start(exp)
     tok = prepare_tokenizer(exp, list(pair_files(data, data.train)), run_dir, dist,
-                            resuming=start is not None)
-    model_cfg = exp.model_config(tok.vocab_size)
+                            resuming=start is not None, start=origin and origin.tokenizer)
+    model_cfg = start_config(exp, origin, tok.vocab_size)
     ensure_vocab_matches(tok, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
     train_raw, train_pairs = load_split(data, data.train, tok)
     valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
@@ -87,7 +89,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     if data.bpe_dropout:
         kept = [train_raw[i] for i in train_pairs.kept]
         sides = [BPEDropout(tok, [pair[j] for pair in kept], data.bpe_dropout, seed=cfg.seed + j,
-                            max_len=data.max_len, standard=ids)
+                            max_len=data.max_sentence_len, standard=ids)
                  for j, ids in enumerate((train_pairs.src, train_pairs.tgt))]
 
         def sampler(epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -95,7 +97,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
 
     def describe_data(batches: ParallelBatches) -> str:
         line = (f"data: {len(train_pairs):,} training pairs "
-                f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped), "
+                f"({train_pairs.n_dropped} longer than {data.max_sentence_len} tokens dropped), "
                 f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
                 + (" with standard BPE" if sampler is not None else
                    f", padding {100 * batches.padding_ratio():.1f}%"))
@@ -110,7 +112,7 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     model, report = train_seq2seq(
         exp, model_cfg, train_pairs, valid_pairs, tokenizer=tok,
         vocabulary=f"shared {tok.kind} vocabulary of {tok.vocab_size}",
-        meta={"task": "mt", "experiment": exp.to_dict()}, dist=dist, start=start,
+        meta={"task": "mt", "experiment": exp.to_dict()}, dist=dist, start=start, origin=origin,
         progress=progress, console=console, describe_data=describe_data, sampler=sampler)
     report.extra["dropped_pairs"] = train_pairs.n_dropped
     if dist.is_main:

@@ -27,11 +27,13 @@ from fullrank.data.translation import ParallelBatches, encode_pairs
 from fullrank.data.treebank import TreebankSplit, load_treebank
 from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.parse_eval import CUTOFF_LEN, score_trees
-from fullrank.inference.parse import TREE_VOCABULARY, parse
+from fullrank.inference.parse import TREE_VOCABULARY, parse, tree_vocabulary
 from fullrank.inference.translate import first_too_long
 from fullrank.recipes.common import Resume, RunReport, keeps_thread_count, prepare_tokenizer
 from fullrank.recipes.config import ExperimentConfig
+from fullrank.recipes.init import Start, find_start, start_config
 from fullrank.recipes.seq2seq import begin, finish, not_scored, scored_models, train_seq2seq
+from fullrank.training.checkpoints import read_meta
 from fullrank.training.distributed import DistInfo, barrier
 
 # said beside every figure: these are not [V17]'s Table 4 conditions
@@ -54,12 +56,16 @@ def write_split(out: Path, name: str, split: TreebankSplit, pairs: list[tuple[st
                                       encoding="utf-8")
 
 
-def tree_tokenizer(run_dir: Path, targets: Path, dist: DistInfo, resuming: bool) -> Tokenizer:
-    """The tree symbols' vocabulary: every symbol of the training targets (rank 0 builds and
-    saves ``RUN/tree_tokenizer.json``; a resumed run loads it)."""
+def tree_tokenizer(run_dir: Path, targets: Path, dist: DistInfo, resuming: bool,
+                   origin: Start | None) -> Tokenizer:
+    """The tree symbols' vocabulary: the ``train.init_from`` checkpoint's, or every symbol of the
+    training targets (rank 0 builds and saves ``RUN/tree_tokenizer.json``; a resumed run loads
+    it)."""
     saved = run_dir / "tree_tokenizer.json"
     if dist.is_main and not (resuming and saved.is_file()):
-        Tokenizer.train("word", [targets]).save(saved)
+        tok = tree_vocabulary(read_meta(origin.path), f"train.init_from: {origin.path}") \
+            if origin else Tokenizer.train("word", [targets])
+        tok.save(saved)
     barrier(dist)
     return Tokenizer.load(saved)
 
@@ -70,7 +76,7 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
     """Train a parser as ``exp`` describes and score its dev and test files."""
     console = console or Console(highlight=False)
     data = exp.data
-    dist, start = begin(exp, resume)
+    dist, start = begin(exp, resume, console)
     run_dir = exp.run_dir
     splits = {name: load_treebank(data.root, pattern) for name, pattern in
               (("train", data.train), ("valid", data.valid), ("test", data.test)) if pattern}
@@ -80,14 +86,15 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         for name, split in splits.items():
             write_split(data_dir, name, split, pairs[name])
     barrier(dist)
+    origin = find_start(exp)
     words = prepare_tokenizer(exp, [data_dir / "train.words"], run_dir, dist,
-                              resuming=start is not None)
-    trees = tree_tokenizer(run_dir, data_dir / "train.trees", dist, resuming=start is not None)
+                              resuming=start is not None, start=origin and origin.tokenizer)
+    trees = tree_tokenizer(run_dir, data_dir / "train.trees", dist, start is not None, origin)
     specials = ("pad_id", "bos_id", "eos_id")
     if any(getattr(words, s) != getattr(trees, s) for s in specials):
         raise ConfigError(f"data.tokenizer '{words.kind}' numbers its special tokens unlike the "
                           f"tree vocabulary ({', '.join(specials)}); use data.tokenizer: word")
-    model_cfg = exp.model_config(trees.vocab_size, src_vocab_size=words.vocab_size)
+    model_cfg = start_config(exp, origin, trees.vocab_size, src_vocab_size=words.vocab_size)
     ensure_vocab_matches(trees, model_cfg.vocab_size, f"model.vocab_size in {exp.name}")
     ensure_vocab_matches(words, model_cfg.src_vocab_size,  # type: ignore[union-attr]
                          f"model.src_vocab_size in {exp.name}")
@@ -99,15 +106,16 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
             raise DataError(f"decode.splits: the '{split}' tree of {file} line {line} has "
                             f"{long[1]} source tokens, more than model.max_len="
                             f"{model_cfg.max_len}; raise model.max_len")
-    train_pairs = encode_pairs(pairs["train"], words, max_len=data.max_len, target=trees)
-    valid_pairs = encode_pairs(pairs["valid"], words, max_len=data.max_len, target=trees) \
+    limit = data.max_sentence_len
+    train_pairs = encode_pairs(pairs["train"], words, max_len=limit, target=trees)
+    valid_pairs = encode_pairs(pairs["valid"], words, max_len=limit, target=trees) \
         if "valid" in pairs else None
 
     def describe_data(batches: ParallelBatches) -> str:
         held = " · ".join(f"{name} {len(s):,} trees from {s.n_files} files"
                           for name, s in splits.items() if name != "train")
         return (f"data: {len(train_pairs):,} training trees from {splits['train'].n_files} files "
-                f"({train_pairs.n_dropped} longer than {data.max_len} tokens dropped) · {held}; "
+                f"({train_pairs.n_dropped} longer than {limit} tokens dropped) · {held}; "
                 f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch, padding "
                 f"{100 * batches.padding_ratio():.1f}%")
 
@@ -115,7 +123,8 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         exp, model_cfg, train_pairs, valid_pairs, tokenizer=words,
         vocabulary=f"{words.vocab_size} words ({words.kind}), {trees.vocab_size} tree symbols",
         meta={"task": "parse", "experiment": exp.to_dict(), TREE_VOCABULARY: trees.to_str()},
-        dist=dist, start=start, progress=progress, console=console, describe_data=describe_data)
+        dist=dist, start=start, origin=origin, progress=progress, console=console,
+        describe_data=describe_data)
     report.extra["dropped_pairs"] = train_pairs.n_dropped
     if dist.is_main:
         report.extra["parse"] = final_parse(exp, run_dir, model, words, trees, splits, progress,

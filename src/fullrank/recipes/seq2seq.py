@@ -21,7 +21,8 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.translation import EncodedPairs, ParallelBatches
 from fullrank.models import EncoderDecoderConfig, build_model
 from fullrank.recipes.common import Resume, RunReport, find_resume_point
-from fullrank.recipes.config import ExperimentConfig, save_resolved
+from fullrank.recipes.config import ExperimentConfig, resolved_yaml
+from fullrank.recipes.init import Start, init_weights
 from fullrank.runtime import matmul_summary, memory_summary
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
@@ -33,19 +34,22 @@ from fullrank.training.tasks import Translation
 Sampler = Callable[[int], tuple[list[np.ndarray], list[np.ndarray]]]
 
 
-def begin(exp: ExperimentConfig, resume: Resume) -> tuple[DistInfo, Path | None]:
+def begin(exp: ExperimentConfig, resume: Resume,
+          console: Console) -> tuple[DistInfo, Path | None]:
     """Join the processes of the run, set the thread count, and find the checkpoint to resume
-    from (``None``: a fresh run)."""
+    from (``None``: a fresh run; checkpoints passed over are said on ``console``)."""
     dist = setup(exp.train.device)
     if exp.train.threads:
         torch.set_num_threads(exp.train.threads)
-    return dist, find_resume_point(exp.run_dir, resume)
+    return dist, find_resume_point(exp.run_dir, resume, resume_from=exp.train.resume_from,
+                                   dist=dist, log=lambda line: console.print(line, markup=False))
 
 
 def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_pairs: EncodedPairs,
                   valid_pairs: EncodedPairs | None, *, tokenizer: Tokenizer, vocabulary: str,
                   meta: dict[str, Any], dist: DistInfo, start: Path | None, progress: bool,
                   console: Console, describe_data: Callable[[ParallelBatches], str],
+                  origin: Start | None = None,
                   sampler: Sampler | None = None) -> tuple[nn.Module, RunReport]:
     """Build the model of ``model_cfg``, train it on ``train_pairs`` and return it with the run's
     report (``valid`` filled with the exact validation perplexity on rank 0).
@@ -56,11 +60,14 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
             of 8000").
         meta: stored in every checkpoint's ``meta.json`` (``task``, ``experiment``, …).
         describe_data: the data line printed under the header, given the training batches.
+        origin: the ``train.init_from`` checkpoint whose weights the model starts from.
         sampler: new token ids of the training pairs each epoch (BPE-dropout), or ``None``.
     """
     cfg, data = exp.train, exp.data
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
+    init_weights(model, exp, origin, resuming=start is not None,
+                 say=console.print if dist.is_main else (lambda _: None))
     torch.manual_seed(cfg.seed + dist.rank)  # dropout differs across ranks
     n_params = sum(p.numel() for p in model.parameters())
     ids = dict(pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
@@ -68,7 +75,7 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
                               world=dist.world, sampler=sampler, **ids)
     task = Translation(tokenizer.pad_id, cfg.label_smoothing)
     valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, shuffle=False,
-                                    **ids) if valid_pairs else None
+                                    **ids) if valid_pairs is not None else None
 
     def evaluate(m: nn.Module, limit: int | None = cfg.eval_batches) -> dict[str, float]:
         assert valid_batches is not None
@@ -76,7 +83,6 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
                              dist.device, limit=limit)
 
     if dist.is_main:
-        save_resolved(exp, model_cfg, exp.run_dir / "config.yaml")
         dh, dv = model_cfg.head_sizes
         console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · "
                       f"{model_cfg.n_layers}+{model_cfg.decoder_layers} layers · d_model "
@@ -86,7 +92,8 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
             console.print(matmul_summary(cfg.fast_matmul, cfg.precision))
             console.print(memory_summary())
         console.print(describe_data(batches) + (f" · resuming from {start.name}" if start else ""))
-    out = RunOutput(exp.run_dir, model_cfg, tokenizer, meta)
+    out = RunOutput(exp.run_dir, model_cfg, tokenizer, meta,
+                    config_yaml=resolved_yaml(exp, model_cfg))
     result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
                    progress=progress, evaluate=evaluate if valid_batches else None)
     teardown()  # every rank together; what follows is rank 0's alone
@@ -116,7 +123,7 @@ def scored_models(run_dir: Path, model: nn.Module, average_last: int,
         except Exception as e:  # fewer checkpoints than K: say so, score the last one only
             console.print(f"[yellow]no averaging:[/yellow] {e}")
         else:
-            avg = average_checkpoints(found, run_dir / f"averaged-last{k}")
+            avg = average_checkpoints(found, run_dir / f"averaged-last{k}", replace=True)
             models[f"avg{k}"] = load_checkpoint(avg, device=next(model.parameters()).device).model
     return models
 

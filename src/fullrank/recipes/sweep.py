@@ -37,6 +37,7 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, FullrankError, closest
 from fullrank.models import ModelConfig
 from fullrank.models.budget import COUNTS, count_params, solve_for
+from fullrank.paths import check_output_dir
 from fullrank.recipes.config import (TASK_MODELS, DataConfig, DecodeConfig, ExperimentConfig,
                                      SampleConfig, apply_overrides, parse_experiment, read_file)
 from fullrank.training.config import TrainConfig
@@ -546,12 +547,11 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
 def claim_output(plan_: Plan, out: Path) -> None:
     """Make ``out`` this sweep's folder, or refuse in one line: a folder that is not this sweep's
     output, or a point already trained there with other settings, is never touched."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a folder; choose another --out")
+    check_output_dir(out, option="--out", overwrite=True,
+                     replaceable=lambda p: (p / MANIFEST).exists(),
+                     inputs=[plan_.sweep.path, plan_.sweep.base],
+                     kind=f"a sweep's output folder (no {MANIFEST})", new="choose another --out")
     known = read_manifest(out) if out.is_dir() else None
-    if out.is_dir() and known is None and any(out.iterdir()):
-        raise ConfigError(f"--out {out} exists and is not a sweep's output folder (no {MANIFEST}); "
-                          f"choose another --out, nothing there is touched")
     if known is not None and known.get("sweep") != plan_.sweep.name:
         raise ConfigError(f"--out {out} holds sweep '{known.get('sweep')}', not "
                           f"'{plan_.sweep.name}'; choose another --out")

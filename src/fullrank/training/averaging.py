@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from fullrank.errors import CheckpointError
-from fullrank.training.checkpoints import (MODEL_FILE, load_checkpoint, read_safetensors,
-                                           resolve, step_dirs, step_of, write_checkpoint)
+from fullrank.training.checkpoints import (MODEL_FILE, load_checkpoint, read_safetensors, resolve,
+                                           step_dirs, step_of, verified_weights, write_checkpoint)
 
 
 def last_checkpoints(run_dir: Path, k: int) -> list[Path]:
@@ -41,15 +41,18 @@ def uneven_spacing(paths: Sequence[Path]) -> str | None:
 
 
 @torch.no_grad()
-def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
-    """Average the weights of ``paths`` (same architecture) into a checkpoint at ``out``."""
+def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *,
+                        replace: bool = False) -> Path:
+    """Average the weights of ``paths`` (same architecture, each verified against its recorded
+    checksums) into a checkpoint at ``out``; an existing checkpoint there is replaced only with
+    ``replace``."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     dirs = [resolve(p) for p in paths]
     first = load_checkpoint(dirs[0])
     total: dict[str, torch.Tensor] | None = None
     for d in dirs:
-        tensors, _ = read_safetensors(d / MODEL_FILE)
+        tensors, _ = read_safetensors(verified_weights(d))
         if total is None:
             total = {k: v.double() for k, v in tensors.items()}
             continue
@@ -70,4 +73,4 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
         state[k].copy_((v / len(dirs)).to(state[k].dtype))
     meta = {k: v for k, v in first.meta.items() if k not in ("format", "model", "optimizer")}
     meta["averaged"] = [str(d) for d in dirs]
-    return write_checkpoint(Path(out), model, first.config, first.tokenizer, meta)
+    return write_checkpoint(Path(out), model, first.config, first.tokenizer, meta, replace=replace)

@@ -12,11 +12,17 @@ It is written under a temporary name, every file flushed and ``fsync``-ed, then 
 place; the ``latest`` pointer is replaced last. A process killed at any moment leaves either the
 old or the new checkpoint complete. Nothing is ever unpickled: tensors are safetensors, the rest
 JSON.
+
+``meta.json`` records the size and SHA-256 of every other file, and loading checks them, the
+metadata's types and ranges, and that no file or ``latest`` pointer leads outside its directory
+(:mod:`fullrank.training.integrity`), so a damaged or crafted checkpoint is one line naming the
+file — never a model built from nonsense, an unbounded allocation or weights that train to NaN.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -32,12 +38,15 @@ from torch import Tensor, nn
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, config_to_dict
+from fullrank.training.integrity import (FORMAT, CheckpointMeta, LoopMeta, OptimizerMeta, digest,
+                                         inside, parse_meta, read_json, verify_file)
 
-FORMAT = "fullrank-checkpoint-v1"
 MODEL_FILE, STATE_FILE, META_FILE, TOKENIZER_FILE = (
     "model.safetensors", "optimizer.safetensors", "meta.json", "tokenizer.json")
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+# left by a process killed while saving: a checkpoint directory, a replaced one, the pointer
+_TEMPORARIES = (".step-*.tmp-*", ".step-*.old-*", f".{LATEST}.tmp-*")
 
 
 # ----------------------------------------------------------------------------- atomic writes
@@ -107,6 +116,31 @@ def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
                               f"truncated or corrupt — use an earlier checkpoint") from None
 
 
+def _aliases(metadata: dict[str, str], path: Path) -> dict[str, str]:
+    """The ``alias → kept name`` table stored in a weights file's metadata, validated."""
+    try:
+        aliases = json.loads(metadata.get("aliases", "{}"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: its 'aliases' metadata is not valid JSON ({e.msg}); the "
+                              f"file is damaged — use another checkpoint") from None
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in aliases.items()):
+        raise CheckpointError(f"{path}: its 'aliases' metadata is not a mapping of tensor names; "
+                              f"the file is damaged — use another checkpoint")
+    return aliases
+
+
+def stored_elements(path: Path) -> int:
+    """The number of values a safetensors file holds, read from its header alone."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    except (SafetensorError, OSError, ValueError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"{path}: not a readable safetensors file ({msg}); the file is "
+                              f"truncated or corrupt — use an earlier checkpoint") from None
+
+
 def load_weights(model: nn.Module, path: Path) -> None:
     """Load a :func:`save_weights` file into ``model``, checking every name and shape first.
 
@@ -114,9 +148,9 @@ def load_weights(model: nn.Module, path: Path) -> None:
     mismatched tensor.
     """
     tensors, metadata = read_safetensors(path)
-    aliases: dict[str, str] = json.loads(metadata.get("aliases", "{}"))
     full = dict(tensors)
-    full.update({alias: tensors[kept] for alias, kept in aliases.items() if kept in tensors})
+    full.update({alias: tensors[kept] for alias, kept in _aliases(metadata, path).items()
+                 if kept in tensors})
     expected = model.state_dict()
     for name, want in expected.items():  # in the model's order, so "first" means first layer
         if name not in full:
@@ -146,15 +180,38 @@ def _optimizer_tensors(sd: dict[str, Any]) -> tuple[dict[str, Tensor], dict]:
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def _optimizer_state_dict(tensors: dict[str, Tensor], info: dict) -> dict:
+def _optimizer_state_dict(tensors: dict[str, Tensor], info: dict[str, Any],
+                          optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
+    """The optimizer state dict stored in ``tensors`` and ``info`` (``meta["optimizer"]``),
+    checked against ``optimizer``: the same parameter groups, and each state tensor of a
+    parameter's shape (a state of another model would train the weights to NaN)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    groups = info["param_groups"]
+    sizes = [len(g["params"]) for g in groups]
+    if sizes != [len(g["params"]) for g in optimizer.param_groups]:
+        raise CheckpointError(f"{path}: the optimizer state has parameter groups of sizes "
+                              f"{sizes}, this model's optimizer "
+                              f"{[len(g['params']) for g in optimizer.param_groups]}; the "
+                              f"checkpoint is of another architecture or optimizer")
+    ids = [i for g in groups for i in g["params"]]
+    shape_of = dict(zip(ids, (tuple(p.shape) for p in params)))
     state: dict[int, dict[str, Any]] = {}
     for key, t in tensors.items():
-        if key.startswith("optim."):
-            _, pid, name = key.split(".", 2)
-            state.setdefault(int(pid), {})[name] = t
+        if not key.startswith("optim."):
+            continue
+        _, pid, name = (key.split(".", 2) + ["", ""])[:3]
+        if not pid.isdigit() or int(pid) not in shape_of:
+            raise CheckpointError(f"{path}: tensor '{key}' belongs to no parameter of the "
+                                  f"optimizer; the file is damaged — use another checkpoint")
+        want = shape_of[int(pid)]
+        if t.dim() > 0 and tuple(t.shape) != want:
+            raise CheckpointError(f"{path}: optimizer tensor '{key}' has shape {tuple(t.shape)} "
+                                  f"but its parameter has {want}; the checkpoint is of another "
+                                  f"architecture — use a checkpoint of this run")
+        state.setdefault(int(pid), {})[name] = t
     for pid, values in info.get("scalars", {}).items():
         state.setdefault(int(pid), {}).update(values)
-    return {"state": state, "param_groups": info["param_groups"]}
+    return {"state": state, "param_groups": groups}
 
 
 def _rng_tensors() -> dict[str, Tensor]:
@@ -165,9 +222,16 @@ def _rng_tensors() -> dict[str, Tensor]:
     return out
 
 
-def restore_rng(tensors: dict[str, Tensor]) -> None:
-    """Put back the RNG states a training checkpoint saved (:func:`read_training_state`)."""
-    torch.set_rng_state(tensors["rng.torch"])
+def restore_rng(tensors: dict[str, Tensor], path: Path | None = None) -> None:
+    """Put back the RNG states a training checkpoint saved (:func:`read_training_state`);
+    ``path`` (the file they came from) is named when they are malformed."""
+    want = torch.get_rng_state()
+    got = tensors.get("rng.torch")
+    if got is None or got.dtype != want.dtype or got.shape != want.shape:
+        raise CheckpointError(f"{path or 'the checkpoint'}: the random-number state 'rng.torch' "
+                              f"is missing or malformed; the file is damaged — use another "
+                              f"checkpoint")
+    torch.set_rng_state(got)
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
@@ -175,35 +239,107 @@ def restore_rng(tensors: dict[str, Tensor]) -> None:
 
 # ------------------------------------------------------------------------------ save/find
 def step_dirs(root: Path) -> list[Path]:
-    """Complete checkpoint directories under ``root``, oldest first."""
+    """Complete checkpoint directories under ``root``, oldest first (a link that leads out of
+    ``root`` is not one of them)."""
     if not root.is_dir():
         return []
+    inside_root = root.resolve()
     found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / META_FILE).is_file()]
+             if (m := _STEP_DIR.match(p.name)) and (p / META_FILE).is_file()
+             and p.resolve().parent == inside_root]
     return [p for _, p in sorted(found)]
+
+
+def _pointed(root: Path) -> Path | None:
+    """The checkpoint directory the ``latest`` pointer of ``root`` names, if there is a pointer.
+    The pointer is untrusted: it must name a ``step-N`` directory inside ``root``."""
+    pointer = root / LATEST
+    if not pointer.is_file():
+        return None
+    try:
+        name = pointer.read_bytes().decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        raise CheckpointError(f"{pointer}: not a UTF-8 checkpoint name; delete it (fullrank "
+                              f"then takes the newest checkpoint)") from None
+    target = root / name
+    if not _STEP_DIR.match(name) or target.resolve().parent != root.resolve():
+        raise CheckpointError(f"{pointer}: names {name[:80]!r}, not a step-N checkpoint inside "
+                              f"{root}; delete it (fullrank then takes the newest checkpoint)")
+    return target
 
 
 def latest_checkpoint(root: Path) -> Path | None:
     """The checkpoint ``latest`` points to; if the pointer is missing or stale, the newest
-    complete one; ``None`` if there is none."""
-    pointer = root / LATEST
-    if pointer.is_file():
-        target = root / pointer.read_text(encoding="utf-8").strip()
-        if (target / META_FILE).is_file():
-            return target
+    complete one; ``None`` if there is none. A pointer that leads outside ``root`` is a
+    :class:`CheckpointError`."""
+    target = _pointed(root)
+    if target is not None and (target / META_FILE).is_file():
+        return target
     dirs = step_dirs(root)
     return dirs[-1] if dirs else None
+
+
+def newest_readable(root: Path) -> tuple[Path | None, list[str]]:
+    """The checkpoint to resume from under ``root`` — the one ``latest`` names, else the newest
+    — passing over those that fail :func:`check_readable`; returns it (``None`` if there are
+    no checkpoints) and one note per checkpoint passed over. :class:`CheckpointError` when
+    there are checkpoints and none is readable."""
+    pointed = _pointed(root)
+    candidates = [pointed] if pointed is not None and pointed.is_dir() else []
+    candidates += [p for p in reversed(step_dirs(root)) if p not in candidates]
+    notes: list[str] = []
+    for ckpt in candidates:
+        try:
+            check_readable(ckpt, training=True)
+        except FullrankError as e:
+            notes.append(f"{ckpt.name} cannot be resumed from: {e}")
+            continue
+        return ckpt, notes
+    if notes:
+        raise CheckpointError(f"{root}: no checkpoint can be resumed from (the newest: "
+                              f"{notes[0]})")
+    return None, notes
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    """Whether ``path`` is a fullrank checkpoint directory (its ``meta.json`` says so)."""
+    try:
+        return read_json(path / META_FILE, "").get("format") == FORMAT
+    except (CheckpointError, AttributeError):
+        return False
+
+
+def remove_temporaries(root: Path) -> list[Path]:
+    """Delete what a process killed while saving under ``root`` left behind (a half-written
+    checkpoint, a replaced one not yet removed, a half-written ``latest``); returns them."""
+    stale = [p for pattern in _TEMPORARIES for p in root.glob(pattern)]
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return stale
 
 
 def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
                      tokenizer: Tokenizer | None, meta: dict[str, Any],
                      optimizer: torch.optim.Optimizer | None = None, *,
-                     full: tuple[dict[str, Tensor], dict[str, Any]] | None = None) -> Path:
+                     full: tuple[dict[str, Tensor], dict[str, Any]] | None = None,
+                     replace: bool = False) -> Path:
     """Write a complete checkpoint directory at ``path`` atomically (temporary name, fsync,
-    rename). ``meta`` is stored in ``meta.json`` with the model config added. ``full``: the
-    model and optimizer state dicts gathered from a sharded run, written instead of ``model``'s
-    and ``optimizer``'s own (the files are the same either way)."""
+    rename). ``meta`` is stored in ``meta.json`` with the model config and the size and SHA-256
+    of every other file added. ``full``: the model and optimizer state dicts gathered from a
+    sharded run, written instead of ``model``'s and ``optimizer``'s own (the files are the
+    same either way).
+
+    An existing ``path`` is replaced only with ``replace`` and only if it is a checkpoint
+    directory (or a training run's own ``step-N``); anything else there is an error.
+    """
     path = Path(path)
+    if path.exists() and not (replace and (is_checkpoint_dir(path) or _STEP_DIR.match(path.name))):
+        raise CheckpointError(f"{path}: already exists" + (
+            " and is not a fullrank checkpoint; choose a new path" if replace else
+            "; choose a new path (fullrank does not replace it unasked)"))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -220,16 +356,20 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
     if tokenizer is not None:
         tokenizer.save(tmp / TOKENIZER_FILE)
         _fsync_file(tmp / TOKENIZER_FILE)
+    full_meta["files"] = {f.name: digest(f) for f in sorted(tmp.iterdir())}
     # meta.json last: a directory with meta.json is complete
     with open(tmp / META_FILE, "w", encoding="utf-8") as f:
         json.dump(full_meta, f, indent=1, default=str)
         f.flush()
         os.fsync(f.fileno())
     _fsync_dir(tmp)
-    if path.exists():  # re-saving the same step (e.g. after a resume): replace it
-        shutil.rmtree(path)
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():  # move the old one aside, the new one in, then delete the old one
+        os.rename(path, old)
     os.rename(tmp, path)
     _fsync_dir(path.parent)
+    if old.exists():
+        shutil.rmtree(old)
     return path
 
 
@@ -250,10 +390,10 @@ def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: Mo
     was written under (``save_every`` in its meta) and is judged by that one, so resuming with
     another ``save_every`` drops no checkpoint of the earlier interval beyond ``keep_last``."""
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".step-*.tmp-*"):  # left by a run killed while saving
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_temporaries(root)
     path = write_checkpoint(root / f"step-{step:08d}", model, config, tokenizer,
-                            {**meta, "step": step, "save_every": every}, optimizer, full=full)
+                            {**meta, "step": step, "save_every": every}, optimizer, full=full,
+                            replace=True)
     write_text_atomic(root / LATEST, path.name)
     older = [p for p in step_dirs(root) if p != path]
     stale = [p for p in older if _off_interval(p)]
@@ -268,8 +408,8 @@ def _off_interval(path: Path) -> bool:
     session's stop, a run's last step); ``False`` when it records none (written by
     :func:`write_checkpoint` alone, or before intervals were recorded) or its meta is unreadable."""
     try:
-        every = json.loads((path / META_FILE).read_text(encoding="utf-8")).get("save_every")
-    except (OSError, ValueError, AttributeError):
+        every = read_json(path / META_FILE, "").get("save_every")
+    except (CheckpointError, AttributeError):
         return False
     return isinstance(every, int) and every > 0 and step_of(path) % every != 0
 
@@ -302,14 +442,40 @@ def resolve(path: str | Path) -> Path:
 
 
 def read_meta(ckpt: Path) -> dict[str, Any]:
+    """``meta.json`` of checkpoint directory ``ckpt``, validated (:mod:`.integrity`)."""
+    return _read_meta(ckpt)[0]
+
+
+def _read_meta(ckpt: Path) -> tuple[dict[str, Any], CheckpointMeta]:
+    """``meta.json`` as stored, and validated."""
+    path = inside(ckpt, META_FILE)
+    data = read_json(path, "use an earlier checkpoint")
+    return data, parse_meta(data, path)
+
+
+def verified_weights(ckpt: Path) -> Path:
+    """The weights file of checkpoint directory ``ckpt``, checked against its recorded
+    checksum."""
+    return verify_file(ckpt, _read_meta(ckpt)[1], MODEL_FILE)
+
+
+def _model_config(ckpt: Path, meta: CheckpointMeta) -> ModelConfig:
+    """The model config of ``meta``, checked against the size of the stored weights before any
+    model is built (a crafted ``vocab_size`` of 10¹² is an error, not an allocation)."""
     try:
-        meta = json.loads((ckpt / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{ckpt / META_FILE}: unreadable ({e}); use an earlier checkpoint") from None
-    if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{ckpt / META_FILE}: format {meta.get('format')!r} is not "
-                              f"{FORMAT!r}; this is not a fullrank checkpoint")
-    return meta
+        config = config_from_dict(meta.model)
+    except (FullrankError, TypeError) as e:
+        raise CheckpointError(f"{ckpt / META_FILE}: invalid model config ({e})") from None
+    weights = verify_file(ckpt, meta, MODEL_FILE)
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: no such file; the checkpoint is incomplete — use "
+                              f"another checkpoint")
+    stored, described = stored_elements(weights), config.num_params()
+    if described > stored:
+        raise CheckpointError(f"{ckpt / META_FILE}: the model config describes {described:,} "
+                              f"parameters but {MODEL_FILE} holds {stored:,} values; the metadata "
+                              f"does not belong to these weights — use another checkpoint")
+    return config
 
 
 @dataclass
@@ -326,33 +492,115 @@ class Checkpoint:
     def task(self) -> str | None:
         return self.meta.get("task")
 
+    @property
+    def eos_per_line(self) -> bool:
+        """Whether the training text ended every line with EOS (language models)."""
+        return bool(self.meta.get("data", {}).get("eos_per_line", False))
+
 
 def load_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> Checkpoint:
-    """Load a checkpoint for inference or analysis (see :func:`resolve` for ``path``)."""
+    """Load a checkpoint for inference or analysis (see :func:`resolve` for ``path``), after
+    verifying its metadata and the checksums of the files it reads."""
     ckpt = resolve(path)
-    meta = read_meta(ckpt)
-    try:
-        config = config_from_dict(meta["model"])
-    except (FullrankError, TypeError, KeyError) as e:
-        raise CheckpointError(f"{ckpt / META_FILE}: invalid model config ({e})") from None
+    raw, meta = _read_meta(ckpt)
+    config = _model_config(ckpt, meta)
     model = build_model(config)
     load_weights(model, ckpt / MODEL_FILE)
-    tokenizer = Tokenizer.load(ckpt / TOKENIZER_FILE) if (ckpt / TOKENIZER_FILE).is_file() else None
-    return Checkpoint(ckpt, model.to(device).eval(), config, tokenizer, meta)
+    tokenizer = None
+    if (ckpt / TOKENIZER_FILE).exists() or TOKENIZER_FILE in meta.files:
+        tokenizer = Tokenizer.load(verify_file(ckpt, meta, TOKENIZER_FILE))
+    return Checkpoint(ckpt, model.to(device).eval(), config, tokenizer, raw)
 
 
-def read_training_state(ckpt: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Tensor]]:
-    """The meta, the optimizer state dict and the RNG states of a training checkpoint."""
-    meta = read_meta(ckpt)
-    tensors, _ = read_safetensors(ckpt / STATE_FILE)
-    return meta, _optimizer_state_dict(tensors, meta["optimizer"]), tensors
+def read_training_state(ckpt: Path, optimizer: torch.optim.Optimizer
+                        ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Tensor]]:
+    """The meta (its ``loop`` validated), the optimizer state dict and the RNG states of a
+    training checkpoint, after verifying it: its metadata, the checksum of its optimizer file,
+    and that the state fits ``optimizer`` (the same groups, each tensor of its parameter's
+    shape; under FSDP the parameters' shapes are the whole ones)."""
+    raw, meta = _read_meta(ckpt)
+    loop, optimizer_meta = _require_training_state(ckpt, meta)
+    tensors, _ = read_safetensors(verify_file(ckpt, meta, STATE_FILE))
+    state = _optimizer_state_dict(tensors, optimizer_meta.model_dump(), optimizer,
+                                  ckpt / STATE_FILE)
+    return {**raw, "loop": loop.model_dump()}, state, tensors
+
+
+def _require_training_state(ckpt: Path, meta: CheckpointMeta) -> tuple[LoopMeta, OptimizerMeta]:
+    """The loop position and optimizer metadata a resume needs, or one line saying they are
+    missing."""
+    if meta.loop is None or meta.optimizer is None:
+        raise CheckpointError(f"{ckpt}: not a training checkpoint (no optimizer state or loop "
+                              f"position); resume from a step-N checkpoint of a run")
+    return meta.loop, meta.optimizer
 
 
 def load_training_state(ckpt: Path, model: nn.Module,
                         optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights, optimizer state and RNG states for an exact resume; returns the meta."""
-    load_weights(model, ckpt / MODEL_FILE)
-    meta, optim_state, tensors = read_training_state(ckpt)
-    optimizer.load_state_dict(optim_state)
-    restore_rng(tensors)
+    """Restore weights, optimizer state and RNG states for an exact resume (one process), after
+    verifying the checkpoint; returns the meta (its ``loop`` validated)."""
+    load_weights(model, verified_weights(ckpt))
+    meta, state, tensors = read_training_state(ckpt, optimizer)
+    try:
+        optimizer.load_state_dict(state)
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise CheckpointError(f"{ckpt / STATE_FILE}: the optimizer state does not fit this "
+                              f"optimizer ({str(e).splitlines()[0]}); use a checkpoint of this "
+                              f"run") from None
+    restore_rng(tensors, ckpt / STATE_FILE)
     return meta
+
+
+def checkpoints_in(path: str | Path) -> tuple[list[Path], Path | None]:
+    """Every checkpoint directory of ``path`` — itself, or a run's (``checkpoints/step-N``,
+    complete or not, and the run's other checkpoints such as ``averaged-last5``) — and the
+    directory whose ``latest`` pointer should be checked (``None`` for a single checkpoint)."""
+    p = Path(path)
+    if p.is_file() and p.name in (MODEL_FILE, META_FILE, LATEST):
+        p = p.parent
+    if (p / META_FILE).exists() or _STEP_DIR.match(p.name):
+        return [p], None
+    root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    found = sorted((q for q in root.glob("step-*") if _STEP_DIR.match(q.name)), key=step_of)
+    if root != p:
+        found += sorted(q for q in p.iterdir() if q.is_dir() and (q / META_FILE).exists())
+    if not found:
+        what = "no such checkpoint or run directory" if not p.exists() else "no checkpoints here"
+        raise CheckpointError(f"{p}: {what}; name a checkpoint directory or a run directory")
+    return found, root
+
+
+def check_pointer(root: Path) -> str:
+    """Verify the ``latest`` pointer of ``root``: it names a checkpoint that exists."""
+    target = _pointed(root)
+    if target is None:
+        return "no latest pointer (the newest checkpoint is used)"
+    if not (target / META_FILE).is_file():
+        raise CheckpointError(f"{root / LATEST}: names {target.name}, which is missing or "
+                              f"incomplete; delete it (fullrank then takes the newest checkpoint)")
+    return f"names {target.name}"
+
+
+def check_readable(ckpt: Path, *, training: bool = False) -> str:
+    """Verify checkpoint directory ``ckpt`` without building its model: the metadata, every
+    recorded checksum, the weights' header against the model config, the other files'
+    formats; with ``training``, that it holds what a resume needs. Returns what was checked;
+    a :class:`CheckpointError` names the first problem."""
+    if not (ckpt / META_FILE).exists():
+        raise CheckpointError(f"{ckpt}: no {META_FILE}; the checkpoint is incomplete")
+    _, meta = _read_meta(ckpt)
+    if training:
+        _require_training_state(ckpt, meta)
+    _model_config(ckpt, meta)  # verifies the weights
+    if meta.files:
+        present = {p.name for p in ckpt.iterdir()} - {META_FILE, MODEL_FILE}
+        for name in sorted(set(meta.files) - {MODEL_FILE} | present):
+            verify_file(ckpt, meta, name)  # a file missing, damaged or not recorded: named
+        return f"{len(meta.files)} files match their SHA-256"
+    # no checksums recorded: read every byte the formats allow
+    read_safetensors(ckpt / MODEL_FILE)
+    if (ckpt / STATE_FILE).exists():
+        read_safetensors(inside(ckpt, STATE_FILE))
+    if (ckpt / TOKENIZER_FILE).exists():
+        Tokenizer.load(inside(ckpt, TOKENIZER_FILE))
+    return "no checksums recorded (written by an earlier fullrank); its files are readable"

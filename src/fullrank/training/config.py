@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from fullrank.errors import ConfigError
+from fullrank.validation import (Bool, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                                 Probability, Str, config_dataclass)
 
 Schedule = Literal["noam", "rsqrt", "linear", "cosine", "constant"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@config_dataclass
 class TrainConfig:
     """How to train. Defaults follow [V17] §5.3 (Adam 0.9/0.98/1e-9, Noam warm-up 4000).
 
@@ -43,6 +44,14 @@ class TrainConfig:
         max_minutes: stop (evaluate, save) after this much wall time, counted across resumes
             (a resumed run whose time is spent takes no step); the schedule still follows
             ``steps``. ``None`` = no limit.
+        init_from: start from the weights of this checkpoint (a checkpoint or run directory):
+            weights only — a fresh optimiser and schedule. The architecture and tokenizer are the
+            checkpoint's, with the fields the ``model`` section states on top; heads the task
+            adds are new, heads it does not use are dropped (both listed when the run starts).
+            Fine-tuning a pre-trained encoder, or training on from ``fullrank widen``'s output.
+        init_weights: with ``init_from``, ``false`` takes only the architecture and tokenizer and
+            leaves the weights at their random initialisation: the same model without
+            pre-training, as a baseline.
         parallel: how ``torchrun`` processes share the work: ``"ddp"`` (each holds the whole
             model and optimizer; gradients are averaged) or ``"fsdp"`` (PyTorch FSDP2: each
             holds 1/N of the parameters, gradients and optimizer state, gathered layer by layer
@@ -51,59 +60,48 @@ class TrainConfig:
             float32 accuracy on this CPU (measured once per process; elsewhere, e.g. CPUs
             with AMX, it would compute in bfloat16 and is left off; see
             :mod:`fullrank.runtime`). No effect on GPUs.
+        resume_from: continue the run exactly from this checkpoint directory (weights,
+            optimizer, RNG, data position) instead of its newest readable one; implies
+            ``--resume``.
     """
 
-    steps: int = 1000
-    batch_size: int = 32
-    grad_accum: int = 1
+    steps: PositiveInt = 1000
+    batch_size: PositiveInt = 32
+    grad_accum: PositiveInt = 1
     optimizer: Literal["adam", "adamw"] = "adam"
-    lr: float = 1.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    weight_decay: float = 0.0
+    lr: PositiveFloat = 1.0
+    betas: tuple[Probability, Probability] = (0.9, 0.98)
+    eps: PositiveFloat = 1e-9
+    weight_decay: NonNegativeFloat = 0.0
     schedule: Schedule = "noam"
-    warmup: int = 4000
-    min_lr: float = 0.0
-    label_smoothing: float = 0.0
-    clip_grad: float | None = None
-    eval_every: int = 500
-    eval_batches: int | None = None
-    save_every: int = 1000
-    keep_last: int = 5
-    log_every: int = 10
-    seed: int = 0
+    warmup: NonNegativeInt = 4000
+    min_lr: NonNegativeFloat = 0.0
+    label_smoothing: Probability = 0.0
+    clip_grad: PositiveFloat | None = None
+    eval_every: PositiveInt = 500
+    eval_batches: PositiveInt | None = None
+    save_every: PositiveInt = 1000
+    keep_last: PositiveInt = 5
+    log_every: PositiveInt = 10
+    seed: NonNegativeInt = 0
     precision: Literal["fp32", "bf16"] = "fp32"
-    compile: bool = False
+    compile: Bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int = 0
-    max_minutes: float | None = None
-    fast_matmul: bool = True
+    threads: NonNegativeInt = 0
+    max_minutes: PositiveFloat | None = None
+    init_from: Str | None = None
+    init_weights: Bool = True
+    fast_matmul: Bool = True
     parallel: Literal["ddp", "fsdp"] = "ddp"
+    resume_from: Str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "grad_accum", "eval_every", "save_every",
-                     "keep_last", "log_every"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"train.{name} must be a positive integer, got "
-                                  f"{getattr(self, name)}")
-        if self.lr <= 0:
-            raise ConfigError(f"train.lr must be positive, got {self.lr}")
-        if self.warmup < 0:
-            raise ConfigError(f"train.warmup must be >= 0, got {self.warmup}")
+        """What relates several fields (each field's type and range are pydantic's)."""
         if self.schedule == "noam" and self.warmup == 0:
             raise ConfigError("train.warmup must be positive for the noam schedule ([V17] eq. 3)")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(f"train.betas must be in [0, 1), got {self.betas}")
-        if self.clip_grad is not None and self.clip_grad <= 0:
-            raise ConfigError(f"train.clip_grad must be positive or null, got {self.clip_grad}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"train.weight_decay must be >= 0, got {self.weight_decay}")
+        if self.schedule == "cosine" and self.min_lr > self.lr:
+            raise ConfigError(f"train.min_lr = {self.min_lr} is above train.lr = {self.lr}: the "
+                              f"cosine schedule decays from lr down to min_lr; lower min_lr")
         if self.weight_decay > 0 and self.optimizer == "adam":
             raise ConfigError("train.weight_decay > 0 needs optimizer: adamw (decoupled weight "
                               "decay); plain adam would couple it to the gradient")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise ConfigError(f"train.max_minutes must be positive or null, got {self.max_minutes}")
-        if self.threads < 0:
-            raise ConfigError(f"train.threads must be >= 0, got {self.threads}")

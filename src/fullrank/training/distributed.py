@@ -77,13 +77,24 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    """Sum ``t`` over ranks (a no-op in a world of one); NCCL needs it on the device."""
+def _all_reduce(t: torch.Tensor, info: DistInfo, op: dist.ReduceOp) -> torch.Tensor:
+    """``t`` reduced over ranks by ``op`` (a no-op in a world of one); NCCL needs it on the
+    device, so it goes there and comes back."""
     if not info.distributed:
         return t
     on_device = t.to(info.device)
-    dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
+    dist.all_reduce(on_device, op=op)
     return on_device.to(t.device)
+
+
+def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sum ``t`` over ranks (a no-op in a world of one)."""
+    return _all_reduce(t, info, dist.ReduceOp.SUM)
+
+
+def all_reduce_min(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """The smallest ``t`` over ranks (a no-op in a world of one)."""
+    return _all_reduce(t, info, dist.ReduceOp.MIN)
 
 
 def teardown() -> None:

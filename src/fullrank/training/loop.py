@@ -3,9 +3,11 @@
 ``train`` receives a model, a :class:`~fullrank.training.tasks.Task` (how a batch becomes a
 loss), a :class:`BatchSource` (global batch ``index`` of ``epoch``, a pure function of the
 seed — so the loop's position is just two integers) and a :class:`TrainConfig`. It handles
-gradient accumulation, data parallelism (DDP) or sharded data parallelism (FSDP2), bf16 autocast, ``torch.compile``, clipping, the
-learning-rate schedule, periodic evaluation, metrics and atomic checkpoints, and resumes
-exactly from a checkpoint.
+gradient accumulation, data parallelism (DDP) or sharded data parallelism (FSDP2), bf16
+autocast, ``torch.compile``, clipping, the learning-rate schedule, periodic evaluation, metrics
+and atomic checkpoints, and resumes exactly from a checkpoint. A loss that stops being a finite number stops training (a
+:class:`~fullrank.errors.TrainingError` naming the first such step) before anything more is
+saved, so ``latest`` stays the last good checkpoint.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from fullrank.data.tokenizers import Tokenizer
+from fullrank.errors import TrainingError
 from fullrank.models import ModelConfig
-from fullrank.training.checkpoints import (MODEL_FILE, load_weights, read_training_state,
-                                           restore_rng, save_training_checkpoint)
+from fullrank.training.checkpoints import (load_weights, read_training_state, restore_rng,
+                                           save_training_checkpoint, verified_weights,
+                                           write_text_atomic)
 from fullrank.training.config import TrainConfig
-from fullrank.training.distributed import (DistInfo, all_reduce_sum, barrier, full_state,
-                                           load_optimizer_state, parallelize, sharded)
+from fullrank.training.distributed import (DistInfo, all_reduce_min, all_reduce_sum, barrier,
+                                           full_state, load_optimizer_state, parallelize,
+                                           sharded)
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
 from fullrank.runtime import fast_matmul
@@ -77,12 +82,15 @@ class LoopState:
 
 @dataclass
 class RunOutput:
-    """Where a run writes: its directory, and what every checkpoint carries besides weights."""
+    """Where a run writes: its directory, what every checkpoint carries besides weights, and
+    the resolved config, written to ``config.yaml`` once training (or a resumed run's restored
+    state) is ready — so that a resume that fails changes nothing."""
 
     run_dir: Path
     model_config: ModelConfig
     tokenizer: Tokenizer | None
     meta: dict[str, Any]  # e.g. {"task": "lm", "experiment": {...}}
+    config_yaml: str | None = None
 
     @property
     def checkpoints(self) -> Path:
@@ -96,6 +104,14 @@ class TrainResult:
     checkpoint: Path | None
     seconds: float
     optimizer: torch.optim.Optimizer | None = None
+
+
+def _weights_finite(model: nn.Module, dist: DistInfo) -> bool:
+    """Whether every weight is a finite number, on every rank (each checks the part it holds:
+    the whole model, or under FSDP its shard of it)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+    ok = torch.stack([torch.isfinite(p).all() for p in local]).all().float().cpu()
+    return float(all_reduce_min(ok, dist)) > 0
 
 
 def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -142,29 +158,56 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
     time_limit = 60 * cfg.max_minutes if cfg.max_minutes is not None else None
     raw = model.to(dist.device)
     if resume_from is not None:  # whole weights, before any sharding
-        load_weights(raw, resume_from / MODEL_FILE)
+        load_weights(raw, verified_weights(resume_from))
     net = parallelize(raw, dist, cfg.parallel)  # the one place the model is wrapped
     shards = sharded(dist, cfg.parallel)
     # the fused Adam kernel takes plain tensors, not the shards (DTensors) of FSDP
     optimizer = make_optimizer(raw, cfg, fused=not shards)
     state = LoopState()
     if resume_from is not None:
-        meta, optim_state, rng = read_training_state(resume_from)
+        meta, optim_state, rng = read_training_state(resume_from, optimizer)
         load_optimizer_state(raw, optimizer, optim_state, dist, cfg.parallel)
-        restore_rng(rng)
+        restore_rng(rng, resume_from)
         state = LoopState(**meta["loop"])
         start -= state.elapsed_s  # the time budget and logged times count earlier sessions
     if cfg.compile:
         net = torch.compile(net)
     schedule = make_schedule(cfg, getattr(getattr(raw, "config", None), "d_model", 512))
     writes = out is not None and dist.is_main
+    if writes and out.config_yaml is not None:
+        out.run_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out.run_dir / "config.yaml", out.config_yaml)
     metrics = MetricsLogger(out.run_dir, resume_step=state.step, enabled=writes) if out else None
     bar = tqdm(total=cfg.steps, initial=state.step, disable=not (progress and dist.is_main),
                dynamic_ncols=True, desc="train", unit="step")
     # training loss since the last log line, on this rank (a device tensor: no sync per step)
     window_nll, window_tokens, window_t0 = torch.zeros((), device=dist.device), 0, time.perf_counter()
+    # the first step whose loss was not finite, on this rank (0: none; kept on the device and
+    # read at log lines, evaluations and saves, so that it costs no sync per step)
+    first_bad = torch.zeros((), dtype=torch.long, device=dist.device)
     last_eval: dict[str, float] | None = None
     checkpoint: Path | None = None
+
+    def stop_if_not_finite(saving: bool) -> None:
+        """Raise :class:`TrainingError` (on every rank) if a step's loss was not finite, or
+        before a save if a weight is not; every rank calls this at the same steps."""
+        flag = first_bad.float().cpu()
+        bad = float(all_reduce_min(torch.where(flag > 0, flag, torch.tensor(math.inf)), dist))
+        if math.isfinite(bad):
+            what, step = "the training loss", int(bad)
+        elif saving and not _weights_finite(raw, dist):
+            what, step = "a weight (after the update)", state.step
+        else:
+            return
+        bar.close()
+        if metrics:
+            metrics.close()
+        latest = out.checkpoints / "latest" if out is not None else None
+        kept = (f"{latest} stays the last good checkpoint" if latest and latest.exists() else
+                "no checkpoint was written")
+        raise TrainingError(f"step {step}: {what} is not a finite number; stopped without "
+                            f"saving ({kept}) — lower train.lr, set train.clip_grad or check "
+                            f"the data")
 
     def save() -> Path | None:
         full = full_state(raw, optimizer, dist, cfg.parallel) if out is not None else None
@@ -215,6 +258,8 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
                     result = task.loss(net, batch)
                 (result.loss * scale).backward()
             window_nll += result.nll
+            bad_now = (first_bad == 0) & ~torch.isfinite(result.nll.detach())
+            first_bad = torch.where(bad_now, state.step + 1, first_bad)
         window_tokens += n_local
         if cfg.clip_grad is not None:
             torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.clip_grad)
@@ -224,24 +269,34 @@ def _train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         state.tokens += int(n_global)
         bar.update(1)
 
-        if state.step % cfg.log_every == 0 or state.step == cfg.steps:
+        out_of_time = state.step == stop_at
+        if time_limit is not None:  # every rank must stop at the same step: agree on it
+            late = torch.tensor(float(time.perf_counter() - start > time_limit))
+            out_of_time = out_of_time or float(all_reduce_sum(late, dist)) > 0
+        last = state.step == cfg.steps or out_of_time
+        logs = state.step % cfg.log_every == 0 or state.step == cfg.steps
+        evals = state.step % cfg.eval_every == 0 or last
+        saves = state.step % cfg.save_every == 0 or last
+        if logs or evals or saves:
+            stop_if_not_finite(saving=saves)
+        if logs:
             elapsed = time.perf_counter() - window_t0
-            loss = float(window_nll) / max(window_tokens, 1)  # this rank's batches
-            tok_s = window_tokens * dist.world / max(elapsed, 1e-9)
+            # every rank's batches: the mean over the same tokens as one process would see
+            nll_tokens = all_reduce_sum(torch.stack([window_nll.detach().double(),
+                                                     torch.tensor(float(window_tokens),
+                                                                  dtype=torch.float64,
+                                                                  device=dist.device)]), dist)
+            loss = float(nll_tokens[0]) / max(float(nll_tokens[1]), 1.0)
+            tok_s = float(nll_tokens[1]) / max(elapsed, 1e-9)
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
             if metrics:
                 metrics.log(state.step, "train", loss=loss, ppl=math.exp(min(loss, 50.0)), lr=lr,
                             tokens_per_s=tok_s, epoch=state.epoch,
                             elapsed_s=time.perf_counter() - start)
             window_nll, window_tokens, window_t0 = torch.zeros((), device=dist.device), 0, time.perf_counter()
-        out_of_time = state.step == stop_at
-        if time_limit is not None:  # every rank must stop at the same step: agree on it
-            late = torch.tensor(float(time.perf_counter() - start > time_limit))
-            out_of_time = out_of_time or float(all_reduce_sum(late, dist)) > 0
-        last = state.step == cfg.steps or out_of_time
-        if state.step % cfg.eval_every == 0 or last:
+        if evals:
             last_eval = run_eval() or last_eval
-        if state.step % cfg.save_every == 0 or last:
+        if saves:
             checkpoint = save() or checkpoint
             barrier(dist)
         if out_of_time:

@@ -57,11 +57,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, epsilon: float,  # type: ignore[override]
-                ignore_index: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,  # type: ignore[override]
+                epsilon: float, ignore_index: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
         n, v = h.shape[0], weight.shape[0]
         grad_h = torch.empty_like(h)
         grad_w = torch.empty_like(weight)  # the first chunk writes it, the others add to it
+        grad_b = torch.zeros_like(bias) if bias is not None else None
         if n == 0:
             grad_w.zero_()
         loss = h.new_zeros(())
@@ -71,7 +72,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             hc, tc = h[s : s + chunk], target[s : s + chunk]
             keep = tc != ignore_index
             safe = torch.where(keep, tc, torch.zeros_like(tc))[:, None]
-            logits = hc @ weight.T  # (c, V)
+            logits = hc @ weight.T if bias is None else torch.addmm(bias, hc, weight.T)  # (c, V)
             lse = torch.logsumexp(logits, dim=-1)  # (c,)
             nll = (lse - logits.gather(1, safe).squeeze(1)) * keep
             nll_total += nll.sum()
@@ -87,13 +88,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             if epsilon > 0.0:
                 grad.sub_(epsilon / v)
             grad.mul_(keep[:, None])
+            if grad_b is not None:
+                grad_b += grad.sum(0)
             torch.mm(grad, weight, out=grad_h[s : s + chunk])
             if s == 0:
                 torch.mm(grad.T, hc, out=grad_w)
             else:
                 grad_w.addmm_(grad.T, hc)
         # intermediate results, kept on ctx rather than saved: backward scales them in place
-        ctx.grads = (grad_h, grad_w)
+        ctx.grads = (grad_h, grad_w, grad_b)
         ctx.mark_non_differentiable(nll_total, count)
         return loss, nll_total, count
 
@@ -102,9 +105,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         if ctx.grads is None:
             raise RuntimeError("the fused cross-entropy's gradients were already used: it "
                                "supports one backward pass (no retain_graph=True)")
-        grad_h, grad_w = ctx.grads
+        grad_h, grad_w, grad_b = ctx.grads
         ctx.grads = None  # handed over, scaled in place: no second (V, D) buffer
-        return grad_h.mul_(grad_loss), grad_w.mul_(grad_loss), None, None, None, None
+        return (grad_h.mul_(grad_loss), grad_w.mul_(grad_loss),
+                None if grad_b is None else grad_b.mul_(grad_loss), None, None, None, None)
 
 
 # Each chunk adds its ``(V, D)`` weight gradient with a product over its rows; with fewer rows
@@ -113,24 +117,28 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 MIN_CHUNK_ROWS = 256
 
 
-def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, *, epsilon: float = 0.0,
-                         ignore_index: int | None = None, chunk_bytes: int = 8 << 20,
+def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, *, bias: Tensor | None = None,
+                         epsilon: float = 0.0, ignore_index: int | None = None,
+                         chunk_bytes: int = 8 << 20,
                          min_chunk_rows: int = MIN_CHUNK_ROWS) -> TokenLoss:
-    """:func:`label_smoothed_cross_entropy` of the logits ``h @ weightᵀ``, without building them.
+    """:func:`label_smoothed_cross_entropy` of the logits ``h @ weightᵀ (+ bias)``, without
+    building them.
 
-    ``h (…, D)``, ``weight (V, D)``, ``target (…)``. When gradients are needed (and no autocast
-    is active) the fused, chunked path runs: chunks of ``chunk_bytes`` of logits (at least
-    ``min_chunk_rows`` rows), the gradient computed while the chunk is in cache — less memory
-    traffic than logits, log-softmax and their backward as separate passes. Otherwise the plain
-    path.
+    ``h (…, D)``, ``weight (V, D)``, ``bias (V,)`` or ``None``, ``target (…)``. When gradients are
+    needed (and no autocast is active) the fused, chunked path runs: chunks of ``chunk_bytes`` of
+    logits (at least ``min_chunk_rows`` rows), the gradient computed while the chunk is in cache —
+    less memory traffic than logits, log-softmax and their backward as separate passes. Otherwise
+    the plain path.
     """
-    grad_needed = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    grad_needed = torch.is_grad_enabled() and (
+        h.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     if not grad_needed or torch.is_autocast_enabled(h.device.type) or h.dtype != weight.dtype:
-        return label_smoothed_cross_entropy(h @ weight.T, target, epsilon=epsilon,
+        logits = h @ weight.T if bias is None else h @ weight.T + bias
+        return label_smoothed_cross_entropy(logits, target, epsilon=epsilon,
                                             ignore_index=ignore_index)
     flat_h = h.reshape(-1, h.shape[-1])
     chunk = max(min_chunk_rows, chunk_bytes // (weight.shape[0] * weight.element_size()))
     loss, nll, count = _ChunkedLinearCrossEntropy.apply(
-        flat_h, weight, target.reshape(-1), epsilon,
+        flat_h, weight, bias, target.reshape(-1), epsilon,
         -100 if ignore_index is None else ignore_index, chunk)
     return TokenLoss(loss=loss, nll=nll, n_tokens=count)

@@ -1,0 +1,191 @@
+"""BERT training steps, fullrank against Hugging Face ``transformers``, interleaved in one run.
+
+    python bench/bert.py                      # pre-training, classification and QA steps
+    python bench/bert.py --only pretrain --rounds 3
+
+Workloads (float32 on the CPU, ``--threads`` threads, dropout 0 so both sides do the same
+arithmetic, AdamW, warm-up steps untimed), on one BERT: 4 layers, d_model 256, 4 heads, d_ff 1024,
+vocabulary 8,000, sequences of 128 tokens, batch 16:
+
+- ``pretrain`` — masked LM (20 predictions per sequence, BERT's cap at 128) + NSP.
+  fullrank: :class:`~fullrank.training.tasks.MaskedLMWithNSP` (gathers the 20 positions, fused
+  output cross-entropy); Hugging Face: ``BertForPreTraining`` with ``labels`` (-100 elsewhere)
+  and ``next_sentence_label`` (logits for every position).
+- ``classify`` — ``BertForSequenceClassification`` (3 classes) against the classifier head.
+- ``qa`` — ``BertForQuestionAnswering`` against the span head.
+
+Each implementation: ``fullrank`` (its defaults: :func:`fullrank.runtime.apply_fast_defaults`,
+fused AdamW), ``fullrank_same`` (PyTorch's defaults and plain AdamW, the peer's settings) and
+``hf`` (SDPA attention). Results: ``bench/results/bert.md`` and ``.json``: sequences per second,
+step time, parameters, peak RSS, and the paired ratio to Hugging Face.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import interleaved, machine, median, paired_ratio, write  # noqa: E402
+
+SHAPE = dict(vocab=8000, d=256, layers=4, heads=4, d_ff=1024, seq=128, batch=16, predictions=20)
+IMPLS = {"fullrank": "fullrank (defaults)", "fullrank_same": "fullrank (PyTorch defaults)",
+         "hf": "Hugging Face transformers"}
+WORKLOADS = ("pretrain", "classify", "qa")
+
+
+def batch(s: dict[str, int]) -> dict[str, Any]:
+    """One batch: tokens, segments, all-real mask, 20 MLM positions per row, labels."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    b, t = s["batch"], s["seq"]
+    tokens = torch.randint(5, s["vocab"], (b, t), generator=g)
+    segments = (torch.arange(t) >= t // 2).long().expand(b, t).contiguous()
+    positions = torch.stack([torch.randperm(t - 2, generator=g)[: s["predictions"]] + 1
+                             for _ in range(b)]).sort(1).values
+    return {"tokens": tokens, "segments": segments, "mask": torch.ones(b, t, dtype=torch.bool),
+            "positions": positions, "mlm_labels": torch.randint(5, s["vocab"], positions.shape, generator=g),
+            "nsp": torch.randint(0, 2, (b,), generator=g), "classes": torch.randint(0, 3, (b,), generator=g),
+            "starts": torch.randint(1, t, (b,), generator=g), "ends": torch.randint(1, t, (b,), generator=g)}
+
+
+def fullrank_step(workload: str, s: dict[str, int], x: dict[str, Any]):
+    from fullrank.data.batch import ClassificationBatch, EncoderInputs, PretrainingBatch, SpanBatch
+    from fullrank.models import Encoder, EncoderConfig
+    from fullrank.training.tasks import MaskedLMWithNSP, SequenceClassification, SpanExtraction
+
+    heads = {"pretrain": dict(), "classify": dict(pretraining_heads=False, n_classes=3),
+             "qa": dict(pretraining_heads=False, span_head=True)}[workload]
+    model = Encoder(EncoderConfig(vocab_size=s["vocab"], d_model=s["d"], n_heads=s["heads"],
+                                  d_ff=s["d_ff"], n_layers=s["layers"], seq_len=s["seq"],
+                                  max_len=s["seq"], dropout=0.0, attn_dropout=0.0, **heads))
+    inputs = EncoderInputs(x["tokens"], x["segments"], x["mask"])
+    if workload == "pretrain":
+        index = (x["positions"] + s["seq"] * __import__("torch").arange(s["batch"])[:, None]).reshape(-1)
+        b = PretrainingBatch(inputs, index, x["mlm_labels"].reshape(-1), x["nsp"],
+                             nsp_weight=len(index) / s["batch"])
+        task: Any = MaskedLMWithNSP()
+    elif workload == "classify":
+        b, task = ClassificationBatch(inputs, x["classes"]), SequenceClassification()
+    else:
+        b, task = SpanBatch(inputs, x["starts"], x["ends"]), SpanExtraction()
+
+    def loss():
+        out = task.loss(model, b)
+        return out.loss / out.n_tokens
+    return model, loss
+
+
+def hf_step(workload: str, s: dict[str, int], x: dict[str, Any]):
+    import torch
+    import transformers
+
+    cfg = transformers.BertConfig(vocab_size=s["vocab"], hidden_size=s["d"],
+                                  num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                                  intermediate_size=s["d_ff"], max_position_embeddings=s["seq"],
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                  num_labels=3 if workload == "classify" else 2,
+                                  attn_implementation="sdpa")
+    kw = dict(input_ids=x["tokens"], token_type_ids=x["segments"], attention_mask=x["mask"].long())
+    if workload == "pretrain":
+        model = transformers.BertForPreTraining(cfg)
+        labels = torch.full_like(x["tokens"], -100).scatter(1, x["positions"], x["mlm_labels"])
+        kw.update(labels=labels, next_sentence_label=x["nsp"])
+    elif workload == "classify":
+        model = transformers.BertForSequenceClassification(cfg)
+        kw.update(labels=x["classes"])
+    else:
+        model = transformers.BertForQuestionAnswering(cfg)
+        kw.update(start_positions=x["starts"], end_positions=x["ends"])
+    return model, lambda: model(**kw).loss
+
+
+def job(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from jobs import result, timed
+
+    torch.set_num_threads(spec["threads"])
+    if spec["impl"] == "fullrank":
+        from fullrank.runtime import apply_fast_defaults
+
+        apply_fast_defaults()
+    torch.manual_seed(0)
+    s = SHAPE
+    x = batch(s)
+    build = hf_step if spec["impl"] == "hf" else fullrank_step
+    model, loss_fn = build(spec["workload"], s, x)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                            fused=True if spec["impl"] == "fullrank" else None)
+
+    def step() -> None:
+        loss_fn().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    times = timed(step, spec)
+    # model FLOPs: 6 × (encoder matrices) per token, the attention scores, and the output
+    # projection where it is computed (20 positions for fullrank, every position for HF)
+    tokens = s["batch"] * s["seq"]
+    matrices = s["layers"] * (4 * s["d"] ** 2 + 2 * s["d"] * s["d_ff"])
+    attention = 6 * 2 * s["layers"] * s["batch"] * s["seq"] ** 2 * s["d"]
+    out = 0
+    if spec["workload"] == "pretrain":
+        rows = s["batch"] * (s["predictions"] if spec["impl"] != "hf" else s["seq"])
+        out = 6 * rows * (s["d"] ** 2 + s["vocab"] * s["d"])
+    return result(spec, model, times, s["batch"], "sequences/s", 6 * matrices * tokens + attention + out)
+
+
+def main() -> None:
+    if len(sys.argv) == 2 and sys.argv[1].startswith("{"):
+        print(json.dumps(job(json.loads(sys.argv[1]))))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per job")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    info = machine()
+    print(f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
+          f"transformers {info['transformers']}")
+    sections, data = [], {"machine": info, "shape": SHAPE, "workloads": {}}
+    for workload in args.only:
+        specs = {impl: {"workload": workload, "impl": impl, "threads": args.threads,
+                        "steps": args.steps, "warmup": 2} for impl in IMPLS}
+        print(f"\n== {workload} ({args.rounds} interleaved rounds)")
+        results = interleaved(specs, args.rounds, script=Path(__file__).resolve())
+        lines = [f"## {workload}", "", "| implementation | params | sequences/s | step ms | peak RSS MB "
+                 "| vs Hugging Face (paired) |", "|---|---|---|---|---|---|"]
+        rows = {}
+        for impl, res in results.items():
+            value = median(res)
+            if value is None:
+                lines.append(f"| {IMPLS[impl]} | — | error: {res[0].get('error')} | | | |")
+                continue
+            ratio = paired_ratio(res, results["hf"]) if impl != "hf" else None
+            rows[impl] = {"value": value, "step_ms": median(res, "step_ms"),
+                          "params": res[0].get("params"), "peak_rss_mb": median(res, "peak_rss_mb"),
+                          "ratio_vs_hf": ratio, "rounds": [r.get("value") for r in res]}
+            lines.append(f"| {IMPLS[impl]} | {rows[impl]['params']:,} | {value:.2f} | "
+                         f"{rows[impl]['step_ms']:.0f} | {rows[impl]['peak_rss_mb']:.0f} | "
+                         f"{'' if ratio is None else f'{ratio:.2f}×'} |")
+        sections.append("\n".join(lines) + "\n")
+        data["workloads"][workload] = {"rows": rows, "raw": results}
+        print(sections[-1])
+    shape = ", ".join(f"{k} {v}" for k, v in SHAPE.items())
+    md = (f"# BERT training steps: fullrank against Hugging Face\n\n{info.get('cpu')}, "
+          f"{args.threads} threads, float32, {args.rounds} interleaved rounds of {args.steps} timed "
+          f"steps ({info['date']}); {shape}. Ratios are medians of per-round ratios (> 1 = "
+          f"fullrank faster).\n\n" + "\n".join(sections))
+    write("bert", md, data)
+
+
+if __name__ == "__main__":
+    main()

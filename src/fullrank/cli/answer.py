@@ -1,0 +1,36 @@
+"""``fullrank answer CKPT --context FILE --question "…"``: extractive QA with a fine-tuned
+span model (windows with the run's ``doc_stride``, the best span over all windows)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="checkpoint or run directory of a `task: squad` run")
+    p.add_argument("--context", required=True, help="text file holding the paragraph")
+    p.add_argument("--question", required=True, action="append",
+                   help="the question (repeat for several)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def run(args: argparse.Namespace) -> int:
+    from fullrank.data.text import read_text
+    from fullrank.errors import CheckpointError
+    from fullrank.recipes.squad import answer_one
+    from fullrank.training.checkpoints import load_checkpoint
+    from fullrank.training.distributed import pick_device
+
+    device = pick_device(args.device)
+    ckpt = load_checkpoint(args.checkpoint, device=device)
+    if ckpt.task != "squad" or ckpt.tokenizer is None:
+        raise CheckpointError(f"{ckpt.path}: `fullrank answer` needs a checkpoint of a "
+                              f"`task: squad` run (this one has task={ckpt.task!r})")
+    settings = ckpt.meta.get("squad", {})
+    context = read_text(args.context).strip()
+    for question in args.question:
+        print(answer_one(ckpt.model, ckpt.tokenizer, context, question, seq_len=ckpt.config.seq_len,
+                         doc_stride=settings.get("doc_stride", 64), device=device,
+                         n_best=settings.get("n_best", 20),
+                         max_answer_len=settings.get("max_answer_len", 30)))
+    return 0

@@ -1,0 +1,107 @@
+"""BERT pre-training ([B20] §4): documents → NSP pairs → masked batches → masked-LM + NSP loss.
+
+Steps: read the corpus into documents of sentences (:mod:`fullrank.data.bert_pretraining`) → a
+lowercased WordPiece vocabulary trained on those sentences (or the one given / of
+``train.init_from``) → fixed segment pairs → :func:`fullrank.training.loop.train` with
+:class:`~fullrank.training.tasks.MaskedLMWithNSP` → MLM accuracy and perplexity and NSP accuracy
+on the validation pairs (masks fixed by the seed) → ``results.json`` and curves.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from fullrank.data.bert_pretraining import (PretrainingBatches, make_instances, masking_rule,
+                                            read_documents, tokenize_documents)
+from fullrank.data.tokenizers import Tokenizer
+from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
+from fullrank.recipes.config import ExperimentConfig
+from fullrank.recipes.encoder_data import PretrainData
+from fullrank.recipes.encoder_run import open_run
+from fullrank.training.distributed import teardown
+from fullrank.training.loop import train
+from fullrank.training.tasks import MaskedLMWithNSP
+
+
+def write_sentences(data: PretrainData, out: Path) -> Path:
+    """The sentences of the training documents, one per line (WikiText's markup undone): the
+    text the WordPiece vocabulary is trained on."""
+    docs = read_documents(data.path(data.train), data.corpus_format)
+    out.write_text("".join(s + "\n" for d in docs for s in d), encoding="utf-8")
+    return out
+
+
+def train_wordpiece(data: PretrainData, out: Path) -> Tokenizer:
+    """Train the WordPiece vocabulary of ``data`` (lowercased unless ``data.lowercase`` is
+    false) and save it to ``out``: what a pre-training run does, done once so that several runs
+    can share one vocabulary (``data.tokenizer_file``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        text = write_sentences(data, Path(tmp) / "sentences.txt")
+        tok = Tokenizer.train("wordpiece", [text], data.vocab_size, lowercase=data.lowercase)
+    tok.save(out)
+    return tok
+
+
+@keeps_thread_count
+def run_bert(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
+             console: Console | None = None) -> RunReport:
+    """Pre-train a BERT encoder as ``exp`` describes."""
+    data: PretrainData = exp.data  # type: ignore[assignment]
+    cfg = exp.train
+    tmp = tempfile.TemporaryDirectory()
+
+    with tmp:  # the tokenizer's training text, written only when a tokenizer is trained
+        run = open_run(exp, resume, console, tokenizer_files=lambda: [
+            write_sentences(data, Path(tmp.name) / "sentences.txt")])
+    tok = run.tok
+    model, model_cfg = run.build()
+
+    def pairs(name: str, seed: int) -> list:
+        docs = read_documents(data.path(name), data.corpus_format)
+        corpus = tokenize_documents(docs, tok, skip_short=data.short_documents == "skip",
+                                    where=str(data.path(name)))
+        if corpus.skipped:
+            run.say(f"{name}: {corpus.skipped} one-sentence documents left out "
+                    f"(data.short_documents=skip)")
+        return make_instances(corpus, max_seq_len=model_cfg.seq_len, seed=seed,
+                              short_seq_prob=data.short_seq_prob,
+                              random_next_prob=data.random_next_prob)
+
+    rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
+    ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
+    batches = PretrainingBatches(pairs(data.train, cfg.seed), rule, batch_size=cfg.batch_size,
+                                 seed=cfg.seed, masking=data.masking, name=data.train, **ids)
+    valid = None
+    if data.valid:  # the validation pairs and masks depend on the data alone, not on the run
+        valid = PretrainingBatches(pairs(data.valid, 0), rule, batch_size=cfg.batch_size, seed=0,
+                                   masking="static", name=data.valid, **ids)
+    task = MaskedLMWithNSP()
+    eval_bs = max(1, cfg.batch_size // run.dist.world)
+    n_random = sum(i.random_next for i in batches.instances)
+    run.header(model_cfg, f"data: {len(batches.instances):,} sentence pairs ({n_random:,} with a "
+                          f"random next segment), {len(batches):,} batches of {cfg.batch_size} per "
+                          f"epoch, {data.masking} masking"
+                          + (f"; {len(valid.instances):,} validation pairs" if valid else ""))
+    out = run.output(model_cfg)
+
+    def evaluate(m, limit=cfg.eval_batches):  # noqa: ANN001, ANN202
+        assert valid is not None
+        return task.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=limit)
+
+    result = train(model, task, batches, cfg, dist=run.dist, out=out, resume_from=run.resume_from,
+                   progress=progress, evaluate=evaluate if valid else None)
+    teardown()
+    report = run.report(result, model_cfg, out)
+    if run.dist.is_main:
+        if valid is not None:
+            model.eval()
+            report.valid = evaluate(model, None)
+            v = report.valid
+            run.say(f"valid: MLM accuracy {v['mlm_acc']:.2f}% · MLM perplexity "
+                    f"{v['mlm_ppl']:.2f} · NSP accuracy {v['nsp_acc']:.2f}% "
+                    f"({v['predictions']:,} predictions)")
+        run.finish(report)
+    return report

@@ -1,0 +1,100 @@
+"""Sentence (pair) classification (BERT §4.1; MNLI in [B20] Tables 1–3): a pre-trained encoder
+(``train.init_from``) with a classifier on the pooled ``[CLS]`` → accuracy on the validation file
+and on every evaluation-only set (the MNLI hard subsets, SNLI hard)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from fullrank.data.finetuning import (ExampleBatches, classification_batches, encode_texts,
+                                      label_ids, read_examples)
+from fullrank.data.tokenizers import Tokenizer
+from fullrank.errors import DataError
+from fullrank.evaluation.accuracy import accuracy
+from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
+from fullrank.recipes.config import ExperimentConfig
+from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile
+from fullrank.recipes.encoder_run import open_run
+from fullrank.training.distributed import teardown
+from fullrank.training.loop import train
+from fullrank.training.tasks import SequenceClassification
+
+
+def load_set(spec: ClassifyFile, tok: Tokenizer, labels: list[str], max_seq_len: int, *,
+             batch_size: int, seed: int = 0) -> ExampleBatches:
+    """A classification file as batches (labels checked against ``labels``)."""
+    examples = read_examples(spec.path, text_fields=spec.text_fields, label_field=spec.label_field,
+                             detokenized=spec.detokenize)
+    if any(ex.label is None for ex in examples):
+        raise DataError(f"{spec.path}: no label field; name it with label_field")
+    rows, segments = encode_texts([ex.texts for ex in examples], tok, max_seq_len)
+    return classification_batches(rows, segments, label_ids(examples, labels), pad_id=tok.pad_id,
+                                  batch_size=batch_size, seed=seed, name=spec.path)
+
+
+def label_set(data: ClassifyData) -> list[str]:
+    """``data.labels``, or the training file's labels in order of first appearance."""
+    if data.labels:
+        return list(data.labels)
+    spec = data.spec(data.train)
+    found = read_examples(spec.path, text_fields=spec.text_fields, label_field=spec.label_field)
+    return list(dict.fromkeys(str(ex.label) for ex in found))
+
+
+def score(task: SequenceClassification, model: Any, batches: ExampleBatches, labels: list[str],
+          device: Any, batch_size: int) -> dict[str, float]:
+    probs, gold = task.predict(model, batches.eval_batches(batch_size), device)
+    return accuracy(probs.argmax(-1).numpy(), gold.numpy(), labels)
+
+
+@keeps_thread_count
+def run_classify(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
+                 console: Console | None = None) -> RunReport:
+    """Fine-tune a classifier as ``exp`` describes."""
+    data: ClassifyData = exp.data  # type: ignore[assignment]
+    cfg = exp.train
+    run = open_run(exp, resume, console)
+    labels = label_set(data)
+    if len(labels) < 2:
+        raise DataError(f"{data.train}: one label ({labels[0]!r}); a classifier needs at least two")
+    model, model_cfg = run.build(n_classes=len(labels))
+    n = model_cfg.seq_len
+    train_set = load_set(data.spec(data.train), run.tok, labels, n, batch_size=cfg.batch_size,
+                         seed=cfg.seed)
+    eval_bs = max(1, cfg.batch_size // run.dist.world)
+    valid = load_set(data.spec(data.valid), run.tok, labels, n, batch_size=eval_bs) \
+        if data.valid else None
+    extra = {name: load_set(data.spec(spec), run.tok, labels, n, batch_size=eval_bs)
+             for name, spec in data.eval_sets.items()}
+    run.header(model_cfg, f"data: {train_set.n:,} training examples ({len(train_set):,} batches "
+                          f"of {cfg.batch_size} per epoch), labels {', '.join(labels)}"
+                          + (f"; {valid.n:,} validation examples" if valid else "")
+                          + "".join(f"; {name} {s.n:,}" for name, s in extra.items()))
+    task = SequenceClassification()
+    out = run.output(model_cfg, labels=labels)
+
+    def evaluate(m: Any) -> dict[str, float]:
+        assert valid is not None
+        return task.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=cfg.eval_batches)
+
+    result = train(model, task, train_set, cfg, dist=run.dist, out=out,
+                   resume_from=run.resume_from, progress=progress,
+                   evaluate=evaluate if valid else None)
+    teardown()
+    report = run.report(result, model_cfg, out)
+    if run.dist.is_main:
+        model.eval()
+        sets = ({"valid": valid} if valid else {}) | extra
+        results = {name: score(task, model, s, labels, run.dist.device, eval_bs)
+                   for name, s in sets.items()}
+        report.valid = results.get("valid")
+        report.extra["eval_sets"] = {k: v for k, v in results.items() if k != "valid"}
+        for name, r in results.items():
+            shares = " · ".join(f"{lab} {r[f'predicted_{lab}']:.0f}%" for lab in labels)
+            run.say(f"{name}: accuracy {r['accuracy']:.2f}% on {r['examples']:,} examples "
+                    f"(predicted: {shares})")
+        run.finish(report)
+    return report
+

@@ -1,0 +1,137 @@
+"""``train.init_from``: start a run from another checkpoint's weights (fine-tuning, or training
+on after ``fullrank widen``), with a fresh optimiser and schedule.
+
+The new run's model is the checkpoint's model config with the fields the experiment's ``model``
+section states on top, and the heads its task needs; its tokenizer is the checkpoint's. Weights
+are copied by name: every tensor of the backbone must be there with the same shape (else the
+one-line "another architecture" error); head tensors (``Encoder.head_modules``) the checkpoint
+lacks are new, head tensors the model lacks are dropped, and both are listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor, nn
+
+from fullrank.data.tokenizers import Tokenizer
+from fullrank.errors import CheckpointError, FullrankError
+from fullrank.models import ModelConfig, config_from_dict, family_of
+from fullrank.recipes.config import TASK_MODELS, ExperimentConfig, build_model_config
+from fullrank.training.checkpoints import (MODEL_FILE, TOKENIZER_FILE, read_meta,
+                                           read_safetensors, resolve)
+
+
+@dataclass
+class Start:
+    """Where an ``init_from`` run starts: the checkpoint, its model config and tokenizer."""
+
+    path: Path
+    config: ModelConfig
+    tokenizer: Tokenizer
+    step: int | None
+
+
+@dataclass
+class LoadReport:
+    """Tensors loaded, added (new, initialised at random) and dropped from the checkpoint."""
+
+    loaded: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+    def lines(self, start: Start) -> list[str]:
+        where = f"{start.path}" + (f" (step {start.step})" if start.step is not None else "")
+        return [f"init_from {where}: {len(self.loaded)} tensors loaded",
+                f"  new tensors ({len(self.new)}): {_names(self.new)}",
+                f"  dropped tensors ({len(self.dropped)}): {_names(self.dropped)}"]
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def find_start(exp: ExperimentConfig) -> Start | None:
+    """The ``train.init_from`` checkpoint of ``exp`` (``None`` without one); its family must be
+    the one the task trains."""
+    if not exp.train.init_from:
+        return None
+    path = resolve(exp.train.init_from)
+    meta = read_meta(path)
+    try:
+        config = config_from_dict(meta["model"])
+    except (FullrankError, TypeError, KeyError) as e:
+        raise CheckpointError(f"{path}: invalid model config ({e})") from None
+    want = TASK_MODELS[exp.task]
+    if type(config) is not want:
+        raise CheckpointError(f"train.init_from: {path} holds a {family_of(config)} model "
+                              f"({type(config).__name__}), but task '{exp.task}' trains a "
+                              f"{want.__name__}; start from a checkpoint of that family")
+    if not (path / TOKENIZER_FILE).is_file():
+        raise CheckpointError(f"train.init_from: {path} has no {TOKENIZER_FILE}; the new run "
+                              f"needs the tokenizer the weights were trained with")
+    return Start(path, config, Tokenizer.load(path / TOKENIZER_FILE), meta.get("step"))
+
+
+def start_config(exp: ExperimentConfig, start: Start | None, vocab_size: int,
+                 **fields: Any) -> ModelConfig:
+    """The run's model config: the checkpoint's (when there is one) with the ``model`` section
+    and ``fields`` (e.g. ``n_classes``) on top."""
+    section = {**exp.model, **fields}
+    if start is None:
+        return build_model_config(exp.task, section, vocab_size)
+    base = dataclasses.asdict(start.config)
+    return build_model_config(exp.task, section, start.config.vocab_size, base=base)
+
+
+def load_start_weights(model: nn.Module, start: Start) -> LoadReport:
+    """Copy the checkpoint's tensors into ``model`` by name (module docstring)."""
+    tensors, metadata = read_safetensors(start.path / MODEL_FILE)
+    aliases: dict[str, str] = json.loads(metadata.get("aliases", "{}"))
+    full: dict[str, Tensor] = dict(tensors)
+    full.update({a: tensors[k] for a, k in aliases.items() if k in tensors})
+    heads = tuple(f"{h}." for h in getattr(model, "head_modules", ()))
+    expected = model.state_dict()
+    report = LoadReport()
+    for name, want in expected.items():
+        if name not in full:
+            if not name.startswith(heads):
+                raise CheckpointError(f"train.init_from: {start.path} has no tensor '{name}'; it "
+                                      f"holds another architecture (check the model section "
+                                      f"against the checkpoint's config.yaml)")
+            report.new.append(name)
+        elif tuple(full[name].shape) != tuple(want.shape):
+            raise CheckpointError(f"train.init_from: tensor '{name}' is {tuple(full[name].shape)} "
+                                  f"in {start.path} but {tuple(want.shape)} in this model; the "
+                                  f"model section changes the architecture")
+        else:
+            report.loaded.append(name)
+    for name in full:
+        if name not in expected and aliases.get(name) not in expected:  # a tied copy kept goes too
+            if not name.startswith(heads):
+                raise CheckpointError(f"train.init_from: {start.path} holds '{name}', which this "
+                                      f"model lacks; the model section changes the architecture")
+            report.dropped.append(name)
+    state = {k: full[k] for k in report.loaded}
+    model.load_state_dict({**model.state_dict(), **state}, strict=True)
+    return report
+
+
+def init_weights(model: nn.Module, exp: ExperimentConfig, start: Start | None, *, resuming: bool,
+                 say: Any = print) -> LoadReport | None:
+    """Load ``start``'s weights into ``model`` unless the run resumes (its own checkpoint then
+    has them) or ``train.init_weights`` is off; print what was loaded, new and dropped."""
+    if start is None or resuming:
+        return None
+    if not exp.train.init_weights:
+        say(f"init_from {start.path}: architecture and tokenizer only, random weights "
+            f"(train.init_weights=false)")
+        return None
+    report = load_start_weights(model, start)
+    for line in report.lines(start):
+        say(line)
+    return report

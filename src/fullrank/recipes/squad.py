@@ -1,0 +1,127 @@
+"""Extractive question answering (BERT §4.2; SQuAD v1.1 in [B20] Tables 1–3): a pre-trained
+encoder (``train.init_from``) with a start/end span head, trained on windows of the training
+articles → EM and F1 (the official definitions) on the test articles."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+import numpy as np
+import torch
+from rich.console import Console
+from torch import nn
+
+from fullrank.data.finetuning import (SquadQuestion, SquadWindows, make_windows, read_squad,
+                                      span_batches, split_articles)
+from fullrank.data.tokenizers import Tokenizer
+from fullrank.evaluation.squad import best_span, squad_scores
+from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
+from fullrank.recipes.config import ExperimentConfig
+from fullrank.recipes.encoder_data import SquadData
+from fullrank.recipes.encoder_run import open_run
+from fullrank.training.distributed import teardown
+from fullrank.training.loop import train
+from fullrank.training.tasks import SpanExtraction
+
+
+def squad_parts(data: SquadData) -> tuple[list[SquadQuestion], list[SquadQuestion]]:
+    """The training and test questions: split by article (``data.test_every``) or two files."""
+    articles = read_squad(data.path(data.train))
+    if data.test_every:
+        return split_articles(articles, data.test_every)
+    test = [q for art in read_squad(data.path(data.test)) for q in art] if data.test else []
+    return [q for art in articles for q in art], test
+
+
+@torch.no_grad()
+def predict_answers(model: nn.Module, windows: SquadWindows, questions: Sequence[SquadQuestion],
+                    tok: Tokenizer, device: torch.device, *, batch_size: int = 64,
+                    n_best: int = 20, max_answer_len: int = 30) -> list[str]:
+    """The answer text of every question: the best span over its windows
+    (:func:`fullrank.evaluation.squad.best_span`)."""
+    task = SpanExtraction()
+    per_question: list[list[int]] = [[] for _ in questions]
+    for w, q in enumerate(windows.question):
+        per_question[q].append(w)
+    batches = span_batches(windows, pad_id=tok.pad_id, batch_size=batch_size)
+    logits: list[np.ndarray] = []
+    for batch in batches.eval_batches():
+        out = task.logits(model, batch, device).numpy()  # (B, T, 2)
+        logits.extend(out[i, : int(batch.inputs.mask[i].sum())] for i in range(len(out)))
+    answers = []
+    for q, ws in zip(questions, per_question):
+        text, _ = best_span([logits[w][:, 0] for w in ws], [logits[w][:, 1] for w in ws],
+                            [windows.offsets[w] for w in ws], [windows.max_context[w] for w in ws],
+                            q.context, n_best=n_best, max_answer_len=max_answer_len)
+        answers.append(text)
+    return answers
+
+
+def evaluate_questions(model: nn.Module, questions: Sequence[SquadQuestion], tok: Tokenizer,
+                       data: SquadData, seq_len: int, device: torch.device,
+                       batch_size: int) -> tuple[dict[str, float], list[str]]:
+    windows = make_windows(questions, tok, max_seq_len=seq_len, doc_stride=data.doc_stride,
+                           training=False)
+    answers = predict_answers(model, windows, questions, tok, device, batch_size=batch_size,
+                              n_best=data.n_best, max_answer_len=data.max_answer_len)
+    return squad_scores(answers, [[a for a, _ in q.answers] for q in questions]), answers
+
+
+@keeps_thread_count
+def run_squad(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
+              console: Console | None = None) -> RunReport:
+    """Fine-tune a span model as ``exp`` describes."""
+    data: SquadData = exp.data  # type: ignore[assignment]
+    cfg = exp.train
+    run = open_run(exp, resume, console)
+    model, model_cfg = run.build()
+    train_q, test_q = squad_parts(data)
+    windows = make_windows(train_q, run.tok, max_seq_len=model_cfg.seq_len,
+                           doc_stride=data.doc_stride, training=True)
+    batches = span_batches(windows, pad_id=run.tok.pad_id, batch_size=cfg.batch_size, seed=cfg.seed,
+                           name=data.train)
+    with_answer = int(np.count_nonzero(windows.starts))
+    articles = len({q.article for q in train_q}), len({q.article for q in test_q})
+    run.header(model_cfg, f"data: {len(train_q):,} training questions from {articles[0]} articles "
+                          f"({len(windows.skipped)} left out: answer not on token boundaries) → "
+                          f"{len(windows):,} windows ({with_answer:,} holding the answer), "
+                          f"{len(batches):,} batches of {cfg.batch_size} per epoch; "
+                          f"{len(test_q):,} test questions from {articles[1]} articles; "
+                          f"doc_stride {data.doc_stride}")
+    task = SpanExtraction()
+    out = run.output(model_cfg, squad={"doc_stride": data.doc_stride, "n_best": data.n_best,
+                                       "max_answer_len": data.max_answer_len})
+    eval_bs = max(1, cfg.batch_size // run.dist.world)
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        qs = test_q[: data.eval_questions] if data.eval_questions else test_q
+        return evaluate_questions(m, qs, run.tok, data, model_cfg.seq_len, run.dist.device,
+                                  eval_bs)[0]
+
+    result = train(model, task, batches, cfg, dist=run.dist, out=out, resume_from=run.resume_from,
+                   progress=progress, evaluate=evaluate if test_q else None)
+    teardown()
+    report = run.report(result, model_cfg, out)
+    report.extra["skipped_training_answers"] = len(windows.skipped)
+    if run.dist.is_main and test_q:
+        model.eval()
+        report.test, answers = evaluate_questions(model, test_q, run.tok, data, model_cfg.seq_len,
+                                                  run.dist.device, eval_bs)
+        (run.run_dir / "predictions.json").write_text(
+            json.dumps({q.id: a for q, a in zip(test_q, answers)}, indent=0), encoding="utf-8")
+        run.say(f"test: EM {report.test['em']:.2f} · F1 {report.test['f1']:.2f} on "
+                f"{report.test['questions']:,} questions ({run.run_dir / 'predictions.json'})")
+    if run.dist.is_main:
+        run.finish(report)
+    return report
+
+
+def answer_one(model: nn.Module, tok: Tokenizer, context: str, question: str, *, seq_len: int,
+               doc_stride: int, device: torch.device, n_best: int = 20,
+               max_answer_len: int = 30) -> str:
+    """The answer to one question about ``context`` (``fullrank answer``)."""
+    q = SquadQuestion("question", question, context, [], 0)
+    windows = make_windows([q], tok, max_seq_len=seq_len, doc_stride=doc_stride, training=False)
+    return predict_answers(model, windows, [q], tok, device, n_best=n_best,
+                           max_answer_len=max_answer_len)[0]
+

@@ -1,0 +1,192 @@
+"""BERT end to end through the CLI: pre-train → fine-tune (classify, SQuAD) → `fullrank classify`
+and `fullrank answer`; exact resume; train.init_from (also after `fullrank widen`); one-line
+errors."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from fullrank.cli import main
+from tests.e2e.bert_fixture import write_configs
+from tests.e2e.lm_fixture import tiny_experiment
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """The three runs, trained once for the module."""
+    tmp = tmp_path_factory.mktemp("bert")
+    cfgs = write_configs(tmp)
+    for task in ("bert", "classify", "squad"):
+        assert main(["train", str(cfgs[task]), "--quiet"]) == 0, task
+    return tmp, cfgs
+
+
+def test_pretraining_records_mlm_and_nsp_metrics(pipeline):
+    tmp, _ = pipeline
+    run = tmp / "runs" / "pre"
+    results = json.loads((run / "results.json").read_text())
+    assert {"mlm_acc", "mlm_ppl", "nsp_acc"} <= results["valid"].keys()
+    valid = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()
+             if json.loads(x)["split"] == "valid"]
+    assert [r["step"] for r in valid] == [4, 8] and all("mlm_acc" in r for r in valid)
+    assert (run / "curves.png").stat().st_size > 10_000 and (run / "tb").is_dir()
+    assert (run / "checkpoints" / "latest").is_file()
+    assert (run / "tokenizer.json").is_file()
+
+
+def test_fine_tuning_reports_new_and_dropped_tensors_and_scores(pipeline, capsys):
+    tmp, cfgs = pipeline
+    cls = json.loads((tmp / "runs" / "cls" / "results.json").read_text())
+    assert 0 <= cls["valid"]["accuracy"] <= 100 and "again" in cls["extra"]["eval_sets"]
+    qa = json.loads((tmp / "runs" / "qa" / "results.json").read_text())
+    assert {"em", "f1"} <= qa["test"].keys() and qa["test"]["questions"] == 12
+    assert main(["train", str(cfgs["classify"]), "--quiet", "name=cls2", "train.steps=1"]) == 0
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if "tensors" in x]
+    assert lines[1].strip() == "new tensors (2): classifier.weight, classifier.bias"
+    assert lines[2].strip().startswith("dropped tensors (7): mlm.bias,") and "nsp.weight" in lines[2]
+
+
+def test_classify_and_answer_commands(pipeline, capsys, monkeypatch):
+    tmp, _ = pipeline
+    pairs = tmp / "pairs.tsv"
+    pairs.write_text("Before we proceed any further\tBefore we proceed\nA man\tA dog barks\n")
+    assert main(["classify", str(tmp / "runs" / "cls"), "--input", str(pairs)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        label, *probs = line.split("\t")
+        assert label in ("same", "other")
+        values = dict(p.split("=") for p in probs)
+        assert set(values) == {"same", "other"} and abs(sum(map(float, values.values())) - 1) < 1e-3
+        assert float(values[label]) == max(map(float, values.values()))
+    context = tmp / "context.txt"
+    context.write_text("First Citizen: Before we proceed any further, hear me speak.")
+    assert main(["answer", str(tmp / "runs" / "qa"), "--context", str(context),
+                 "--question", "who speaks?"]) == 0
+    answer = capsys.readouterr().out.strip()
+    assert answer and answer in context.read_text()  # a span of the context, as it is written
+    # a checkpoint of another task: one line, status 2
+    assert main(["answer", str(tmp / "runs" / "cls"), "--context", str(context),
+                 "--question", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs a checkpoint of a `task: squad` run" in err and "\n" not in err
+
+
+def test_bad_inputs_are_one_line_errors(pipeline, capsys):
+    tmp, cfgs = pipeline
+    (tmp / "bad_labels.jsonl").write_text('{"text_a": "a b", "text_b": "c", "label": "same"}\n'
+                                          '{"text_a": "a b", "text_b": "c", "label": "maybe"}\n')
+    cases = [
+        ([str(cfgs["classify"]), "name=e1", "data.labels=[same, other]",
+          "data.valid=bad_labels.jsonl"], "bad_labels.jsonl:2: label 'maybe' is not one of same, other"),
+        ([str(cfgs["classify"]), "name=e2", "model.n_layers=3"], "has no tensor 'layers.2."),
+        ([str(cfgs["classify"]), "name=e3", "model.d_ff=40"], "in this model; the model section changes"),
+        ([str(cfgs["squad"]), "name=e4", f"train.init_from={tmp / 'runs' / 'cls'}"],
+         None),  # an encoder of another task is fine: its heads are dropped
+    ]
+    for args, message in cases:
+        status = main(["train", *args, "--quiet", "train.steps=1"])
+        err = capsys.readouterr().err.strip()
+        if message is None:
+            assert status == 0, err
+            continue
+        assert status == 2 and message in err and "\n" not in err, err
+    (tmp / "lm").mkdir(exist_ok=True)
+    lm = tiny_experiment(tmp / "lm")
+    assert main(["train", str(lm), "--quiet"]) == 0
+    assert main(["train", str(cfgs["classify"]), "name=e5",
+                 f"train.init_from={tmp / 'lm' / 'runs' / 'tiny'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds a decoder_lm model (DecoderLMConfig), but task 'classify' trains a EncoderConfig" \
+        in err and "\n" not in err
+
+
+def final_weights(run: Path) -> dict:
+    ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    return load_file(str(ckpt / "model.safetensors"))
+
+
+@pytest.mark.parametrize("task, module", [("bert", "fullrank.recipes.bert"),
+                                          ("classify", "fullrank.recipes.classify")])
+def test_a_stopped_run_resumes_bitwise(pipeline, task, module, monkeypatch, capsys):
+    import importlib
+
+    from fullrank.training import loop
+
+    tmp, cfgs = pipeline
+    over = ["train.steps=6", "train.save_every=2", "model.dropout=0.3"]
+    if task == "bert":  # one vocabulary for both (WordPiece training may break ties differently)
+        over.append(f"data.tokenizer_file={tmp / 'runs' / 'pre' / 'tokenizer.json'}")
+    assert main(["train", str(cfgs[task]), "--quiet", f"name={task}_straight", *over]) == 0
+    recipe = importlib.import_module(module)
+    monkeypatch.setattr(recipe, "train", functools.partial(loop.train, stop_at=3))
+    assert main(["train", str(cfgs[task]), "--quiet", f"name={task}_split", *over]) == 0
+    split = tmp / "runs" / f"{task}_split"
+    shutil.rmtree(split / "checkpoints" / "step-00000003")  # as if killed after step 3: redo it
+    (split / "checkpoints" / "latest").write_text("step-00000002")
+    monkeypatch.setattr(recipe, "train", loop.train)
+    torch.manual_seed(1234)
+    assert main(["train", str(cfgs[task]), "--quiet", f"name={task}_split", *over, "--resume"]) == 0
+    a, b = final_weights(tmp / "runs" / f"{task}_straight"), final_weights(split)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_a_widened_checkpoint_trains_on_with_init_from(tmp_path, capsys):
+    cfg = tiny_experiment(tmp_path, steps=6)
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    run = tmp_path / "runs" / "tiny"
+    assert main(["widen", str(run), "--d-head", "16", "--d-value", "8", "-o",
+                 str(tmp_path / "wide")]) == 0
+    capsys.readouterr()
+    # the experiment file states d_head 10 and d_value 6: the run states the widened sizes
+    assert main(["train", str(cfg), "--quiet", "name=wide_on", f"train.init_from={tmp_path / 'wide'}",
+                 "model.d_head=16", "model.d_value=8"]) == 0
+    out = capsys.readouterr().out
+    assert "tensors loaded" in out and "new tensors (0): none" in out and "dropped tensors (0): none" in out
+    config = (tmp_path / "runs" / "wide_on" / "config.yaml").read_text()
+    assert "d_head: 16" in config and "d_value: 8" in config
+    # the first evaluation starts where the widened model is, not from scratch
+    first = [json.loads(x) for x in (tmp_path / "runs" / "wide_on" / "metrics.jsonl").read_text()
+             .splitlines()][0]
+    scratch = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][0]
+    assert first["loss"] < scratch["loss"]
+    # a model section that contradicts the checkpoint: one line
+    assert main(["train", str(cfg), "--quiet", "name=wide_bad", f"train.init_from={tmp_path / 'wide'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "layers.0.self_attn.qkv_proj.weight' is (120, 24) in" in err and \
+        "the model section changes the architecture" in err and "\n" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_processes_pretrain_like_one(tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this Python")
+    cfgs = write_configs(tmp_path, steps=4)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ["--quiet", "train.eps=1.0", "train.device=cpu", "model.dropout=0.0",
+            "model.attn_dropout=0.0"]
+    subprocess.run([sys.executable, "-m", "fullrank", "train", str(cfgs["bert"]), "name=one", *args],
+                   check=True, capture_output=True, env=env)
+    tok = tmp_path / "runs" / "one" / "tokenizer.json"  # the same vocabulary for both
+    ddp = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "fullrank", "train",
+                          str(cfgs["bert"]), "name=two", f"data.tokenizer_file={tok}", *args],
+                         capture_output=True, text=True, env=env)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    a, b = final_weights(tmp_path / "runs" / "one"), final_weights(tmp_path / "runs" / "two")
+    for k in a:
+        assert (a[k] - b[k]).abs().max() < 1e-5, k

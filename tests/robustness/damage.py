@@ -1,0 +1,44 @@
+"""Ways to damage or craft a checkpoint, as a disk, an editor or an attacker would."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MODEL, STATE, META, TOKENIZER = ("model.safetensors", "optimizer.safetensors", "meta.json",
+                                 "tokenizer.json")
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def flip_byte(path: Path, from_end: int = 3) -> None:
+    """Flip one bit of a byte near the end (inside the last tensor): the file still parses."""
+    data = bytearray(path.read_bytes())
+    data[-from_end] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def edit_meta(ckpt: Path, edit: Callable[[dict[str, Any]], Any]) -> None:
+    meta = json.loads((ckpt / META).read_text())
+    edit(meta)
+    (ckpt / META).write_text(json.dumps(meta))
+
+
+def rewrite(ckpt: Path, name: str, data: bytes) -> None:
+    """Replace file ``name`` and record its checksum, as a crafted checkpoint would."""
+    (ckpt / name).write_bytes(data)
+    edit_meta(ckpt, lambda m: m["files"].update(
+        {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}))
+
+
+def safetensors_bytes(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    """A safetensors file with this header (as crafted: sizes and offsets need not agree)."""
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + payload
