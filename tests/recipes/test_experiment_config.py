@@ -180,7 +180,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
     ("train.steps=true", r"train\.steps = True: should be a valid integer"),
     ("train.seed=-1", r"train\.seed = -1: should be greater than or equal to 0"),
     ("model.dropout=.nan", r"model\.dropout = nan: should be a finite number"),
-    ("task=lmm", r"task 'lmm' is not one of lm, mt, bert, classify, squad \(did you mean 'lm'\?\)"),
+    ("task=lmm", r"task 'lmm' is not one of lm, mt, parse, bert, classify, squad \(did you mean 'lm'\?\)"),
     ("name=..", r"name '\.\.' must be a plain run name"),
     ("data.max_len=64", r"'data\.max_len' is now called 'data\.max_sentence_len'"),
 ])

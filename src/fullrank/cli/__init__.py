@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("plot", "Render a run's loss and validation-perplexity curves to PNG."),
     "translate": ("translate", "Translate lines from stdin (or --input) with beam search; one "
                                "output line per input line."),
+    "parse": ("parse", "Parse tokenized sentences from stdin (or --input) into bracketed trees, one "
+                       "line per line ([V17] §6.3)."),
+    "parse-eval": ("parse_eval", "Score bracketed trees against references with EVALB's rules "
+                                 "(COLLINS.prm): F1, exact match, all and ≤ 40 words."),
     "average": ("average", "Average checkpoints' parameters elementwise ([V17] §6.1: the last 5) "
                            "into a new checkpoint."),
     "bleu": ("bleu", "Score detokenized translations against raw references (sacrebleu), with "

@@ -9,7 +9,8 @@ from fullrank.errors import ConfigError
 
 # the recipe of each task: (module under fullrank.recipes, function), imported when it runs
 RECIPES = {"lm": ("lm", "run_lm"), "mt": ("mt", "run_mt"), "bert": ("bert", "run_bert"),
-           "classify": ("classify", "run_classify"), "squad": ("squad", "run_squad")}
+           "classify": ("classify", "run_classify"), "squad": ("squad", "run_squad"),
+           "parse": ("parse", "run_parse")}
 RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
                 "never": "never"}
 

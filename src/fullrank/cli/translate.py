@@ -50,7 +50,7 @@ def _option(setting: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.data.text import decode_utf8, read_lines, split_lines
+    from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.inference.translate import check_settings, translate
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
@@ -72,11 +72,8 @@ def run(args: argparse.Namespace) -> int:
                                   f"ensemble needs models trained with one shared vocabulary")
     if args.input:
         lines = read_lines(args.input, allow_blank=True)
-    else:  # bytes, so that text that is not UTF-8 is one line naming the line number
-        data = getattr(sys.stdin, "buffer", sys.stdin).read()
-        if isinstance(data, str):
-            data = data.encode("utf-8", "surrogateescape")
-        lines = split_lines(decode_utf8(data, "<stdin>", allow_blank=True)) if data else []
+    else:
+        lines = read_stdin_lines()
     outputs = translate([c.model for c in ckpts], first.tokenizer, lines, beam=args.beam,
                         alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
                         batch_size=args.batch_size, n_best=args.n_best,

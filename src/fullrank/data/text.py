@@ -83,3 +83,14 @@ def read_lines(path: str | Path, *, allow_blank: bool = False) -> list[str]:
     """The lines of a UTF-8 file without their line endings (empty lines kept: they count);
     ``allow_blank`` accepts a file whose lines are all empty."""
     return split_lines(decode_utf8(read_bytes(path), path, allow_blank=allow_blank))
+
+
+def read_stdin_lines() -> list[str]:
+    """The lines of standard input (empty lines kept), read as bytes so that text that is not
+    UTF-8 is one :class:`DataError` naming the line."""
+    import sys
+
+    data = getattr(sys.stdin, "buffer", sys.stdin).read()
+    if isinstance(data, str):  # a text stream without a buffer (e.g. one a test put in place)
+        data = data.encode("utf-8", "surrogateescape")
+    return split_lines(decode_utf8(data, "<stdin>", allow_blank=True)) if data else []

@@ -48,15 +48,17 @@ class EncodedPairs:
         return len(self.src)
 
 
-def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int) -> EncodedPairs:
+def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int,
+                 target: Tokenizer | None = None) -> EncodedPairs:
     """Encode ``pairs``, dropping (and counting) those with a side longer than ``max_len`` tokens.
 
-    Lengths are counted before BOS/EOS are added.
+    Lengths are counted before BOS/EOS are added. ``target`` encodes the targets when the two
+    sides have vocabularies of their own (e.g. words and tree symbols for parsing).
     """
     if max_len < 1:
         raise ConfigError(f"max_len = {max_len} must be at least 1")
     src_ids = tokenizer.encode_batch([s for s, _ in pairs])
-    tgt_ids = tokenizer.encode_batch([t for _, t in pairs])
+    tgt_ids = (target or tokenizer).encode_batch([t for _, t in pairs])
     dtype = np.int32
     src, tgt, kept = [], [], []
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):

@@ -66,7 +66,7 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
               *, beam: int = 4, alpha: float = 0.6, a: float = 1.0, b: int = 50,
               batch_size: int = 64, n_best: int = 1, progress: bool = False,
               compile: bool = False, workers: int = 1, processes: bool = False,
-              strict: bool = False) -> list[list[str]]:
+              strict: bool = False, target: Tokenizer | None = None) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
@@ -74,7 +74,8 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             ``config`` with ``max_len``), or several sharing ``tokenizer``: an ensemble, which
             decodes with the mean of their next-token probabilities (:class:`EnsembleDecoder`)
             up to the smallest ``max_len`` among them.
-        tokenizer: the shared source/target tokenizer saved with the checkpoint.
+        tokenizer: the shared source/target tokenizer saved with the checkpoint (the source
+            tokenizer when ``target`` is given).
         lines: source sentences, one per entry.
         beam: beam size ``k`` (1 = greedy search).
         alpha: GNMT length-penalty exponent.
@@ -99,6 +100,8 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             :class:`DataError`, raised before anything is decoded; otherwise (the default) it
             is cut to the first ``max_len − 1`` tokens and a warning naming its line and lengths
             is logged (``logging``, to stderr unless configured), one per such line.
+        target: the target side's own tokenizer (its BOS, EOS and vocabulary), for a model
+            trained with separate vocabularies; ``None``: ``tokenizer`` serves both sides.
 
     Decoding runs on the speed engine: inside ``fast.cpu(model, decoding=True)`` (oneDNN's
     float32 products where they stay exact, packed or column-major weights; all restored on
@@ -116,16 +119,15 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
     with contextlib.ExitStack() as stack:
         for m in models:
             stack.enter_context(fast.cpu(m, decoding=True))
-        return _translate(models, tokenizer, lines, beam=beam, alpha=alpha, a=a, b=b,
-                          batch_size=batch_size, n_best=n_best, progress=progress,
-                          compile=compile, workers=workers, processes=processes,
-                          strict=strict)
+        return _translate(models, tokenizer, target or tokenizer, lines, beam=beam, alpha=alpha,
+                          a=a, b=b, batch_size=batch_size, n_best=n_best, progress=progress,
+                          compile=compile, workers=workers, processes=processes, strict=strict)
 
 
-def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[str], *,
-               beam: int, alpha: float, a: float, b: int, batch_size: int, n_best: int,
-               progress: bool, compile: bool, workers: int, processes: bool,
-               strict: bool) -> list[list[str]]:
+def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
+               lines: Sequence[str], *, beam: int, alpha: float, a: float, b: int,
+               batch_size: int, n_best: int, progress: bool, compile: bool, workers: int,
+               processes: bool, strict: bool) -> list[list[str]]:
     max_len = min(m.config.max_len for m in models)  # type: ignore[union-attr]
     device = next(models[0].parameters()).device
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
@@ -157,14 +159,13 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, lines: Sequence[st
         members = [fast.BeamDecoder(m, src, src_mask, decode=f) for m, f in zip(models, decode)]
         decoder = members[0] if len(members) == 1 else EnsembleDecoder(members)
         if beam == 1:
-            outs = greedy_search(decoder, batch_size=len(seqs), bos_id=tokenizer.bos_id,
-                                 eos_id=tokenizer.eos_id, max_len=lengths,
-                                 argmax=fast.argmax_rows)
-            return [[tokenizer.decode(ids)] * n_best for ids in outs]
-        hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=tokenizer.bos_id,
-                           eos_id=tokenizer.eos_id, max_len=lengths, alpha=alpha, n_best=n_best,
+            outs = greedy_search(decoder, batch_size=len(seqs), bos_id=target.bos_id,
+                                 eos_id=target.eos_id, max_len=lengths, argmax=fast.argmax_rows)
+            return [[target.decode(ids)] * n_best for ids in outs]
+        hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=target.bos_id,
+                           eos_id=target.eos_id, max_len=lengths, alpha=alpha, n_best=n_best,
                            topk=fast.topk_rows)
-        return [[tokenizer.decode(h.tokens) for h in sentence] for sentence in hyps]
+        return [[target.decode(h.tokens) for h in sentence] for sentence in hyps]
 
     bar = progress_bar(total=len(batches), desc="translate", unit="batch", enabled=progress)
     # the decoded batches lead the zip, so that their generator runs to its end (and tidies up)

@@ -67,9 +67,10 @@ def parallel_line(p: dict[str, Any]) -> str:
             f"{p['global_batch']:,} {p['batch_unit']} per step")
 
 
-# what a run directory may hold before its config.yaml: the tokenizer (trained first) and the
-# log that `fullrank sweep` opens for the run
-RUN_FIRST_FILES = frozenset({"tokenizer.json", "train.log"})
+# what a run directory may hold before its config.yaml: the tokenizer (trained first), the log
+# that `fullrank sweep` opens for the run, and a parsing run's tree vocabulary and data/ (the
+# pairs and gold trees it writes before training)
+RUN_FIRST_FILES = frozenset({"tokenizer.json", "train.log", "tree_tokenizer.json", "data"})
 
 
 def is_run_dir(path: Path) -> bool:
@@ -135,6 +136,7 @@ def prepare_tokenizer(exp: ExperimentConfig, files: Sequence[Path], run_dir: Pat
         return Tokenizer.load(exp.data.path(exp.data.tokenizer_file))
     if dist.is_main:
         tok = start or Tokenizer.train(exp.data.tokenizer, list(files), exp.data.vocab_size,
+                                       min_frequency=exp.data.min_frequency,
                                        lowercase=exp.data.lowercase)
         run_dir.mkdir(parents=True, exist_ok=True)
         tok.save(saved)

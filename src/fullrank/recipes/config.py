@@ -8,7 +8,7 @@ resolved config is saved with every run.
 
 An experiment file has the sections ``name``, ``task``, ``model`` (fields of the task's model
 config, optionally starting from ``preset: NAME``; ``vocab_size`` comes from the tokenizer),
-``data``, ``train``, ``sample`` (language models) and ``decode`` (translation). The encoder tasks
+``data``, ``train``, ``sample`` (language models) and ``decode`` (translation, parsing). The encoder tasks
 (``bert``, ``classify``, ``squad``) have data sections of their own
 (:mod:`fullrank.recipes.encoder_data`).
 """
@@ -50,6 +50,7 @@ else:  # pragma: no cover
 TASK_MODELS: dict[str, type] = {
     "lm": DecoderLMConfig,
     "mt": EncoderDecoderConfig,
+    "parse": EncoderDecoderConfig,
     "bert": EncoderConfig,
     "classify": EncoderConfig,
     "squad": EncoderConfig,
@@ -93,22 +94,29 @@ class DataConfig:
 
     Relative paths are joined to ``root``, which is itself relative to the working directory.
     For ``task: mt`` the ``train``/``valid``/``test`` entries are file prefixes: the files are
-    ``PREFIX.SRC_LANG`` and ``PREFIX.TGT_LANG``.
+    ``PREFIX.SRC_LANG`` and ``PREFIX.TGT_LANG``. For ``task: parse`` they are treebank file
+    patterns (``ptb-treebank-sample/treebank/combined/wsj_{0001..0159}.mrg``: a numeric range
+    and/or glob characters, :func:`fullrank.data.treebank.treebank_files`).
 
     Attributes:
         root: directory the other paths are relative to (e.g. ``../shared/data``).
-        train, valid, test: files (LM) or file prefixes (MT).
-        tokenizer: ``char``, ``bpe``, ``word`` or ``wordpiece``.
+        train, valid, test: files (LM), file prefixes (MT) or treebank file patterns (parsing).
+        tokenizer: ``char``, ``bpe``, ``word`` or ``wordpiece`` (parsing: the source side's;
+            the tree symbols get a vocabulary of their own).
         vocab_size: vocabulary size to train (``None``: every symbol, for char/word).
+        min_frequency: symbols seen fewer times in the training text are left out of the
+            vocabulary (``<unk>``) — e.g. 2 for a word-level source, so the model sees
+            ``<unk>`` in training; 1 keeps everything.
         tokenizer_file: use this ``tokenizer.json`` instead of training one.
         lowercase: fold case in the tokenizer (``None``: on for ``wordpiece``, off for ``bpe``);
             outputs decoded by a lowercasing tokenizer are lowercase too.
         eos_per_line: end every line with ``</s>`` (word-level LM corpora such as PTB).
         cache_dir: where tokenised corpora are cached.
         src_lang, tgt_lang: translation direction (``en``, ``de``).
-        max_tokens: translation batch budget in tokens ([V17] §5.1).
+        max_tokens: translation (and parsing) batch budget in tokens ([V17] §5.1).
         max_sentence_len: translation pairs with a sentence longer than this many tokens are
-            dropped (and counted) from training and validation.
+            dropped (and counted) from training and validation; for parsing, training and
+            validation trees whose sentence or linearized tree is longer (every tree is scored).
         eval_sets: translation only — evaluation-only parallel sets, ``name → file prefix``
             (e.g. ``newstest2013: wmt14-en-de/newstest2013``); translated and scored at the end
             of a run when ``decode.splits`` names them, never trained or validated on.
@@ -125,6 +133,7 @@ class DataConfig:
     test: Str | None = None
     tokenizer: TokenizerKind = "char"
     vocab_size: PositiveInt | None = None
+    min_frequency: PositiveInt = 1
     tokenizer_file: Str | None = None
     lowercase: Bool | None = None
     eos_per_line: Bool = False
@@ -155,11 +164,12 @@ class SampleConfig:
 
 @config_dataclass
 class DecodeConfig:
-    """How a translation run is evaluated at the end ([V17] §6.1).
+    """How a translation or parsing run is evaluated at the end ([V17] §6.1, §6.3).
 
     Attributes:
-        beam, alpha: beam size and GNMT length-penalty exponent (paper: 4 and 0.6).
-        a, b: maximum output length ``a·|src| + b`` (paper: input length + 50).
+        beam, alpha: beam size and GNMT length-penalty exponent (paper: 4 and 0.6; parsing
+            21 and 0.3).
+        a, b: maximum output length ``a·|src| + b`` (paper: input length + 50; parsing + 300).
         batch_size: sentences decoded together.
         workers: batches decoded at once on a CPU, each on an equal share of the threads
             (:func:`fullrank.inference.translate.translate`); the same translations. GPUs
@@ -230,6 +240,9 @@ class ExperimentConfig:
                 raise ConfigError(f"decode.splits names '{split}', which is not one of "
                                   f"{', '.join(known)}{closest(split, known)}; add it to "
                                   f"data.eval_sets as NAME: FILE_PREFIX to score another set")
+        if self.task == "parse" and self.decode.tune_alpha:
+            raise ConfigError("decode.tune_alpha chooses α by BLEU, for translation; a parsing "
+                              "run decodes with decode.alpha (leave decode.tune_alpha empty)")
         if self.decode.tune_alpha and not self.data.valid:
             raise ConfigError("decode.tune_alpha chooses α on the valid split, but data.valid is "
                               "not set; set data.valid or leave decode.tune_alpha empty")
@@ -238,9 +251,12 @@ class ExperimentConfig:
     def run_dir(self) -> Path:
         return Path(self.out_dir) / self.name
 
-    def model_config(self, vocab_size: int) -> ModelConfig:
-        """The model config with ``vocab_size`` from the tokenizer."""
-        return build_model_config(self.task, self.model, vocab_size)
+    def model_config(self, vocab_size: int, src_vocab_size: int | None = None) -> ModelConfig:
+        """The model config with ``vocab_size`` from the tokenizer (and, for separate source
+        and target vocabularies, ``src_vocab_size`` from the source tokenizer)."""
+        section = self.model if src_vocab_size is None else \
+            {**self.model, "src_vocab_size": self.model.get("src_vocab_size", src_vocab_size)}
+        return build_model_config(self.task, section, vocab_size)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

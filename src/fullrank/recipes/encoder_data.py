@@ -2,8 +2,8 @@
 
 Each task validates its own section (an unknown key is named, with the closest valid one);
 relative paths are joined to ``root``. The tokenizer fields (``tokenizer``, ``vocab_size``,
-``tokenizer_file``, ``lowercase``) mean what they mean for the other tasks; a fine-tuning run
-started with ``train.init_from`` uses the checkpoint's tokenizer.
+``tokenizer_file``, ``lowercase``, ``min_frequency``) mean what they mean for the other tasks; a
+fine-tuning run started with ``train.init_from`` uses the checkpoint's tokenizer.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class _Files:
     vocab_size: PositiveInt | None = None
     tokenizer_file: Str | None = None
     lowercase: Bool | None = None
+    min_frequency: PositiveInt = 1
     cache_dir: Str = ".cache/fullrank"
 
     def path(self, name: str) -> Path:

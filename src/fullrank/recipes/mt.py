@@ -6,36 +6,26 @@ average of the last K → sacreBLEU, chrF and tokenized lowercased BLEU.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from rich.console import Console
 from torch import nn
 
-from fullrank import fast
 from fullrank.data.bpe_dropout import VARIANTS, BPEDropout
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
-from fullrank.errors import CheckpointError, ConfigError, DataError
+from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.bleu import score
 from fullrank.inference.translate import first_too_long, translate
-from fullrank.models import build_model
 from fullrank.output import console as make_console
-from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
-                                     parallel_batch, parallel_line, prepare_tokenizer)
-from fullrank.recipes.init import find_start, init_weights, start_config
-from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig, resolved_yaml
-from fullrank.training.averaging import average_checkpoints, last_checkpoints
-from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
-from fullrank.training.distributed import DistInfo, setup, sharded, teardown
-from fullrank.training.loop import RunOutput, train
-from fullrank.training.metrics import plot_run
-from fullrank.training.tasks import Translation
+from fullrank.recipes.common import Resume, RunReport, keeps_thread_count, prepare_tokenizer
+from fullrank.recipes.config import DataConfig, DecodeConfig, ExperimentConfig
+from fullrank.recipes.init import find_start, start_config
+from fullrank.recipes.seq2seq import begin, finish, not_scored, scored_models, train_seq2seq
 
 
 def pair_files(data: DataConfig, prefix: str) -> tuple[Path, Path]:
@@ -74,12 +64,8 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     """Train and evaluate a translation model as ``exp`` describes."""
     console = console or make_console()
     cfg, data = exp.train, exp.data
-    dist: DistInfo = setup(cfg.device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    dist, start = begin(exp, resume, console)
     run_dir = exp.run_dir
-    start = find_resume_point(run_dir, resume, resume_from=cfg.resume_from, dist=dist,
-                              log=lambda line: console.print(line, markup=False))
     # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
     extra = {name: read_parallel(*pair_files(data, prefix))
              for name, prefix in data.eval_sets.items() if name in exp.decode.splits}
@@ -100,12 +86,6 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
                             f"tokens, more than model.max_len={model_cfg.max_len}; raise "
                             f"model.max_len or leave '{split}' out of decode.splits")
 
-    torch.manual_seed(cfg.seed)
-    model = build_model(model_cfg)
-    init_weights(model, exp, origin, resuming=start is not None,
-                 say=console.print if dist.is_main else (lambda _: None))
-    torch.manual_seed(cfg.seed + dist.rank)
-    n_params = sum(p.numel() for p in model.parameters())
     sampler = None
     if data.bpe_dropout:
         kept = [train_raw[i] for i in train_pairs.kept]
@@ -116,73 +96,29 @@ def run_mt(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
         def sampler(epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
             return sides[0].epoch(epoch), sides[1].epoch(epoch)
 
-    batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
-                              bos_id=tok.bos_id, eos_id=tok.eos_id, seed=cfg.seed,
-                              world=dist.world, sampler=sampler)
-    task = Translation(tok.pad_id, cfg.label_smoothing)
-    valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, pad_id=tok.pad_id,
-                                    bos_id=tok.bos_id, eos_id=tok.eos_id,
-                                    shuffle=False) if valid_pairs is not None else None
-
-    def evaluate(m: nn.Module) -> dict[str, float]:
-        assert valid_batches is not None
-        return task.evaluate(m, (valid_batches.get(0, i) for i in range(len(valid_batches))),
-                             dist.device, limit=cfg.eval_batches)
-
-    parallel = parallel_batch(dist, per_rank=data.max_tokens, grad_accum=cfg.grad_accum,
-                              unit="tokens at most")
-    if dist.is_main:
-        dh, dv = model_cfg.head_sizes
-        console.print(f"[bold]{exp.name}[/bold]: {n_params:,} parameters · "
-                      f"{model_cfg.n_layers}+{model_cfg.decoder_layers} layers · d_model "
-                      f"{model_cfg.d_model} · {model_cfg.n_heads} heads × d_head {dh} (d_value "
-                      f"{dv}) · shared {tok.kind} vocabulary of {tok.vocab_size}")
-        if dist.device.type == "cpu":
-            console.print(fast.matmul_summary(cfg.fast_matmul, cfg.precision))
-            console.print(fast.memory_summary())
-        console.print(f"data: {len(train_pairs):,} training pairs "
-                      f"({train_pairs.n_dropped} longer than {data.max_sentence_len} tokens dropped), "
-                      f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
-                      + (" with standard BPE" if sampler is not None else
-                         f", padding {100 * batches.padding_ratio():.1f}%")
-                      + (f" · resuming from {start.name}" if start else ""))
+    def describe_data(batches: ParallelBatches) -> str:
+        line = (f"data: {len(train_pairs):,} training pairs "
+                f"({train_pairs.n_dropped} longer than {data.max_sentence_len} tokens dropped), "
+                f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch"
+                + (" with standard BPE" if sampler is not None else
+                   f", padding {100 * batches.padding_ratio():.1f}%"))
         if sampler is not None:
-            console.print(f"BPE-dropout p={data.bpe_dropout:g}: {VARIANTS} segmentations drawn "
-                          f"per word ({sides[0].n_words:,} source, {sides[1].n_words:,} target "
-                          f"words); epoch 0 has {batches.n_tokens(0) / batches.n_tokens() - 1:+.1%}"
-                          f" tokens, {batches.epoch_length(0):,} batches, padding "
-                          f"{100 * batches.padding_ratio(0):.1f}%")
-        if dist.distributed:
-            console.print(parallel_line(parallel))
-    out = RunOutput(run_dir, model_cfg, tok, {"task": "mt", "experiment": exp.to_dict()},
-                    config_yaml=resolved_yaml(exp, model_cfg))
-    with fast.cpu(model, onednn=cfg.fast_matmul and dist.device.type == "cpu"):
-        result = train(model, task, batches, cfg, dist=dist, out=out, resume_from=start,
-                       progress=progress, d_model=model_cfg.d_model,
-                       evaluate=evaluate if valid_batches else None)
-    teardown()  # every rank together; what follows is rank 0's alone
-    if sharded(dist, cfg.parallel) and dist.is_main:
-        # the trained weights were spread over the ranks, which have left: rank 0 goes on with
-        # the whole model that the last checkpoint holds
-        model = load_checkpoint(result.checkpoint).model.to(dist.device)
-    report = RunReport(str(run_dir), result.state.step, result.seconds, n_params,
-                       checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
+            line += (f"\nBPE-dropout p={data.bpe_dropout:g}: {VARIANTS} segmentations drawn "
+                     f"per word ({sides[0].n_words:,} source, {sides[1].n_words:,} target "
+                     f"words); epoch 0 has {batches.n_tokens(0) / batches.n_tokens() - 1:+.1%}"
+                     f" tokens, {batches.epoch_length(0):,} batches, padding "
+                     f"{100 * batches.padding_ratio(0):.1f}%")
+        return line
+
+    model, report = train_seq2seq(
+        exp, model_cfg, train_pairs, valid_pairs, tokenizer=tok,
+        vocabulary=f"shared {tok.kind} vocabulary of {tok.vocab_size}",
+        meta={"task": "mt", "experiment": exp.to_dict()}, dist=dist, start=start, origin=origin,
+        progress=progress, console=console, describe_data=describe_data, sampler=sampler)
     report.extra["dropped_pairs"] = train_pairs.n_dropped
-    report.extra["parallel"] = parallel
     if dist.is_main:
-        if valid_batches is not None:
-            report.valid = task.evaluate(model.eval(), (valid_batches.get(0, i)
-                                                        for i in range(len(valid_batches))),
-                                         dist.device)
-            console.print(f"valid: loss {report.valid['loss']:.4f} · perplexity "
-                          f"{report.valid['ppl']:.2f}")
         report.extra["bleu"] = final_bleu(exp, run_dir, model, tok, scored, progress, console)
-        final = (result.state.step, report.valid) if report.valid else None
-        report.extra["curves"] = str(plot_run(run_dir, final=final))
-        report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        (run_dir / "results.json").write_text(json.dumps(report.__dict__, indent=1), encoding="utf-8")
-        console.print(f"trained {result.state.step} steps in {result.seconds / 60:.1f} min; "
-                      f"results in {run_dir / 'results.json'}")
+        finish(run_dir, report, console)
     return report
 
 
@@ -193,23 +129,12 @@ def final_bleu(exp: ExperimentConfig, run_dir: Path, model: nn.Module, tok: Toke
     ``decode.splits`` (``scored`` maps a split name to its raw pairs: ``valid``, ``test`` and
     the evaluation-only sets of ``data.eval_sets``; an empty one is skipped)."""
     decode = exp.decode
-    models: dict[str, nn.Module] = {"last": model.eval()}
-    k = decode.average_last
-    if k > 1:
-        try:
-            found = last_checkpoints(run_dir, k, setting="decode.average_last")
-        except CheckpointError as e:  # fewer checkpoints than K: say so, score the last one only
-            console.print(f"[yellow]no averaging:[/yellow] {e}")
-        else:
-            avg = average_checkpoints(found, run_dir / f"averaged-last{k}", replace=True)
-            models[f"avg{k}"] = load_checkpoint(avg, device=next(model.parameters()).device).model
+    models = scored_models(run_dir, model, decode.average_last, console)
     results: dict[str, Any] = {}
     for split in decode.splits:
         pairs = scored.get(split)
         if not pairs:
-            console.print(f"[yellow]not scored:[/yellow] decode.splits names '{split}', but the "
-                          f"data section gives it no pairs (set data.{split}, or leave it out of "
-                          f"decode.splits)")
+            not_scored(console, split)
             continue
         for name, m in models.items():
             out_file = run_dir / "translations" / f"{split}.{name}.{exp.data.tgt_lang}"

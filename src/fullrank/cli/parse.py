@@ -1,0 +1,68 @@
+"""``fullrank parse CKPT < sentences.txt > trees.txt``: one tokenized sentence per line in (words
+separated by spaces), one bracketed tree per line out; an empty line stays empty.
+
+The trees tag every word ``XX`` (the parser predicts brackets, not part-of-speech tags); score
+them with ``fullrank parse-eval TREES --ref GOLD``. How many outputs needed repair goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="parsing checkpoint directory or run directory (its latest)")
+    p.add_argument("--input", "-i", default=None, help="sentences to parse (default: stdin)")
+    p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
+    p.add_argument("--beam", type=int, default=21, help="beam size ([V17] §6.3: 21)")
+    p.add_argument("--alpha", type=float, default=0.3, help="GNMT length penalty α ([V17]: 0.3)")
+    p.add_argument("--max-len-a", type=float, default=1.0,
+                   help="at most a·|words| + b output tokens ([V17]: input length + 300)")
+    p.add_argument("--max-len-b", type=int, default=300)
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    p.add_argument("--workers", type=int, default=1,
+                   help="CPU: decode this many batches at once (as for translate); the same trees")
+    p.add_argument("--processes", action="store_true",
+                   help="with --workers: forked processes instead of threads (Linux)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def _option(setting: str) -> str:
+    return {"a": "--max-len-a", "b": "--max-len-b"}.get(setting, "--" + setting.replace("_", "-"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from fullrank.data.text import read_lines, read_stdin_lines
+    from fullrank.errors import CheckpointError
+    from fullrank.inference.parse import parse, tree_vocabulary
+    from fullrank.inference.translate import check_settings
+    from fullrank.training.checkpoints import load_checkpoint
+    from fullrank.training.distributed import pick_device
+
+    check_settings(beam=args.beam, batch_size=args.batch_size, a=args.max_len_a,
+                   b=args.max_len_b, workers=args.workers, name=_option)
+    ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
+    trees = tree_vocabulary(ckpt.meta, str(ckpt.path))
+    if ckpt.tokenizer is None:
+        raise CheckpointError(f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
+                              f"vocabulary); use a checkpoint written by a parsing run")
+    lines = read_lines(args.input, allow_blank=True) if args.input else read_stdin_lines()
+    parsed = parse(ckpt.model, ckpt.tokenizer, trees, lines, beam=args.beam, alpha=args.alpha,
+                   a=args.max_len_a, b=args.max_len_b, batch_size=args.batch_size,
+                   progress=args.input is not None, workers=args.workers,
+                   processes=args.processes)
+    text = "".join((p.tree.to_string() if p else "") + "\n" for p in parsed)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    done = [p for p in parsed if p]
+    repairs = Counter(r for p in done for r in p.repairs)
+    print(f"parsed {len(done)} sentences; {sum(p.repaired for p in done)} needed repair"
+          + (f" ({', '.join(f'{k} {n}' for k, n in repairs.most_common())})" if repairs else ""),
+          file=sys.stderr)
+    return 0

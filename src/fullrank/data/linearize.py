@@ -1,0 +1,156 @@
+"""Trees as token sequences for sequence-to-sequence parsing (Vinyals et al. 2015, "Grammar as a
+Foreign Language"; [V17] §6.3), and back.
+
+The scheme, exactly:
+
+- **source**: the sentence's words, separated by spaces (after :func:`~fullrank.data.treebank.clean`:
+  no traces);
+- **target**: the tree depth-first, one token per bracket and per word: a constituent labelled
+  ``L`` opens with ``(L`` and closes with ``)L``; each preterminal — every part-of-speech tag,
+  punctuation tags (``,`` ``.`` ``:`` `````` ``''`` ``-LRB-``…) included — becomes the one
+  placeholder ``XX``. The words themselves are not in the target: the ``i``-th ``XX`` stands
+  for the ``i``-th word of the source.
+
+``Ms. Haag plays Elianti .`` with the tree ``(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP
+(NNP Elianti))) (. .))`` gives ``(S (NP XX XX )NP (VP XX (NP XX )NP )VP XX )S``.
+
+Vinyals et al. replace every tag by ``XX`` too ("since POS tags are not evaluated in the
+syntactic parsing F1 score"); EVALB's punctuation rule reads the tags of the *reference* tree
+(:mod:`fullrank.evaluation.parse_eval`), so nothing is lost by not predicting them.
+
+:func:`delinearize` turns any output sequence into a tree over the input's words, repairing what
+is malformed (:data:`REPAIRS` lists each repair and what it does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fullrank.data.treebank import Tree
+
+PLACEHOLDER = "XX"
+# the label of a root made by repair (over several top-level pieces, or over nothing): the most
+# frequent root label of the Penn Treebank
+ROOT_LABEL = "S"
+
+# every repair delinearize may make, and what it does
+REPAIRS: dict[str, str] = {
+    "unopened": "a closing bracket with nothing open is dropped",
+    "mismatched": "a closing bracket closes the innermost open constituent whatever its label",
+    "unclosed": "constituents still open at the end are closed there",
+    "unknown": "a token that is neither a bracket nor the placeholder (e.g. <unk>) is dropped",
+    "empty": "a constituent over no word is dropped",
+    "roots": "several top-level pieces (or none) are put under one root labelled S",
+    "surplus": "placeholders beyond the number of words are dropped from the end",
+    "missing": "missing placeholders are added at the end of the root",
+}
+
+
+def linearize(tree: Tree) -> list[str]:
+    """The target tokens of ``tree`` (see the module docstring); ``tree`` must be cleaned (no
+    unlabelled node)."""
+    out: list[str] = []
+    _linearize(tree, out)
+    return out
+
+
+def _linearize(tree: Tree, out: list[str]) -> None:
+    if tree.is_preterminal:
+        out.append(PLACEHOLDER)
+        return
+    out.append("(" + tree.label)
+    for child in tree.children:
+        _linearize(child, out)  # type: ignore[arg-type]
+    out.append(")" + tree.label)
+
+
+def with_placeholder_tags(tree: Tree) -> Tree:
+    """A copy of ``tree`` with every part-of-speech tag replaced by ``XX``: what
+    ``delinearize(linearize(tree), tree.leaves())`` gives back."""
+    if tree.is_preterminal:
+        return Tree(PLACEHOLDER, list(tree.children))
+    return Tree(tree.label, [with_placeholder_tags(c) for c in tree.children])  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Delinearized:
+    """A tree read back from target tokens, and the repairs it needed (keys of
+    :data:`REPAIRS`, each once, in the order first needed; empty for a well-formed output)."""
+
+    tree: Tree
+    repairs: tuple[str, ...]
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.repairs)
+
+
+def delinearize(tokens: Sequence[str], words: Sequence[str]) -> Delinearized:
+    """The tree that target ``tokens`` describe, over ``words`` (tagged ``XX``).
+
+    Always a tree whose leaves are exactly ``words`` (``words`` must not be empty): brackets
+    are balanced and placeholders counted as :data:`REPAIRS` says; a well-formed sequence with
+    one placeholder per word needs no repair.
+    """
+    if not words:
+        raise ValueError("delinearize needs at least one word")
+    repairs: dict[str, None] = {}  # an ordered set
+    tops: list[Tree] = []          # finished top-level pieces
+    stack: list[Tree] = []         # open constituents, outermost first
+    for tok in tokens:
+        if tok == PLACEHOLDER:
+            (stack[-1].children if stack else tops).append(Tree(PLACEHOLDER, [""]))
+        elif len(tok) > 1 and tok[0] == "(":
+            node = Tree(tok[1:])
+            (stack[-1].children if stack else tops).append(node)
+            stack.append(node)
+        elif tok[:1] == ")":
+            if not stack:
+                repairs["unopened"] = None
+                continue
+            node = stack.pop()
+            if tok[1:] != node.label:
+                repairs["mismatched"] = None
+        else:
+            repairs["unknown"] = None
+    if stack:
+        repairs["unclosed"] = None
+    if any(not t.children for top in tops for t in top.subtrees()):
+        repairs["empty"] = None
+    pieces = [p for p in (_pruned(t) for t in tops) if p is not None]
+    if len(pieces) == 1 and not pieces[0].is_preterminal:
+        root = pieces[0]
+    else:
+        root = Tree(ROOT_LABEL, pieces)  # type: ignore[arg-type]
+        repairs["roots"] = None
+    leaves = root.preterminals()
+    if len(leaves) > len(words):
+        repairs["surplus"] = None
+        root = _drop_last_leaves(root, len(leaves) - len(words))
+        leaves = root.preterminals()
+    if len(leaves) < len(words):
+        repairs["missing"] = None
+        root.children.extend(Tree(PLACEHOLDER, [""]) for _ in range(len(words) - len(leaves)))
+        leaves = root.preterminals()
+    for leaf, word in zip(leaves, words):
+        leaf.children[0] = word
+    return Delinearized(root, tuple(repairs))
+
+
+def _pruned(tree: Tree) -> Tree | None:
+    """``tree`` without its constituents over no word; ``None`` if it is one."""
+    if tree.is_preterminal:
+        return tree
+    kids = [k for k in (_pruned(c) for c in tree.children) if k is not None]  # type: ignore[arg-type]
+    return Tree(tree.label, kids) if kids else None  # type: ignore[arg-type]
+
+
+def _drop_last_leaves(root: Tree, n: int) -> Tree:
+    """``root`` without its last ``n`` preterminals and the constituents they leave empty
+    (never the root itself: ``n`` is less than its preterminals)."""
+    for leaf in root.preterminals()[-n:]:
+        leaf.children = []  # now a constituent over no word, which pruning removes
+    pruned = _pruned(root)
+    assert pruned is not None
+    return pruned

@@ -1,0 +1,104 @@
+"""Linearized trees: the scheme, the exact round trip over every cleaned tree (the bundled sample
+always, the NLTK sample when ../shared/data is there), and each repair of a malformed output."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from fullrank.data.linearize import (PLACEHOLDER, REPAIRS, delinearize, linearize,
+                                     with_placeholder_tags)
+from fullrank.data.treebank import Tree, load_treebank, read_tree_line, read_trees
+from fullrank.evaluation.parse_eval import score_trees
+from tests.helpers import shared_data
+
+TINY = Path(__file__).parent / "treebank"
+
+
+def tree(text: str) -> Tree:
+    return read_tree_line(text, source="test", line_number=1)
+
+
+def test_the_scheme_of_vinyals_et_al():
+    t = tree("(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .))")
+    assert " ".join(linearize(t)) == "(S (NP XX XX )NP (VP XX (NP XX )NP )VP XX )S"
+
+
+def assert_round_trip(trees: list[Tree]) -> None:
+    back = [delinearize(linearize(t), t.leaves()) for t in trees]
+    assert [b.repairs for b in back] == [()] * len(trees)
+    assert [b.tree for b in back] == [with_placeholder_tags(t) for t in trees]
+    report = score_trees([b.tree for b in back], trees)
+    assert report.all.f1 == 100.0 and report.all.exact_match == 100.0
+    assert report.all.skipped == 0 and report.all.gold > 0
+
+
+def test_round_trip_of_the_bundled_sample():
+    assert_round_trip(load_treebank(TINY, "tiny.mrg").trees)
+
+
+@pytest.mark.slow
+def test_round_trip_of_every_tree_of_the_nltk_sample():
+    root = shared_data("ptb-treebank-sample", "treebank", "combined")
+    split = load_treebank(root, "wsj_*.mrg")
+    assert len(split) == 3914
+    assert_round_trip(split.trees)
+
+
+WORDS = "a b c d e".split()
+
+
+def repaired(text: str, words: list[str] = WORDS) -> tuple[str, tuple[str, ...]]:
+    out = delinearize(text.split(), words)
+    assert out.tree.leaves() == words
+    return out.tree.to_string(), out.repairs
+
+
+@pytest.mark.parametrize("text,expected,repairs", [
+    ("(S (NP XX XX )NP (VP XX XX XX )VP )S",
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ()),
+    ("(S (NP XX XX )NP (VP XX XX XX",  # never closed
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("unclosed",)),
+    (")NP (S (NP XX XX )NP (VP XX XX XX )VP )S )S",  # closes nothing, twice
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("unopened",)),
+    ("(S (NP XX XX )VP (VP XX XX XX )NP )S",  # the innermost closes, whatever the label says
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("mismatched",)),
+    ("(S (NP XX <unk> XX )NP (VP XX XX XX )VP )S",
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("unknown",)),
+    ("(S (NP XX XX )NP (PP )PP (VP XX XX XX (NP )NP )VP )S",
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("empty",)),
+    ("(NP XX XX )NP (VP XX XX XX )VP",  # two roots
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("roots",)),
+    ("", "(S (XX a) (XX b) (XX c) (XX d) (XX e))", ("roots", "missing")),
+    ("XX XX XX XX XX", "(S (XX a) (XX b) (XX c) (XX d) (XX e))", ("roots",)),
+    ("(S (NP XX XX )NP (VP XX XX XX (NP XX XX )NP )VP )S",  # two placeholders too many
+     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("surplus",)),
+    ("(S (NP XX XX )NP (VP XX )VP )S",  # two too few
+     "(S (NP (XX a) (XX b)) (VP (XX c)) (XX d) (XX e))", ("missing",)),
+    ("(S (NP XX XX (VP XX XX XX XX XX XX",
+     "(S (NP (XX a) (XX b) (VP (XX c) (XX d) (XX e))))", ("unclosed", "surplus")),
+])
+def test_each_repair(text, expected, repairs):
+    assert repaired(text) == (expected, repairs)
+    assert set(repairs) <= set(REPAIRS)
+
+
+def test_any_token_sequence_becomes_a_well_formed_tree_over_the_words():
+    rng = random.Random(0)
+    vocab = ["(S", ")S", "(NP", ")NP", "(VP", ")VP", PLACEHOLDER, PLACEHOLDER, "<unk>", ")"]
+    for _ in range(500):
+        words = [f"w{i}" for i in range(rng.randint(1, 9))]
+        out = delinearize([rng.choice(vocab) for _ in range(rng.randint(0, 30))], words)
+        assert out.tree.leaves() == words
+        assert all(t.children for t in out.tree.subtrees())  # no constituent over no word
+        (_, again), = read_trees(out.tree.to_string())    # and it is a readable tree
+        assert again == out.tree
+        # a repaired output's tree linearizes into a sequence that needs no repair
+        assert not delinearize(linearize(out.tree), words).repaired
+
+
+def test_delinearize_needs_words():
+    with pytest.raises(ValueError, match="at least one word"):
+        delinearize(["(S", "XX", ")S"], [])

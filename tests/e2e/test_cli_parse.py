@@ -1,0 +1,159 @@
+"""A tiny parsing run through the CLI: train → parse → parse-eval, and bad input as one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import sys
+
+import pytest
+
+from fullrank.cli import main
+from fullrank.data.treebank import read_tree_line
+
+NOUNS = "dog cat man house car".split()
+
+
+def noun_phrase(rng: random.Random, tag: str = "NP") -> str:
+    if rng.random() < 0.3:
+        return f"({tag} (NNP {rng.choice(['John', 'Mary'])}))"
+    adj = f" (JJ {rng.choice(['big', 'red'])})" if rng.random() < 0.3 else ""
+    return f"({tag} (DT {rng.choice(['the', 'a'])}){adj} (NN {rng.choice(NOUNS)}))"
+
+
+def sentence(rng: random.Random) -> str:
+    """A random treebank-style tree: function tags, an occasional trace, final punctuation."""
+    verb = rng.choice(["sees", "likes", "runs"])
+    vp = f"(VP (VBZ {verb})"
+    if verb != "runs":
+        vp += " " + noun_phrase(rng)
+    if rng.random() < 0.4:
+        vp += f" (PP-LOC (IN {rng.choice(['in', 'with'])}) {noun_phrase(rng)})"
+    if rng.random() < 0.2:
+        vp += " (S (-NONE- *T*-1))"
+    return f"( (S {noun_phrase(rng, 'NP-SBJ')} {vp}) (. .)) )"
+
+
+def write_treebank(root, n_files: int = 10, per_file: int = 30) -> None:
+    rng = random.Random(0)
+    for f in range(1, n_files + 1):
+        trees = [sentence(rng) for _ in range(per_file)]
+        (root / f"wsj_{f:04d}.mrg").write_text("\n".join(trees) + "\n")
+
+
+CONFIG = """
+name: tiny_parse
+task: parse
+out_dir: {out}
+model: {{d_model: 24, n_heads: 3, d_head: 10, d_value: 6, d_ff: 37, n_layers: 1,
+         n_decoder_layers: 2, max_len: 48, seq_len: 16, dropout: 0.0}}
+data: {{root: {root}, train: "wsj_{{0001..0008}}.mrg", valid: wsj_0009.mrg, test: wsj_0010.mrg,
+        tokenizer: word, min_frequency: 2, max_tokens: 512, max_sentence_len: 40,
+        cache_dir: {out}/cache}}
+train: {{steps: 12, lr: 2.0, schedule: noam, warmup: 6, label_smoothing: 0.1, eval_every: 6,
+         save_every: 4, keep_last: 3, log_every: 4, threads: 1}}
+decode: {{beam: 4, alpha: 0.3, b: 300, average_last: 3, batch_size: 7}}
+"""
+
+
+@pytest.fixture(scope="module")
+def parse_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("treebank")
+    write_treebank(root)
+    cfg = root / "parse.yaml"
+    cfg.write_text(CONFIG.format(out=root / "runs", root=root))
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    return root, root / "runs" / "tiny_parse"
+
+
+def test_the_recipe_scores_dev_and_test_with_the_last_and_averaged_models(parse_run, capsys):
+    _, run = parse_run
+    results = json.loads((run / "results.json").read_text())["extra"]["parse"]
+    assert {"valid.last", "valid.avg3", "test.last", "test.avg3"} <= set(results)
+    test = results["test.last"]
+    assert 0.0 <= test["all"]["f1"] <= 100.0 and "len<=40" in test
+    assert 0.0 <= test["repaired"] <= 1.0 and test["sentences_per_s"] > 0
+    assert "not WSJ section 23" in results["note"]
+    gold = (run / "data" / "test.gold").read_text().splitlines()
+    parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
+    assert len(gold) == len(parsed) == 30
+    for g, p in zip(gold, parsed):  # every output a tree over the sentence's words
+        assert read_tree_line(p, source="out", line_number=1).leaves() == \
+            read_tree_line(g, source="gold", line_number=1).leaves()
+
+
+def test_parse_writes_one_tree_per_line_and_keeps_empty_lines(parse_run, tmp_path, capsys,
+                                                               monkeypatch):
+    _, run = parse_run
+    lines = ["the dog sees a cat .", "", "Zork ( runs ) quickly .", "John runs ."]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert main(["parse", str(run), "--beam", "3"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out.split("\n")[:-1]
+    assert len(out) == 4 and out[1] == ""
+    for line, tree in zip(lines, out):
+        if line:
+            words = [{"(": "-LRB-", ")": "-RRB-"}.get(w, w) for w in line.split()]
+            assert read_tree_line(tree, source="out", line_number=1).leaves() == words
+    assert "parsed 3 sentences" in captured.err
+    # the [V17] settings by default (beam 21, α 0.3, +300), from and to files
+    (tmp_path / "in.txt").write_text("a man likes the house .\n")
+    assert main(["parse", str(run), "-i", str(tmp_path / "in.txt"), "-o",
+                 str(tmp_path / "out.txt")]) == 0
+    assert (tmp_path / "out.txt").read_text().startswith("(")
+
+
+def test_parse_eval_prints_the_table(parse_run, capsys):
+    _, run = parse_run
+    gold = run / "data" / "test.gold"
+    assert main(["parse-eval", str(run / "parses" / "test.last.trees"), "--ref", str(gold)]) == 0
+    table = capsys.readouterr().out
+    assert "F1" in table and "exact match" in table and "≤40 words" in table
+    assert main(["parse-eval", str(gold), "--ref", str(gold), "--per-sentence"]) == 0
+    out = capsys.readouterr().out
+    assert "F1                      100.00      100.00" in out and "line" in out.splitlines()[0]
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_bad_input_is_one_line(parse_run, tmp_path, capsys, monkeypatch):
+    root, run = parse_run
+    gold = run / "data" / "test.gold"
+    # a tree whose leaves are not the reference's sentence
+    trees = gold.read_text().splitlines()
+    wrong = read_tree_line(trees[4], source="gold", line_number=5)
+    wrong.preterminals()[0].children = ["xyz"]
+    trees[4] = wrong.to_string()
+    (tmp_path / "hyp.txt").write_text("\n".join(trees) + "\n")
+    assert main(["parse-eval", str(tmp_path / "hyp.txt"), "--ref", str(gold)]) == 2
+    err = one_line_error(capsys)
+    assert f"{tmp_path / 'hyp.txt'} line 5: the tree's" in err and "words differ" in err
+    # a malformed tree in the file to score
+    trees[4] = trees[4][:-1]
+    (tmp_path / "hyp.txt").write_text("\n".join(trees) + "\n")
+    assert main(["parse-eval", str(tmp_path / "hyp.txt"), "--ref", str(gold)]) == 2
+    assert "hyp.txt line 5: a bracket opened here is never closed" in one_line_error(capsys)
+    # a sentence longer than the model's max_len (48 positions)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog runs .\n" + "dog " * 60 + "\n"))
+    assert main(["parse", str(run)]) == 2
+    assert "line 2: 61 source tokens exceed the model's max_len=48" in one_line_error(capsys)
+    # a malformed tree in the training data: its file and line
+    (root / "broken").mkdir()
+    (root / "broken" / "wsj_0001.mrg").write_text("( (S (NP (DT a) (NN b)) (VP (VBZ c))) )\n"
+                                                  "( (S (NP (DT a)) (VP (VBZ c)) (NN d e)) )\n")
+    cfg = root / "parse.yaml"
+    assert main(["train", str(cfg), f"data.root={root / 'broken'}", "data.train=wsj_0001.mrg",
+                 "name=broken", "--quiet"]) == 2
+    err = one_line_error(capsys)
+    assert f"{root / 'broken' / 'wsj_0001.mrg'} line 2: two words under the tag 'NN'" in err
+    # a checkpoint of another task
+    from fullrank.errors import CheckpointError
+    from fullrank.inference.parse import tree_vocabulary
+
+    with pytest.raises(CheckpointError, match="not a parsing checkpoint"):
+        tree_vocabulary({"task": "mt"}, "ckpt")

@@ -1,0 +1,42 @@
+"""The parse task's experiment files: shipped configs, separate vocabularies, what it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fullrank.errors import ConfigError
+from fullrank.recipes.config import load_experiment
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "parse"
+
+
+def test_the_shipped_parse_configs_have_v17s_decoding_and_separate_vocabularies():
+    standard = load_experiment(CONFIGS / "ptb_sample.yaml")
+    fixed = load_experiment(CONFIGS / "ptb_sample_fixed.yaml")
+    for exp in (standard, fixed):
+        assert exp.task == "parse" and exp.model["n_layers"] == 4
+        assert (exp.decode.beam, exp.decode.alpha, exp.decode.a, exp.decode.b) == (21, 0.3, 1.0, 300)
+        assert exp.train.max_minutes is None  # sized in steps, whatever the machine's load
+    a, b = standard.model_config(57, 5284), fixed.model_config(57, 5284)
+    assert a.src_vocab_size == 5284 and not a.shared_vocab
+    assert a.head_sizes == (64, 64) and a.standard_rule
+    assert b.head_sizes == (64, 64) and not b.standard_rule and b.n_heads * 64 > b.d_model
+    assert abs(a.num_params() - b.num_params()) / a.num_params() < 1e-3  # parameter-matched
+
+
+def write(tmp_path: Path, extra: str = "") -> Path:
+    p = tmp_path / "p.yaml"
+    p.write_text("name: p\ntask: parse\nmodel: {d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64}\n"
+                 "data: {train: 'wsj_{0001..0002}.mrg', tokenizer: word}\n" + extra)
+    return p
+
+
+def test_parse_refuses_bleu_only_settings_and_a_bad_min_frequency(tmp_path):
+    with pytest.raises(ConfigError, match="decode.tune_alpha chooses α by BLEU"):
+        load_experiment(write(tmp_path), ["decode.tune_alpha=[0.3,0.6]"])
+    with pytest.raises(ConfigError, match="data.eval_sets is for translation"):
+        load_experiment(write(tmp_path), ["data.eval_sets.x=y"])
+    with pytest.raises(ConfigError, match="data.min_frequency = 0: should be greater than 0"):
+        load_experiment(write(tmp_path), ["data.min_frequency=0"])
