@@ -33,8 +33,8 @@ MODEL = {"layers", "blocks", "models"}
 NOTES = {"layers": "attend(), SDPA, plain KV cache",
          "blocks": "encoder and decoder blocks", "models": "the three model families",
          "fast": "the speed engine: fast.cpu(model)", "training": "one loop; no model class",
-         "inference": "searches, plain decoders, translate", "data": "tokenizers, batches",
-         "evaluation": "BLEU (sacrebleu)", "recipes": "experiment file → run",
+         "inference": "searches, translate, parse", "data": "tokenizers, corpora, batches",
+         "evaluation": "BLEU, EVALB, SQuAD", "recipes": "experiment file → run",
          "analysis": "[B20] theorems, ranks, plots", "cli": "the fullrank command"}
 
 
