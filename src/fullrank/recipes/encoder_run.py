@@ -19,11 +19,10 @@ from torch import nn
 from fullrank import fast
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.errors import ConfigError
-from fullrank.models import build_model
 from fullrank.models.encoder import EncoderConfig
 from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepare_tokenizer
 from fullrank.recipes.config import ExperimentConfig, resolved_yaml
-from fullrank.recipes.init import Start, find_start, init_weights, start_config
+from fullrank.recipes.init import Start, build_initialised, find_start, start_config
 from fullrank.training.checkpoints import latest_checkpoint
 from fullrank.training.distributed import DistInfo, setup
 from fullrank.training.loop import RunOutput, TrainResult
@@ -55,11 +54,8 @@ class EncoderRun:
         cfg = start_config(self.exp, self.start, self.tok.vocab_size, **fields)
         assert isinstance(cfg, EncoderConfig)
         ensure_vocab_matches(self.tok, cfg.vocab_size, f"model.vocab_size in {self.exp.name}")
-        torch.manual_seed(self.exp.train.seed)
-        model = build_model(cfg)
-        init_weights(model, self.exp, self.start, resuming=self.resume_from is not None,
-                     say=self.say)
-        torch.manual_seed(self.exp.train.seed + self.dist.rank)  # dropout differs across ranks
+        model = build_initialised(cfg, self.exp, self.start, resuming=self.resume_from is not None,
+                                  rank=self.dist.rank, say=self.say)
         return model, cfg
 
     def header(self, cfg: EncoderConfig, data_line: str) -> None:

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
-from fullrank.models import ModelConfig, config_from_dict, family_of
+from fullrank.models import ModelConfig, build_model, config_from_dict, family_of
 from fullrank.recipes.config import TASK_MODELS, ExperimentConfig, build_model_config
 from fullrank.training.checkpoints import (MODEL_FILE, TOKENIZER_FILE, read_meta,
                                            read_safetensors, resolve)
@@ -135,3 +136,15 @@ def init_weights(model: nn.Module, exp: ExperimentConfig, start: Start | None, *
     for line in report.lines(start):
         say(line)
     return report
+
+
+def build_initialised(model_cfg: ModelConfig, exp: ExperimentConfig, start: Start | None, *,
+                      resuming: bool, rank: int, say: Any = print) -> nn.Module:
+    """The model of ``model_cfg``, its weights drawn from ``train.seed`` and then taken from
+    ``start`` (:func:`init_weights`); the random state is left at ``train.seed + rank``, so that
+    dropout differs across data-parallel ranks."""
+    torch.manual_seed(exp.train.seed)
+    model = build_model(model_cfg)
+    init_weights(model, exp, start, resuming=resuming, say=say)
+    torch.manual_seed(exp.train.seed + rank)
+    return model

@@ -20,11 +20,10 @@ from fullrank.data.lm import LMBlocks, check_world
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.inference.decoders import LMDecoder
 from fullrank.inference.sampling import sample
-from fullrank.models import build_model
 from fullrank.output import console as make_console
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, keeps_thread_count,
                                      parallel_batch, parallel_line, prepare_tokenizer)
-from fullrank.recipes.init import find_start, init_weights, start_config
+from fullrank.recipes.init import build_initialised, find_start, start_config
 from fullrank.recipes.config import ExperimentConfig, resolved_yaml
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, barrier, setup, sharded, teardown
@@ -67,11 +66,8 @@ def run_lm(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = 
     valid_ids = corpus(exp, exp.data.valid, tok, dist)
     test_ids = corpus(exp, exp.data.test, tok, dist)
 
-    torch.manual_seed(cfg.seed)
-    model = build_model(model_cfg)
-    init_weights(model, exp, origin, resuming=start is not None,
-                 say=console.print if dist.is_main else (lambda _: None))
-    torch.manual_seed(cfg.seed + dist.rank)  # dropout differs across ranks
+    model = build_initialised(model_cfg, exp, origin, resuming=start is not None, rank=dist.rank,
+                              say=console.print if dist.is_main else (lambda _: None))
     n_params = sum(p.numel() for p in model.parameters())
     data = LMBlocks(train_ids, seq_len=model_cfg.seq_len, batch_size=cfg.batch_size,
                     seed=cfg.seed, name=exp.data.train)

@@ -21,11 +21,11 @@ from fullrank import fast
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.translation import EncodedPairs, ParallelBatches
 from fullrank.errors import CheckpointError
-from fullrank.models import EncoderDecoderConfig, build_model
+from fullrank.models import EncoderDecoderConfig
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, parallel_batch,
                                      parallel_line)
 from fullrank.recipes.config import ExperimentConfig, resolved_yaml
-from fullrank.recipes.init import Start, init_weights
+from fullrank.recipes.init import Start, build_initialised
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint
 from fullrank.training.distributed import DistInfo, setup, sharded, teardown
@@ -66,11 +66,8 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
         sampler: new token ids of the training pairs each epoch (BPE-dropout), or ``None``.
     """
     cfg, data = exp.train, exp.data
-    torch.manual_seed(cfg.seed)
-    model = build_model(model_cfg)
-    init_weights(model, exp, origin, resuming=start is not None,
-                 say=console.print if dist.is_main else (lambda _: None))
-    torch.manual_seed(cfg.seed + dist.rank)  # dropout differs across ranks
+    model = build_initialised(model_cfg, exp, origin, resuming=start is not None, rank=dist.rank,
+                              say=console.print if dist.is_main else (lambda _: None))
     n_params = sum(p.numel() for p in model.parameters())
     ids = dict(pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
     batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, seed=cfg.seed,
