@@ -21,8 +21,6 @@ from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
 from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import PretrainData
 from fullrank.recipes.encoder_run import open_run
-from fullrank.training.distributed import teardown
-from fullrank.training.loop import train
 from fullrank.training.tasks import MaskedLMWithNSP
 
 
@@ -91,12 +89,8 @@ def run_bert(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool 
         assert valid is not None
         return task.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=limit)
 
-    with run.engine(model):
-        result = train(model, task, batches, cfg, dist=run.dist, out=out,
-                       resume_from=run.resume_from, progress=progress, d_model=model_cfg.d_model,
+    report = run.train(model, model_cfg, task, batches, out, progress=progress,
                        evaluate=evaluate if valid else None)
-    teardown()
-    report = run.report(result, model_cfg, out)
     if run.dist.is_main:
         if valid is not None:
             model.eval()

@@ -17,8 +17,6 @@ from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
 from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile
 from fullrank.recipes.encoder_run import open_run
-from fullrank.training.distributed import teardown
-from fullrank.training.loop import train
 from fullrank.training.tasks import SequenceClassification
 
 
@@ -79,12 +77,8 @@ def run_classify(exp: ExperimentConfig, *, resume: Resume = "never", progress: b
         assert valid is not None
         return task.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=cfg.eval_batches)
 
-    with run.engine(model):
-        result = train(model, task, train_set, cfg, dist=run.dist, out=out,
-                       resume_from=run.resume_from, progress=progress, d_model=model_cfg.d_model,
+    report = run.train(model, model_cfg, task, train_set, out, progress=progress,
                        evaluate=evaluate if valid else None)
-    teardown()
-    report = run.report(result, model_cfg, out)
     if run.dist.is_main:
         model.eval()
         sets = ({"valid": valid} if valid else {}) | extra

@@ -4,7 +4,6 @@ line; and writing ``results.json`` and the curves at the end."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -24,8 +23,8 @@ from fullrank.recipes.common import Resume, RunReport, find_resume_point, prepar
 from fullrank.recipes.config import ExperimentConfig, resolved_yaml
 from fullrank.recipes.init import Start, build_initialised, find_start, start_config
 from fullrank.training.checkpoints import latest_checkpoint
-from fullrank.training.distributed import DistInfo, setup
-from fullrank.training.loop import RunOutput, TrainResult
+from fullrank.training.distributed import DistInfo, setup, teardown
+from fullrank.training.loop import RunOutput, TrainResult, train
 from fullrank.training.metrics import plot_run
 
 
@@ -79,10 +78,20 @@ class EncoderRun:
         return RunOutput(self.run_dir, cfg, self.tok, self.meta(**extra),
                          config_yaml=resolved_yaml(self.exp, cfg))
 
-    def engine(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
-        """The speed engine around training ``model`` (:func:`fullrank.fast.cpu`; oneDNN's
-        products only on the CPU and where ``train.fast_matmul`` asks for them)."""
-        return fast.cpu(model, onednn=self.exp.train.fast_matmul and self.dist.device.type == "cpu")
+    def train(self, model: nn.Module, cfg: EncoderConfig, task: Any, batches: Any,
+              out: RunOutput, *, progress: bool,
+              evaluate: Callable[[nn.Module], dict[str, float]] | None) -> RunReport:
+        """Train ``model`` on ``batches`` inside the speed engine (:func:`fullrank.fast.cpu`;
+        oneDNN's products only on the CPU and where ``train.fast_matmul`` asks for them), leave
+        the process group, and return the run's report (:meth:`report`)."""
+        train_cfg = self.exp.train
+        onednn = train_cfg.fast_matmul and self.dist.device.type == "cpu"
+        with fast.cpu(model, onednn=onednn):
+            result = train(model, task, batches, train_cfg, dist=self.dist, out=out,
+                           resume_from=self.resume_from, progress=progress,
+                           d_model=cfg.d_model, evaluate=evaluate)
+        teardown()  # every rank together; what follows is rank 0's alone
+        return self.report(result, cfg, out)
 
     def meta(self, **extra: Any) -> dict[str, Any]:
         """What every checkpoint of the run records besides the weights."""

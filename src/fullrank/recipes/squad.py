@@ -19,8 +19,6 @@ from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
 from fullrank.recipes.config import ExperimentConfig
 from fullrank.recipes.encoder_data import SquadData
 from fullrank.recipes.encoder_run import open_run
-from fullrank.training.distributed import teardown
-from fullrank.training.loop import train
 from fullrank.training.tasks import SpanExtraction
 
 
@@ -98,12 +96,8 @@ def run_squad(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         return evaluate_questions(m, qs, run.tok, data, model_cfg.seq_len, run.dist.device,
                                   eval_bs)[0]
 
-    with run.engine(model):
-        result = train(model, task, batches, cfg, dist=run.dist, out=out,
-                       resume_from=run.resume_from, progress=progress, d_model=model_cfg.d_model,
+    report = run.train(model, model_cfg, task, batches, out, progress=progress,
                        evaluate=evaluate if test_q else None)
-    teardown()
-    report = run.report(result, model_cfg, out)
     report.extra["skipped_training_answers"] = len(windows.skipped)
     if run.dist.is_main and test_q:
         model.eval()
