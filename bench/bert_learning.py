@@ -1,0 +1,175 @@
+"""Does BERT pre-training learn alike in fullrank and in Hugging Face? Both models train on the
+same masked batches of a pre-training config, with the same optimiser and schedule, and report
+validation masked-LM accuracy and perplexity side by side.
+
+    python bench/bert_learning.py                          # configs/bert/pretrain.yaml, 600 steps
+    python bench/bert_learning.py --steps 3000 --set data.root=/data
+
+What it compares: fullrank's :class:`~fullrank.models.encoder.Encoder` (its MLM head on the
+gathered positions) against ``transformers.BertForPreTraining`` (eager attention) of the same
+shape, each from its own random initialisation (both BERT's ``N(0, 0.02)``), trained with a plain
+PyTorch loop — AdamW, weight decay 0.01 on matrices, linear warm-up (10%) and decay, gradient
+clipping at 1 — on the batches of :class:`~fullrank.data.bert_pretraining.PretrainingBatches`
+(the recipe's pairs and masks). Validation: the first ``--eval-batches`` batches of 64 validation
+pairs with fixed masks. If fullrank's curve matched Hugging Face's and both were poor, the data
+or the schedule limits learning, not the model. Writes ``bench/results/bert_learning.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine, write  # noqa: E402
+
+from fullrank.data.bert_pretraining import (PretrainingBatches, make_instances,  # noqa: E402
+                                            masking_rule, read_documents, tokenize_documents)
+from fullrank.models.encoder import Encoder, EncoderConfig  # noqa: E402
+from fullrank.recipes.bert import train_wordpiece  # noqa: E402
+from fullrank.recipes.config import load_experiment  # noqa: E402
+
+Loss = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch → (loss, MLM logits (N, V))
+
+
+def fullrank_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss]:
+    m = Encoder(cfg)
+
+    def loss(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        i = b.inputs
+        h = m(i.tokens, segments=i.segments, mask=i.mask)
+        picked = h.reshape(-1, h.shape[-1]).index_select(0, b.mlm_index)
+        logits = F.linear(m.mlm_hidden(picked), m.mlm.output_weight, m.mlm.bias)
+        nsp = F.cross_entropy(m.nsp_logits(h), b.nsp_labels)
+        return F.cross_entropy(logits, b.mlm_labels) + nsp, logits
+    return m, loss
+
+
+def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss]:
+    from transformers import BertConfig, BertForPreTraining
+    m = BertForPreTraining(BertConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
+        max_position_embeddings=cfg.max_len, hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.attn_dropout, attn_implementation="eager"))
+
+    def loss(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        i = b.inputs
+        seq, pooled = m.bert(input_ids=i.tokens, token_type_ids=i.segments,
+                             attention_mask=i.mask.long())[:2]
+        picked = seq.reshape(-1, seq.shape[-1]).index_select(0, b.mlm_index)
+        logits = m.cls.predictions(picked)
+        nsp = F.cross_entropy(m.cls.seq_relationship(pooled), b.nsp_labels)
+        return F.cross_entropy(logits, b.mlm_labels) + nsp, logits
+    return m, loss
+
+
+def run(name: str, model: torch.nn.Module, loss: Loss, train: PretrainingBatches,
+        valid: PretrainingBatches, args: argparse.Namespace) -> list[dict[str, float]]:
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": rest, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.999), eps=1e-6)
+    warm = max(1, args.steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (args.steps - s) / (args.steps - warm))))
+
+    def evaluate() -> tuple[float, float]:
+        model.eval()
+        right = n = 0
+        nll = 0.0
+        with torch.no_grad():
+            for k, b in enumerate(valid.eval_batches(64)):
+                if k == args.eval_batches:
+                    break
+                _, logits = loss(b)
+                right += int((logits.argmax(-1) == b.mlm_labels).sum())
+                nll += float(F.cross_entropy(logits, b.mlm_labels, reduction="sum"))
+                n += len(b.mlm_labels)
+        model.train()
+        return 100.0 * right / n, math.exp(nll / n)
+
+    torch.manual_seed(args.seed)
+    rows, begun, epoch, index = [], time.perf_counter(), 0, 0
+    every = max(1, args.steps // args.points)
+    for step in range(1, args.steps + 1):
+        batch = train.get(epoch, index)
+        index += 1
+        if index == len(train):
+            epoch, index = epoch + 1, 0
+        value, _ = loss(batch)
+        opt.zero_grad()
+        value.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % every == 0 or step == args.steps:
+            acc, ppl = evaluate()
+            rows.append({"step": step, "acc": acc, "ppl": ppl})
+            print(f"{name:>8} step {step:>6}: MLM accuracy {acc:5.2f}% · perplexity {ppl:7.1f} "
+                  f"({time.perf_counter() - begun:.0f} s)", flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="configs/bert/pretrain.yaml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--lr", type=float, default=None, help="peak rate (default: the config's)")
+    p.add_argument("--points", type=int, default=6, help="evaluations per run")
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    exp = load_experiment(args.config, args.set)
+    data, cfg = exp.data, exp.train
+    args.lr = args.lr or cfg.lr
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = train_wordpiece(data, Path(tmp) / "wordpiece.json")
+    model_cfg = EncoderConfig(vocab_size=tok.vocab_size, **{
+        k: v for k, v in exp.model.items() if k in EncoderConfig.__dataclass_fields__})
+
+    def pairs(name: str) -> list:
+        docs = read_documents(data.path(name), data.corpus_format)
+        corpus = tokenize_documents(docs, tok, skip_short=data.short_documents == "skip")
+        return make_instances(corpus, max_seq_len=model_cfg.seq_len, seed=cfg.seed)
+
+    rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
+    ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
+    train = PretrainingBatches(pairs(data.train), rule, batch_size=cfg.batch_size, seed=cfg.seed,
+                               masking=data.masking, **ids)
+    valid = PretrainingBatches(pairs(data.valid), rule, batch_size=64, masking="static", **ids)
+    results = {}
+    for name, build in (("fullrank", fullrank_model), ("hf", hf_model)):
+        torch.manual_seed(args.seed)
+        model, loss = build(model_cfg)
+        print(f"{name}: {sum(q.numel() for q in model.parameters()):,} parameters", flush=True)
+        results[name] = run(name, model, loss, train, valid, args)
+
+    lines = ["# BERT pre-training, fullrank and Hugging Face on the same batches\n",
+             f"`python bench/bert_learning.py --config {args.config} --steps {args.steps} "
+             f"--lr {args.lr:g}` · {machine().get('cpu', 'CPU')} · {args.threads} thread(s)\n",
+             "| step | fullrank MLM acc % | HF MLM acc % | fullrank ppl | HF ppl |",
+             "|---:|---:|---:|---:|---:|"]
+    for a, b in zip(results["fullrank"], results["hf"]):
+        lines.append(f"| {a['step']} | {a['acc']:.2f} | {b['acc']:.2f} | {a['ppl']:.1f} | "
+                     f"{b['ppl']:.1f} |")
+    write("bert_learning", "\n".join(lines) + "\n", {"args": vars(args), "machine": machine(),
+                                                      "results": results})
+    print("\n".join(lines[2:]))
+
+
+if __name__ == "__main__":
+    main()
