@@ -21,8 +21,8 @@ def test_the_shipped_parse_configs_have_v17s_decoding_and_separate_vocabularies(
         assert exp.train.max_minutes is None  # sized in steps, whatever the machine's load
     a, b = standard.model_config(57, 5284), fixed.model_config(57, 5284)
     assert a.src_vocab_size == 5284 and not a.shared_vocab
-    assert a.head_sizes == (64, 64) and a.standard_rule
-    assert b.head_sizes == (64, 64) and not b.standard_rule and b.n_heads * 64 > b.d_model
+    assert a.head_sizes == (32, 32) and a.standard_rule
+    assert b.head_sizes == (32, 32) and not b.standard_rule and b.n_heads * 32 > b.d_model
     assert abs(a.num_params() - b.num_params()) / a.num_params() < 1e-3  # parameter-matched
 
 
