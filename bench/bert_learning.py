@@ -8,8 +8,10 @@ validation masked-LM accuracy and perplexity side by side.
 What it compares: fullrank's :class:`~fullrank.models.encoder.Encoder` (its MLM head on the
 gathered positions) against ``transformers.BertForPreTraining`` (eager attention) of the same
 shape, each from its own random initialisation (both BERT's ``N(0, 0.02)``), trained with a plain
-PyTorch loop — AdamW, weight decay 0.01 on matrices, linear warm-up (10%) and decay, gradient
-clipping at 1 — on the batches of :class:`~fullrank.data.bert_pretraining.PretrainingBatches`
+PyTorch loop and the recipe's optimiser and schedule (:func:`~fullrank.training.optim.make_optimizer`,
+:func:`~fullrank.training.schedules.make_schedule`: AdamW, weight decay 0.01 on matrices, linear
+warm-up over 10% of ``--steps`` and decay, the config's gradient clipping) on the batches of
+:class:`~fullrank.data.bert_pretraining.PretrainingBatches`
 (the recipe's pairs and masks). Validation: the first ``--eval-batches`` batches of 64 validation
 pairs with fixed masks. If fullrank's curve matched Hugging Face's and both were poor, the data
 or the schedule limits learning, not the model. Writes ``bench/results/bert_learning.md``.
@@ -18,6 +20,7 @@ or the schedule limits learning, not the model. Writes ``bench/results/bert_lear
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import tempfile
@@ -37,6 +40,8 @@ from fullrank.data.bert_pretraining import (PretrainingBatches, make_instances, 
 from fullrank.models.encoder import Encoder, EncoderConfig  # noqa: E402
 from fullrank.recipes.bert import train_wordpiece  # noqa: E402
 from fullrank.recipes.config import load_experiment  # noqa: E402
+from fullrank.training.optim import make_optimizer  # noqa: E402
+from fullrank.training.schedules import make_schedule  # noqa: E402
 
 Loss = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch → (loss, MLM logits (N, V))
 
@@ -75,14 +80,8 @@ def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss]:
 
 def run(name: str, model: torch.nn.Module, loss: Loss, train: PretrainingBatches,
         valid: PretrainingBatches, args: argparse.Namespace) -> list[dict[str, float]]:
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": rest, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.999), eps=1e-6)
-    warm = max(1, args.steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warm, max(0.0, (args.steps - s) / (args.steps - warm))))
+    opt = make_optimizer(model, args.train)
+    schedule = make_schedule(args.train)
 
     def evaluate() -> tuple[float, float]:
         model.eval()
@@ -110,9 +109,11 @@ def run(name: str, model: torch.nn.Module, loss: Loss, train: PretrainingBatches
         value, _ = loss(batch)
         opt.zero_grad()
         value.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if args.train.clip_grad:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.train.clip_grad)
+        for group in opt.param_groups:
+            group["lr"] = schedule(step)
         opt.step()
-        sched.step()
         if step % every == 0 or step == args.steps:
             acc, ppl = evaluate()
             rows.append({"step": step, "acc": acc, "ppl": ppl})
@@ -136,6 +137,9 @@ def main() -> None:
     exp = load_experiment(args.config, args.set)
     data, cfg = exp.data, exp.train
     args.lr = args.lr or cfg.lr
+    # the recipe's optimiser and schedule, over --steps with a 10% warm-up
+    args.train = dataclasses.replace(cfg, steps=args.steps, lr=args.lr,
+                                     warmup=max(1, args.steps // 10))
     with tempfile.TemporaryDirectory() as tmp:
         tok = train_wordpiece(data, Path(tmp) / "wordpiece.json")
     model_cfg = EncoderConfig(vocab_size=tok.vocab_size, **{
@@ -166,7 +170,8 @@ def main() -> None:
     for a, b in zip(results["fullrank"], results["hf"]):
         lines.append(f"| {a['step']} | {a['acc']:.2f} | {b['acc']:.2f} | {a['ppl']:.1f} | "
                      f"{b['ppl']:.1f} |")
-    write("bert_learning", "\n".join(lines) + "\n", {"args": vars(args), "machine": machine(),
+    settings = {k: v for k, v in vars(args).items() if k != "train"}
+    write("bert_learning", "\n".join(lines) + "\n", {"args": settings, "machine": machine(),
                                                       "results": results})
     print("\n".join(lines[2:]))
 
