@@ -16,7 +16,7 @@ def test_the_shipped_parse_configs_have_v17s_decoding_and_separate_vocabularies(
     standard = load_experiment(CONFIGS / "ptb_sample.yaml")
     fixed = load_experiment(CONFIGS / "ptb_sample_fixed.yaml")
     for exp in (standard, fixed):
-        assert exp.task == "parse" and exp.model["n_layers"] == 4
+        assert exp.task == "parse" and exp.model["n_layers"] == exp.model["n_decoder_layers"] == 2
         assert (exp.decode.beam, exp.decode.alpha, exp.decode.a, exp.decode.b) == (21, 0.3, 1.0, 300)
         assert exp.train.max_minutes is None  # sized in steps, whatever the machine's load
     a, b = standard.model_config(57, 5284), fixed.model_config(57, 5284)
