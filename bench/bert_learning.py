@@ -5,10 +5,11 @@ validation masked-LM accuracy and perplexity side by side.
     python bench/bert_learning.py                          # configs/bert/pretrain.yaml, 600 steps
     python bench/bert_learning.py --steps 3000 --set data.root=/data
 
-What it compares: fullrank's :class:`~fullrank.models.encoder.Encoder` (its MLM head on the
-gathered positions) against ``transformers.BertForPreTraining`` (eager attention) of the same
-shape, each from its own random initialisation (both BERT's ``N(0, 0.02)``), trained with a plain
-PyTorch loop and the recipe's optimiser and schedule (:func:`~fullrank.training.optim.make_optimizer`,
+What it compares: fullrank's :class:`~fullrank.models.encoder.Encoder`, trained and measured
+through the recipe's :class:`~fullrank.training.tasks.MaskedLMWithNSP`, against
+``transformers.BertForPreTraining`` (eager attention) of the same shape, each from its own random
+initialisation (both BERT's ``N(0, 0.02)``), trained with a plain PyTorch loop and the recipe's
+optimiser and schedule (:func:`~fullrank.training.optim.make_optimizer`,
 :func:`~fullrank.training.schedules.make_schedule`: AdamW, weight decay 0.01 on matrices, linear
 warm-up over 10% of ``--steps`` and decay, the config's gradient clipping) on the batches of
 :class:`~fullrank.data.bert_pretraining.PretrainingBatches`
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -42,24 +44,28 @@ from fullrank.recipes.bert import train_wordpiece  # noqa: E402
 from fullrank.recipes.config import load_experiment  # noqa: E402
 from fullrank.training.optim import make_optimizer  # noqa: E402
 from fullrank.training.schedules import make_schedule  # noqa: E402
+from fullrank.training.tasks import MaskedLMWithNSP  # noqa: E402
 
-Loss = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch → (loss, MLM logits (N, V))
-
-
-def fullrank_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss]:
-    m = Encoder(cfg)
-
-    def loss(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        i = b.inputs
-        h = m(i.tokens, segments=i.segments, mask=i.mask)
-        picked = h.reshape(-1, h.shape[-1]).index_select(0, b.mlm_index)
-        logits = F.linear(m.mlm_hidden(picked), m.mlm.output_weight, m.mlm.bias)
-        nsp = F.cross_entropy(m.nsp_logits(h), b.nsp_labels)
-        return F.cross_entropy(logits, b.mlm_labels) + nsp, logits
-    return m, loss
+Loss = Callable[[Any], torch.Tensor]  # batch → BERT's loss, mean MLM + mean NSP
+Evaluate = Callable[[Iterable[Any]], tuple[float, float]]  # batches → (MLM accuracy %, perplexity)
 
 
-def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss]:
+def fullrank_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss, Evaluate]:
+    """fullrank's encoder with the recipe's own loss and evaluation (:class:`MaskedLMWithNSP`)."""
+    m, task = Encoder(cfg), MaskedLMWithNSP()
+
+    def loss(b: Any) -> torch.Tensor:
+        out = task.loss(m, b)
+        return out.loss / out.n_tokens
+
+    def evaluate(batches: Iterable[Any]) -> tuple[float, float]:
+        r = task.evaluate(m, batches, torch.device("cpu"))
+        return r["mlm_acc"], r["mlm_ppl"]
+    return m, loss, evaluate
+
+
+def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss, Evaluate]:
+    """``BertForPreTraining`` of the same shape; the same loss and measures, written for its heads."""
     from transformers import BertConfig, BertForPreTraining
     m = BertForPreTraining(BertConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
@@ -67,36 +73,41 @@ def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss]:
         max_position_embeddings=cfg.max_len, hidden_dropout_prob=cfg.dropout,
         attention_probs_dropout_prob=cfg.attn_dropout, attn_implementation="eager"))
 
-    def loss(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(b: Any) -> tuple[torch.Tensor, torch.Tensor]:  # MLM logits (N, V), NSP (B, 2)
         i = b.inputs
         seq, pooled = m.bert(input_ids=i.tokens, token_type_ids=i.segments,
                              attention_mask=i.mask.long())[:2]
         picked = seq.reshape(-1, seq.shape[-1]).index_select(0, b.mlm_index)
-        logits = m.cls.predictions(picked)
-        nsp = F.cross_entropy(m.cls.seq_relationship(pooled), b.nsp_labels)
-        return F.cross_entropy(logits, b.mlm_labels) + nsp, logits
-    return m, loss
+        return m.cls.predictions(picked), m.cls.seq_relationship(pooled)
+
+    def loss(b: Any) -> torch.Tensor:
+        mlm, nsp = forward(b)
+        return F.cross_entropy(mlm, b.mlm_labels) + F.cross_entropy(nsp, b.nsp_labels)
+
+    @torch.no_grad()
+    def evaluate(batches: Iterable[Any]) -> tuple[float, float]:
+        right = n = 0
+        nll = 0.0
+        for b in batches:
+            logits, _ = forward(b)
+            right += int((logits.argmax(-1) == b.mlm_labels).sum())
+            nll += float(F.cross_entropy(logits, b.mlm_labels, reduction="sum"))
+            n += len(b.mlm_labels)
+        return 100.0 * right / n, math.exp(nll / n)
+    return m, loss, evaluate
 
 
-def run(name: str, model: torch.nn.Module, loss: Loss, train: PretrainingBatches,
-        valid: PretrainingBatches, args: argparse.Namespace) -> list[dict[str, float]]:
+def run(name: str, model: torch.nn.Module, loss: Loss, evaluate: Evaluate,
+        train: PretrainingBatches, valid: PretrainingBatches,
+        args: argparse.Namespace) -> list[dict[str, float]]:
     opt = make_optimizer(model, args.train)
     schedule = make_schedule(args.train)
 
-    def evaluate() -> tuple[float, float]:
+    def measure() -> tuple[float, float]:
         model.eval()
-        right = n = 0
-        nll = 0.0
-        with torch.no_grad():
-            for k, b in enumerate(valid.eval_batches(64)):
-                if k == args.eval_batches:
-                    break
-                _, logits = loss(b)
-                right += int((logits.argmax(-1) == b.mlm_labels).sum())
-                nll += float(F.cross_entropy(logits, b.mlm_labels, reduction="sum"))
-                n += len(b.mlm_labels)
+        out = evaluate(itertools.islice(valid.eval_batches(64), args.eval_batches))
         model.train()
-        return 100.0 * right / n, math.exp(nll / n)
+        return out
 
     torch.manual_seed(args.seed)
     rows, begun, epoch, index = [], time.perf_counter(), 0, 0
@@ -106,7 +117,7 @@ def run(name: str, model: torch.nn.Module, loss: Loss, train: PretrainingBatches
         index += 1
         if index == len(train):
             epoch, index = epoch + 1, 0
-        value, _ = loss(batch)
+        value = loss(batch)
         opt.zero_grad()
         value.backward()
         if args.train.clip_grad:
@@ -115,7 +126,7 @@ def run(name: str, model: torch.nn.Module, loss: Loss, train: PretrainingBatches
             group["lr"] = schedule(step)
         opt.step()
         if step % every == 0 or step == args.steps:
-            acc, ppl = evaluate()
+            acc, ppl = measure()
             rows.append({"step": step, "acc": acc, "ppl": ppl})
             print(f"{name:>8} step {step:>6}: MLM accuracy {acc:5.2f}% · perplexity {ppl:7.1f} "
                   f"({time.perf_counter() - begun:.0f} s)", flush=True)
@@ -158,9 +169,9 @@ def main() -> None:
     results = {}
     for name, build in (("fullrank", fullrank_model), ("hf", hf_model)):
         torch.manual_seed(args.seed)
-        model, loss = build(model_cfg)
+        model, loss, evaluate = build(model_cfg)
         print(f"{name}: {sum(q.numel() for q in model.parameters()):,} parameters", flush=True)
-        results[name] = run(name, model, loss, train, valid, args)
+        results[name] = run(name, model, loss, evaluate, train, valid, args)
 
     lines = ["# BERT pre-training, fullrank and Hugging Face on the same batches\n",
              f"`python bench/bert_learning.py --config {args.config} --steps {args.steps} "
