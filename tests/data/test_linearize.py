@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fullrank.data.linearize import (PLACEHOLDER, REPAIRS, delinearize, linearize,
+from fullrank.data.linearize import (PLACEHOLDER, REPAIRS, delinearize, linearize, placeholders,
                                      with_placeholder_tags)
 from fullrank.data.treebank import Tree, load_treebank, read_tree_line, read_trees
 from fullrank.evaluation.parse_eval import score_trees
@@ -26,8 +26,17 @@ def test_the_scheme_of_vinyals_et_al():
     assert " ".join(linearize(t)) == "(S (NP XX XX )NP (VP XX (NP XX )NP )VP XX )S"
 
 
+def test_the_word_scheme_writes_each_word_where_its_tag_was():
+    t = tree("(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .))")
+    words = linearize(t, "word")
+    assert " ".join(words) == "(S (NP Ms. Haag )NP (VP plays (NP Elianti )NP )VP . )S"
+    assert placeholders(words) == linearize(t)
+    assert placeholders(["(S", "<unk>", ")", ")S"]) == ["(S", "XX", "XX", ")S"]
+
+
 def assert_round_trip(trees: list[Tree]) -> None:
     back = [delinearize(linearize(t), t.leaves()) for t in trees]
+    assert [delinearize(placeholders(linearize(t, "word")), t.leaves()) for t in trees] == back
     assert [b.repairs for b in back] == [()] * len(trees)
     assert [b.tree for b in back] == [with_placeholder_tags(t) for t in trees]
     report = score_trees([b.tree for b in back], trees)

@@ -11,6 +11,7 @@ import pytest
 
 from fullrank.cli import main
 from fullrank.data.treebank import read_tree_line
+from fullrank.training.checkpoints import read_meta
 
 NOUNS = "dog cat man house car".split()
 
@@ -73,7 +74,7 @@ def test_the_recipe_scores_dev_and_test_with_the_last_and_averaged_models(parse_
     assert {"valid.last", "valid.avg3", "test.last", "test.avg3"} <= set(results)
     test = results["test.last"]
     assert 0.0 <= test["all"]["f1"] <= 100.0 and "len<=40" in test
-    assert 0.0 <= test["repaired"] <= 1.0 and test["sentences_per_s"] > 0
+    assert test["repaired"] == 0.0 and test["sentences_per_s"] > 0  # constrained search
     assert "not WSJ section 23" in results["note"]
     gold = (run / "data" / "test.gold").read_text().splitlines()
     parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
@@ -102,6 +103,35 @@ def test_parse_writes_one_tree_per_line_and_keeps_empty_lines(parse_run, tmp_pat
     assert main(["parse", str(run), "-i", str(tmp_path / "in.txt"), "-o",
                  str(tmp_path / "out.txt")]) == 0
     assert (tmp_path / "out.txt").read_text().startswith("(")
+
+
+def test_the_word_scheme_and_unconstrained_search(parse_run, tmp_path, capsys, monkeypatch):
+    root, run = parse_run
+    assert main(["train", str(root / "parse.yaml"), "data.tree_leaves=word", "name=tiny_words",
+                 "decode.average_last=0", "--quiet"]) == 0
+    words_run = root / "runs" / "tiny_words"
+    latest = (words_run / "checkpoints" / "latest").read_text().strip()
+    assert read_meta(words_run / "checkpoints" / latest)["tree_leaves"] == "word"
+    sources = (words_run / "data" / "train.words").read_text().splitlines()
+    targets = (words_run / "data" / "train.trees").read_text().splitlines()
+    for s, t in zip(sources, targets):  # the words in order where the tags were
+        assert [w for w in t.split() if w[0] not in "()"] == s.split()
+    results = json.loads((words_run / "results.json").read_text())["extra"]["parse"]
+    assert results["test.last"]["repaired"] == 0.0
+    gold = (words_run / "data" / "test.gold").read_text().splitlines()
+    parsed = (words_run / "parses" / "test.last.trees").read_text().splitlines()
+    for g, p in zip(gold, parsed):
+        assert read_tree_line(p, source="out", line_number=1).leaves() == \
+            read_tree_line(g, source="gold", line_number=1).leaves()
+    capsys.readouterr()
+    # both checkpoints parse freely too; stderr counts the outputs that needed repair
+    for r in (run, words_run):
+        monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\nJohn runs .\n"))
+        assert main(["parse", str(r), "--unconstrained", "--beam", "2"]) == 0
+        captured = capsys.readouterr()
+        assert len(captured.out.splitlines()) == 2 and "parsed 2 sentences;" in captured.err
+        for line, tree in zip(["the dog sees a cat .", "John runs ."], captured.out.splitlines()):
+            assert read_tree_line(tree, source="out", line_number=1).leaves() == line.split()
 
 
 def test_parse_eval_prints_the_table(parse_run, capsys):

@@ -121,6 +121,14 @@ def test_decoding_and_sampling_settings_fail_when_loaded_not_after_training(tmp_
         load_experiment(write(tmp_path, BASE), [override])
 
 
+def test_tree_leaves_is_a_parsing_setting_with_two_values(tmp_path):
+    with pytest.raises(ConfigError, match=r"data\.tree_leaves = 'words': should be 'placeholder' "
+                                          r"or 'word'"):
+        load_experiment(write(tmp_path, BASE), ["data.tree_leaves=words"])
+    with pytest.raises(ConfigError, match=r"data\.tree_leaves is for parsing \(task: parse\)"):
+        load_experiment(write(tmp_path, BASE), ["data.tree_leaves=word"])
+
+
 def test_overrides_and_toml(tmp_path):
     exp = load_experiment(write(tmp_path, BASE), ["train.steps=7", "model.d_head=24",
                                                   "model.n_heads=3", "data.valid=v.txt"])

@@ -20,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len-a", type=float, default=1.0,
                    help="at most a·|words| + b output tokens ([V17]: input length + 300)")
     p.add_argument("--max-len-b", type=int, default=300)
+    p.add_argument("--unconstrained", action="store_true",
+                   help="let the model write any token sequence and repair malformed trees "
+                        "afterwards (default: the search only writes well-formed trees over "
+                        "the input's words)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     p.add_argument("--workers", type=int, default=1,
                    help="CPU: decode this many batches at once (as for translate); the same trees")
@@ -37,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.errors import CheckpointError
-    from fullrank.inference.parse import parse, tree_vocabulary
+    from fullrank.inference.parse import parse, tree_leaves, tree_vocabulary
     from fullrank.inference.translate import check_settings
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
@@ -53,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     parsed = parse(ckpt.model, ckpt.tokenizer, trees, lines, beam=args.beam, alpha=args.alpha,
                    a=args.max_len_a, b=args.max_len_b, batch_size=args.batch_size,
                    progress=args.input is not None, workers=args.workers,
-                   processes=args.processes)
+                   processes=args.processes, leaves=tree_leaves(ckpt.meta, str(ckpt.path)),
+                   constrained=not args.unconstrained)
     text = "".join((p.tree.to_string() if p else "") + "\n" for p in parsed)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

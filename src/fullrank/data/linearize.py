@@ -18,6 +18,12 @@ Vinyals et al. replace every tag by ``XX`` too ("since POS tags are not evaluate
 syntactic parsing F1 score"); EVALB's punctuation rule reads the tags of the *reference* tree
 (:mod:`fullrank.evaluation.parse_eval`), so nothing is lost by not predicting them.
 
+With ``leaves="word"`` each preterminal becomes its word instead of ``XX``: ``(S (NP Ms. Haag
+)NP (VP plays (NP Elianti )NP )VP . )S``. The tags are still not predicted; the decoder reads
+back the words it has placed, so it knows where in the sentence it is without counting
+placeholders. Every token that is not a bracket stands for the next word (:func:`placeholders`
+turns such a sequence back into the ``XX`` scheme).
+
 :func:`delinearize` turns any output sequence into a tree over the input's words, repairing what
 is malformed (:data:`REPAIRS` lists each repair and what it does).
 """
@@ -26,10 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from fullrank.data.treebank import Tree
 
 PLACEHOLDER = "XX"
+# what stands for each word in the target: the placeholder XX (Vinyals et al.) or the word itself
+Leaves = Literal["placeholder", "word"]
+LEAVES: tuple[Leaves, ...] = ("placeholder", "word")
 # the label of a root made by repair (over several top-level pieces, or over nothing): the most
 # frequent root label of the Penn Treebank
 ROOT_LABEL = "S"
@@ -47,22 +57,33 @@ REPAIRS: dict[str, str] = {
 }
 
 
-def linearize(tree: Tree) -> list[str]:
-    """The target tokens of ``tree`` (see the module docstring); ``tree`` must be cleaned (no
-    unlabelled node)."""
+def linearize(tree: Tree, leaves: Leaves = "placeholder") -> list[str]:
+    """The target tokens of ``tree`` (see the module docstring), each word written as ``XX`` or
+    (``leaves="word"``) as itself; ``tree`` must be cleaned (no unlabelled node)."""
     out: list[str] = []
-    _linearize(tree, out)
+    _linearize(tree, out, leaves == "word")
     return out
 
 
-def _linearize(tree: Tree, out: list[str]) -> None:
+def _linearize(tree: Tree, out: list[str], words: bool) -> None:
     if tree.is_preterminal:
-        out.append(PLACEHOLDER)
+        out.append(tree.children[0] if words else PLACEHOLDER)  # type: ignore[arg-type]
         return
     out.append("(" + tree.label)
     for child in tree.children:
-        _linearize(child, out)  # type: ignore[arg-type]
+        _linearize(child, out, words)  # type: ignore[arg-type]
     out.append(")" + tree.label)
+
+
+def is_bracket(token: str) -> bool:
+    """Whether ``token`` opens (``(L``) or closes (``)L``) a constituent."""
+    return len(token) > 1 and token[0] in "()"
+
+
+def placeholders(tokens: Sequence[str]) -> list[str]:
+    """A ``leaves="word"`` target sequence in the ``XX`` scheme: every token that is not a
+    bracket (a word, or ``<unk>`` for a word outside the vocabulary) becomes ``XX``."""
+    return [t if is_bracket(t) else PLACEHOLDER for t in tokens]
 
 
 def with_placeholder_tags(tree: Tree) -> Tree:
@@ -101,7 +122,7 @@ def delinearize(tokens: Sequence[str], words: Sequence[str]) -> Delinearized:
     for tok in tokens:
         if tok == PLACEHOLDER:
             (stack[-1].children if stack else tops).append(Tree(PLACEHOLDER, [""]))
-        elif len(tok) > 1 and tok[0] == "(":
+        elif is_bracket(tok) and tok[0] == "(":
             node = Tree(tok[1:])
             (stack[-1].children if stack else tops).append(node)
             stack.append(node)

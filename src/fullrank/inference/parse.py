@@ -11,16 +11,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
-from fullrank.data.linearize import Delinearized, delinearize
+from fullrank.data.linearize import (LEAVES, PLACEHOLDER, Delinearized, Leaves, delinearize,
+                                     is_bracket, placeholders)
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import ESCAPES
 from fullrank.errors import CheckpointError
+from fullrank.inference.decoders import Decoder
 from fullrank.inference.translate import translate
 
 # the key of meta.json that holds the tree symbols' tokenizer (JSON of a word-level tokenizer)
 TREE_VOCABULARY = "tree_tokenizer"
+# the key of meta.json that says what stands for each word in the trees (data.tree_leaves)
+TREE_LEAVES = "tree_leaves"
 # [V17] §6.3: beam size 21, α = 0.3, maximum output length input length + 300
 BEAM, ALPHA, MAX_LEN_A, MAX_LEN_B = 21, 0.3, 1.0, 300
 
@@ -35,10 +40,21 @@ def tree_vocabulary(meta: dict[str, Any], where: str) -> Tokenizer:
     return Tokenizer.from_str(meta[TREE_VOCABULARY], where=f"{where} ({TREE_VOCABULARY})")
 
 
+def tree_leaves(meta: dict[str, Any], where: str) -> Leaves:
+    """What stands for each word in a parsing checkpoint's trees (``placeholder`` when its
+    ``meta`` does not say)."""
+    leaves = meta.get(TREE_LEAVES, "placeholder")
+    if leaves not in LEAVES:
+        raise CheckpointError(f"{where}: meta.json has {TREE_LEAVES}={leaves!r}, not one of "
+                              f"{', '.join(LEAVES)}; use a checkpoint written by a parsing run")
+    return leaves  # type: ignore[no-any-return]
+
+
 def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Sequence[str], *,
           beam: int = BEAM, alpha: float = ALPHA, a: float = MAX_LEN_A, b: int = MAX_LEN_B,
           batch_size: int = 32, progress: bool = False, workers: int = 1,
-          processes: bool = False) -> list[Delinearized | None]:
+          processes: bool = False, leaves: Leaves = "placeholder",
+          constrained: bool = True) -> list[Delinearized | None]:
     """Parse tokenized ``sentences`` (words separated by spaces); ``None`` for an empty one.
 
     Decoding is :func:`~fullrank.inference.translate.translate`'s beam search with the GNMT
@@ -46,10 +62,176 @@ def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Seque
     ``max_len``); a sentence longer than ``max_len`` is a :class:`~fullrank.errors.DataError`
     naming its line. Each tree's leaves are the sentence's words, tagged ``XX``; a word ``(`` or
     ``)`` is read as the treebank writes it, ``-LRB-`` or ``-RRB-``.
+
+    ``leaves``: what the model writes for each word, ``XX`` or the word itself (the
+    checkpoint's ``data.tree_leaves``). ``constrained``: the search only writes well-formed
+    trees over the sentence's words (:class:`TreeDecoder`), so no output needs repair;
+    ``False``: the model writes freely and :func:`delinearize` repairs what is malformed.
     """
     lines = [" ".join(ESCAPES.get(w, w) for w in s.split()) for s in sentences]
+    if leaves == "word":
+        unk = trees.unk_id
+        slots = [[trees.token_to_id(w) or unk for w in line.split()] for line in lines]
+    else:
+        xx = trees.token_to_id(PLACEHOLDER)
+        slots = [[xx] * len(line.split()) for line in lines]
+
+    def constrain(decoder: Decoder, batch: list[int], max_len: Tensor) -> Decoder:
+        return TreeDecoder(decoder, trees, [slots[i] for i in batch], max_len)
+
     outputs = translate(model, words, lines, beam=beam, alpha=alpha, a=a, b=b,
                         batch_size=batch_size, progress=progress, workers=workers,
-                        processes=processes, target=trees, strict=True)
-    return [delinearize(out[0].split(), line.split()) if line else None
-            for line, out in zip(lines, outputs)]
+                        processes=processes, target=trees, strict=True,
+                        constrain=constrain if constrained else None)
+    return [delinearize(placeholders(out[0].split()) if leaves == "word" else out[0].split(),
+                        line.split()) if line else None for line, out in zip(lines, outputs)]
+
+
+class TreeDecoder:
+    """A decoder that can only write well-formed trees over the sentence's words.
+
+    Wraps a decoder over linearized trees (:mod:`fullrank.data.linearize`) and sets to −∞ the
+    logits of every token that would break the tree, so that a search (greedy or beam) only
+    ever finishes an output that :func:`delinearize` reads back without repair:
+
+    - the first token opens the root; after the root closes, only end-of-sequence;
+    - the next word's token (``XX``, or the word itself: ``slots``) only inside a constituent
+      and while fewer than the sentence's ``n`` words are placed; an opening bracket only while
+      a word is left to go in it, at most ``max_depth`` open and ``max_opens`` opened in a row,
+      and while the output can still be closed within its length limit;
+    - a closing bracket only for the innermost open constituent, with its label, once that
+      constituent holds a word, and the root's only once all ``n`` words are placed;
+    - end-of-sequence only after the root closed over all ``n`` words; ``<unk>``, padding and
+      beginning-of-sequence never.
+
+    Which bracket closes and which word comes next are not the model's to choose: all closing
+    brackets are one decision, "close the innermost constituent", and all word tokens one,
+    "place the next word". Each gets the model's whole probability of that kind of token (the
+    log-sum-exp of their logits, given to the one allowed token), so a model that closes with
+    the wrong label, or writes a word other than the next, still scores the tree it meant. The
+    search's log-softmax then renormalises each step over the allowed tokens.
+
+    Args:
+        decoder: the decoder to wrap (rows: sentences, or sentences × beams).
+        trees: the tree symbols' tokenizer (the model's target side).
+        slots: for each row, the token that places each word of its sentence in turn (``XX``
+            for each, or each word's id in ``trees``, ``<unk>`` for one it lacks).
+        max_len: ``(B,)`` most tokens each row may generate, end-of-sequence included.
+        max_depth: most constituents open at once (the deepest tree of the Penn Treebank
+            sample has 28).
+        max_opens: most brackets opened in a row, with no word or closing bracket between (the
+            sample's most is 6). Without this bound a model that has lost its place, offered
+            nothing it likes, opens brackets without end.
+    """
+
+    def __init__(self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]],
+                 max_len: Tensor, *, max_depth: int = 64, max_opens: int = 8) -> None:
+        self.decoder, self.device = decoder, decoder.device
+        self.eos_id = trees.eos_id
+        labels: dict[str, int] = {}
+        opens, closes = [-1] * trees.vocab_size, [-1] * trees.vocab_size
+        for i in range(trees.vocab_size):
+            tok = trees.id_to_token(i) or ""
+            if is_bracket(tok):
+                label = labels.setdefault(tok[1:], len(labels))
+                (opens if tok[0] == "(" else closes)[i] = label
+        dev = self.device
+        self.open_label = torch.tensor(opens, device=dev)             # (V,) label, −1: not "(L"
+        self.close_label = torch.tensor(closes, device=dev)           # (V,) label, −1: not ")L"
+        self.close_of = torch.full((max(len(labels), 1),), -1, dtype=torch.long, device=dev)
+        for i, label in enumerate(closes):                            # (L,) label → ")L" id
+            if label >= 0:
+                self.close_of[label] = i
+        self.is_close = self.close_label >= 0                         # (V,)
+        self.is_word = (self.open_label < 0) & ~self.is_close         # (V,) XX, words, <unk>
+        self.is_word[[trees.pad_id, trees.bos_id, trees.eos_id]] = False
+        b, width = len(slots), max(map(len, slots), default=0) + 1
+        self.slots = torch.full((b, width), -1, dtype=torch.long, device=dev)  # (B, n + 1)
+        for r, ids in enumerate(slots):
+            self.slots[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        self.n_words = torch.tensor([len(ids) for ids in slots], device=dev)  # (B,)
+        self.limit = max_len.to(dev)                                  # (B,)
+        self.placed = torch.zeros(b, dtype=torch.long, device=dev)    # (B,) words placed
+        self.depth = torch.zeros(b, dtype=torch.long, device=dev)     # (B,) constituents open
+        self.opens = torch.zeros(b, dtype=torch.long, device=dev)     # (B,) opened in a row
+        self.max_opens = max_opens
+        self.started = torch.zeros(b, dtype=torch.bool, device=dev)   # (B,) root opened
+        self.stack = torch.zeros(b, max_depth, dtype=torch.long, device=dev)  # (B, D) labels
+        self.filled = torch.zeros(b, max_depth, dtype=torch.bool, device=dev)  # (B, D) has a word
+        self.written = -1                                             # tokens written (BOS: −1)
+
+    def _next_slot(self) -> Tensor:
+        """``(B,)``: the token that places each row's next word (−1 once all are placed)."""
+        return self.slots.gather(1, self.placed[:, None]).squeeze(1)
+
+    def _advance(self, tok: Tensor) -> None:
+        """Update the rows' trees with their newest token ``tok (B,)``."""
+        rows = torch.arange(len(tok), device=tok.device)
+        word = (tok == self._next_slot()) & (self.depth > 0)
+        vocab = len(self.open_label)
+        known = tok < vocab
+        tok = tok.clamp(max=vocab - 1)
+        opened = known & (self.open_label[tok] >= 0)
+        closed = known & (self.close_label[tok] >= 0) & (self.depth > 0)
+        top = (self.depth - 1).clamp(min=0)
+        self.filled[rows, top] |= word
+        self.placed += word.long()
+        depth_cap = self.stack.shape[1] - 1
+        at = self.depth.clamp(max=depth_cap)
+        self.stack[rows, at] = torch.where(opened, self.open_label[tok], self.stack[rows, at])
+        self.filled[rows, at] &= ~opened
+        self.depth += opened.long() - closed.long()
+        self.opens = torch.where(opened, self.opens + 1, torch.zeros_like(self.opens))
+        self.started |= opened
+        parent = (self.depth - 1).clamp(min=0)
+        self.filled[rows, parent] |= closed & (self.depth > 0)
+
+    def _allowed(self) -> Tensor:
+        """``(B, V)``: the tokens that keep each row's tree well-formed and finishable."""
+        rows = torch.arange(len(self.depth), device=self.device)
+        top = (self.depth - 1).clamp(min=0)
+        inside = self.depth > 0
+        left = self.placed < self.n_words                             # (B,) words still to place
+        # tokens still needed after an opening bracket: its close, the rest of the words, the
+        # closes of what is open, end-of-sequence
+        room = self.written + 3 + (self.n_words - self.placed) + self.depth <= self.limit
+        can_open = ((~self.started | (inside & left)) & room & (self.depth < self.stack.shape[1])
+                    & (self.opens < self.max_opens))
+        can_close = inside & self.filled[rows, top] & ((self.depth > 1) | ~left)
+        close_ok = self.close_label[None, :] == self.stack[rows, top][:, None]  # (B, V)
+        allowed = (self.open_label >= 0)[None, :] & can_open[:, None]
+        allowed |= close_ok & can_close[:, None]
+        allowed[rows, self._next_slot().clamp(min=0)] |= inside & left
+        allowed[:, self.eos_id] = self.started & ~inside & ~left
+        stuck = ~allowed.any(dim=1)  # never: a guard, so a row cannot be left with no token
+        allowed[:, self.eos_id] |= stuck
+        return allowed
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, 1)`` → the wrapped decoder's logits ``(B, 1, V)``, −∞ where a token
+        would break the tree."""
+        if self.written >= 0:
+            self._advance(tokens[:, -1])
+        self.written += tokens.shape[1]
+        logits = self.decoder.step(tokens)                            # (B, 1, V)
+        allowed = self._allowed()                                     # (B, V_tree)
+        vocab = allowed.shape[1]
+        last = logits[:, -1]
+        tree = last[:, :vocab]                                        # (B, V_tree), a view
+        closing = torch.logsumexp(tree.masked_fill(~self.is_close, float("-inf")), dim=1)
+        placing = torch.logsumexp(tree.masked_fill(~self.is_word, float("-inf")), dim=1)
+        rows = torch.arange(len(tree), device=tree.device)
+        close = self.close_of[self.stack[rows, (self.depth - 1).clamp(min=0)]].clamp(min=0)
+        word = self._next_slot().clamp(min=0)                         # (B,) the allowed ones
+        tree[rows, close] = torch.where(allowed[rows, close], closing, tree[rows, close])
+        tree[rows, word] = torch.where(allowed[rows, word], placing, tree[rows, word])
+        tree.masked_fill_(~allowed, float("-inf"))
+        last[:, vocab:] = float("-inf")
+        return logits
+
+    def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
+        """Keep rows ``index`` (see :meth:`Decoder.reorder`)."""
+        self.decoder.reorder(index, sources=sources)
+        for name in ("slots", "n_words", "limit", "placed", "depth", "opens", "started", "stack",
+                     "filled"):
+            setattr(self, name, getattr(self, name)[index])

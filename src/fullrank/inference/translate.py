@@ -16,16 +16,19 @@ import math
 from collections.abc import Callable, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from fullrank import fast
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
-from fullrank.inference.decoders import EnsembleDecoder, compiled_decode
+from fullrank.inference.decoders import Decoder, EnsembleDecoder, compiled_decode
 from fullrank.inference.search import beam_search, greedy_search, max_output_len
 from fullrank.output import progress as progress_bar
 
 log = logging.getLogger(__name__)
+
+# wraps a batch's decoder: (decoder, indices of its rows' lines, (B,) output-length limits)
+Constrain = Callable[[Decoder, list[int], Tensor], Decoder]
 
 
 def too_long(encoded: Sequence[Sequence[int]], max_len: int) -> list[tuple[int, int]]:
@@ -66,7 +69,8 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
               *, beam: int = 4, alpha: float = 0.6, a: float = 1.0, b: int = 50,
               batch_size: int = 64, n_best: int = 1, progress: bool = False,
               compile: bool = False, workers: int = 1, processes: bool = False,
-              strict: bool = False, target: Tokenizer | None = None) -> list[list[str]]:
+              strict: bool = False, target: Tokenizer | None = None,
+              constrain: Constrain | None = None) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
@@ -102,6 +106,9 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             is logged (``logging``, to stderr unless configured), one per such line.
         target: the target side's own tokenizer (its BOS, EOS and vocabulary), for a model
             trained with separate vocabularies; ``None``: ``tokenizer`` serves both sides.
+        constrain: wraps each batch's decoder before the search, e.g. to forbid tokens:
+            ``constrain(decoder, batch, max_len)`` with ``batch`` the indices into ``lines``
+            of the decoder's rows and ``max_len (B,)`` their output-length limits.
 
     Decoding runs on the speed engine: inside ``fast.cpu(model, decoding=True)`` (oneDNN's
     float32 products where they stay exact, packed or column-major weights; all restored on
@@ -121,13 +128,14 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
             stack.enter_context(fast.cpu(m, decoding=True))
         return _translate(models, tokenizer, target or tokenizer, lines, beam=beam, alpha=alpha,
                           a=a, b=b, batch_size=batch_size, n_best=n_best, progress=progress,
-                          compile=compile, workers=workers, processes=processes, strict=strict)
+                          compile=compile, workers=workers, processes=processes, strict=strict,
+                          constrain=constrain)
 
 
 def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
                lines: Sequence[str], *, beam: int, alpha: float, a: float, b: int,
                batch_size: int, n_best: int, progress: bool, compile: bool, workers: int,
-               processes: bool, strict: bool) -> list[list[str]]:
+               processes: bool, strict: bool, constrain: Constrain | None) -> list[list[str]]:
     max_len = min(m.config.max_len for m in models)  # type: ignore[union-attr]
     device = next(models[0].parameters()).device
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
@@ -157,7 +165,9 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
         src, src_mask = src.to(device), src_mask.to(device)
         lengths = max_output_len([len(s) - 1 for s in seqs], a=a, b=b).clamp(max=max_len)
         members = [fast.BeamDecoder(m, src, src_mask, decode=f) for m, f in zip(models, decode)]
-        decoder = members[0] if len(members) == 1 else EnsembleDecoder(members)
+        decoder: Decoder = members[0] if len(members) == 1 else EnsembleDecoder(members)
+        if constrain is not None:
+            decoder = constrain(decoder, batch, lengths)
         if beam == 1:
             outs = greedy_search(decoder, batch_size=len(seqs), bos_id=target.bos_id,
                                  eos_id=target.eos_id, max_len=lengths, argmax=fast.argmax_rows)

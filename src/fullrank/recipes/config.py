@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 
+from fullrank.data.linearize import Leaves
 from fullrank.data.text import check_utf8, decode_utf8, read_bytes
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.errors import ConfigError, FullrankError, closest
@@ -125,6 +126,10 @@ class DataConfig:
             segmentation every epoch (:mod:`fullrank.data.bpe_dropout`); 0 = standard BPE.
             A sampled pair may reach ``max_sentence_len`` tokens, so ``max_tokens`` must be
             ≥ ``max_sentence_len + 1``.
+        tree_leaves: parsing only — what stands for each word in the linearized tree:
+            ``placeholder`` (``XX``, Vinyals et al. 2015) or ``word`` (the word itself, so the
+            decoder sees where it is; :mod:`fullrank.data.linearize`). With ``word`` the tree
+            vocabulary also holds the words the source vocabulary keeps.
     """
 
     root: Str = "."
@@ -144,6 +149,7 @@ class DataConfig:
     max_sentence_len: PositiveInt = 128
     eval_sets: dict[Str, Str] = field(default_factory=dict)
     bpe_dropout: Probability = 0.0
+    tree_leaves: Leaves = "placeholder"
 
     def path(self, name: str) -> Path:
         """``root / name`` (absolute names stay as they are)."""
@@ -184,6 +190,9 @@ class DecodeConfig:
             the best tokenized lowercased BLEU there decodes every other scored split once
             more (results ``SPLIT.MODEL.tuned``). Empty: no tuning. The choice never looks at
             the other splits.
+        constrained: parsing only — the search writes only well-formed trees over the
+            sentence's words (:class:`fullrank.inference.parse.TreeDecoder`); ``False``: the
+            model writes freely and malformed outputs are repaired.
     """
 
     beam: PositiveInt = 4
@@ -196,6 +205,7 @@ class DecodeConfig:
     average_last: NonNegativeInt = 5
     splits: tuple[Str, ...] = ("valid", "test")
     tune_alpha: tuple[NonNegativeFloat, ...] = ()
+    constrained: Bool = True
 
 
 @config_dataclass
@@ -240,6 +250,9 @@ class ExperimentConfig:
                 raise ConfigError(f"decode.splits names '{split}', which is not one of "
                                   f"{', '.join(known)}{closest(split, known)}; add it to "
                                   f"data.eval_sets as NAME: FILE_PREFIX to score another set")
+        if self.data.tree_leaves != "placeholder" and self.task != "parse":
+            raise ConfigError(f"data.tree_leaves is for parsing (task: parse); task "
+                              f"'{self.task}' has no trees (leave data.tree_leaves out)")
         if self.task == "parse" and self.decode.tune_alpha:
             raise ConfigError("decode.tune_alpha chooses α by BLEU, for translation; a parsing "
                               "run decodes with decode.alpha (leave decode.tune_alpha empty)")

@@ -1,8 +1,8 @@
 """The parsing recipe ([V17] §6.3): Penn Treebank files → cleaned trees → (words, linearized
 tree) pairs → the encoder-decoder of translation with a vocabulary for each side → beam search
-(beam 21, α 0.3, input length + 300) on the last checkpoint and the average of the last K →
-EVALB-rule F1, exact match and the share of outputs that needed repair, for the dev and test
-files.
+(beam 21, α 0.3, input length + 300; constrained to well-formed trees) on the last checkpoint
+and the average of the last K → EVALB-rule F1, exact match and the share of outputs that needed
+repair, for the dev and test files.
 
 Everything about training is the translation recipe's (:mod:`fullrank.recipes.seq2seq`); this
 module only turns trees into pairs and parses into scores. The run directory keeps what it
@@ -21,13 +21,14 @@ from typing import Any
 from rich.console import Console
 from torch import nn
 
-from fullrank.data.linearize import linearize
+from fullrank.data.linearize import PLACEHOLDER, Leaves, is_bracket, linearize
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import ParallelBatches, encode_pairs
 from fullrank.data.treebank import TreebankSplit, load_treebank
 from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.parse_eval import CUTOFF_LEN, score_trees
-from fullrank.inference.parse import TREE_VOCABULARY, parse, tree_vocabulary
+from fullrank.inference.parse import (TREE_LEAVES, TREE_VOCABULARY, parse, tree_leaves,
+                                     tree_vocabulary)
 from fullrank.inference.translate import first_too_long
 from fullrank.recipes.common import Resume, RunReport, keeps_thread_count, prepare_tokenizer
 from fullrank.recipes.config import ExperimentConfig
@@ -41,9 +42,9 @@ NOT_COMPARABLE = ("NLTK's sample of WSJ files 0001–0199, not WSJ section 23: n
                   "with [V17]'s 91.3 F1")
 
 
-def pairs_of(split: TreebankSplit) -> list[tuple[str, str]]:
+def pairs_of(split: TreebankSplit, leaves: Leaves = "placeholder") -> list[tuple[str, str]]:
     """``(words, linearized tree)`` of each tree, as text."""
-    return [(" ".join(t.leaves()), " ".join(linearize(t))) for t in split.trees]
+    return [(" ".join(t.leaves()), " ".join(linearize(t, leaves))) for t in split.trees]
 
 
 def write_split(out: Path, name: str, split: TreebankSplit, pairs: list[tuple[str, str]]) -> None:
@@ -57,14 +58,21 @@ def write_split(out: Path, name: str, split: TreebankSplit, pairs: list[tuple[st
 
 
 def tree_tokenizer(run_dir: Path, targets: Path, dist: DistInfo, resuming: bool,
-                   origin: Start | None) -> Tokenizer:
+                   origin: Start | None, words: Tokenizer) -> Tokenizer:
     """The tree symbols' vocabulary: the ``train.init_from`` checkpoint's, or every symbol of the
-    training targets (rank 0 builds and saves ``RUN/tree_tokenizer.json``; a resumed run loads
-    it)."""
+    training targets, and of their words those that ``words`` (the source vocabulary) keeps
+    (rank 0 builds and saves ``RUN/tree_tokenizer.json``; a resumed run loads it)."""
     saved = run_dir / "tree_tokenizer.json"
     if dist.is_main and not (resuming and saved.is_file()):
-        tok = tree_vocabulary(read_meta(origin.path), f"train.init_from: {origin.path}") \
-            if origin else Tokenizer.train("word", [targets])
+        if origin:
+            tok = tree_vocabulary(read_meta(origin.path), f"train.init_from: {origin.path}")
+        else:
+            symbols = targets.with_suffix(".symbols")
+            symbols.write_text("".join(
+                " ".join(t for t in line.split() if is_bracket(t) or t == PLACEHOLDER
+                         or words.token_to_id(t) not in (None, words.unk_id)) + "\n"
+                for line in targets.read_text(encoding="utf-8").splitlines()), encoding="utf-8")
+            tok = Tokenizer.train("word", [symbols])
         tok.save(saved)
     barrier(dist)
     return Tokenizer.load(saved)
@@ -80,16 +88,22 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
     run_dir = exp.run_dir
     splits = {name: load_treebank(data.root, pattern) for name, pattern in
               (("train", data.train), ("valid", data.valid), ("test", data.test)) if pattern}
-    pairs = {name: pairs_of(split) for name, split in splits.items()}
+    pairs = {name: pairs_of(split, data.tree_leaves) for name, split in splits.items()}
     data_dir = run_dir / "data"
     if dist.is_main:
         for name, split in splits.items():
             write_split(data_dir, name, split, pairs[name])
     barrier(dist)
     origin = find_start(exp)
+    leaves = origin and tree_leaves(read_meta(origin.path), f"train.init_from: {origin.path}")
+    if leaves and leaves != data.tree_leaves:
+        raise ConfigError(f"train.init_from: {origin.path} writes trees with data.tree_leaves="
+                          f"{leaves}, this experiment with {data.tree_leaves}; set "
+                          f"data.tree_leaves: {leaves}")
     words = prepare_tokenizer(exp, [data_dir / "train.words"], run_dir, dist,
                               resuming=start is not None, start=origin and origin.tokenizer)
-    trees = tree_tokenizer(run_dir, data_dir / "train.trees", dist, start is not None, origin)
+    trees = tree_tokenizer(run_dir, data_dir / "train.trees", dist, start is not None, origin,
+                           words)
     specials = ("pad_id", "bos_id", "eos_id")
     if any(getattr(words, s) != getattr(trees, s) for s in specials):
         raise ConfigError(f"data.tokenizer '{words.kind}' numbers its special tokens unlike the "
@@ -122,7 +136,8 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
     model, report = train_seq2seq(
         exp, model_cfg, train_pairs, valid_pairs, tokenizer=words,
         vocabulary=f"{words.vocab_size} words ({words.kind}), {trees.vocab_size} tree symbols",
-        meta={"task": "parse", "experiment": exp.to_dict(), TREE_VOCABULARY: trees.to_str()},
+        meta={"task": "parse", "experiment": exp.to_dict(), TREE_VOCABULARY: trees.to_str(),
+              TREE_LEAVES: data.tree_leaves},
         dist=dist, start=start, origin=origin, progress=progress, console=console,
         describe_data=describe_data)
     report.extra["dropped_pairs"] = train_pairs.n_dropped
@@ -151,7 +166,8 @@ def final_parse(exp: ExperimentConfig, run_dir: Path, model: nn.Module, words: T
             begun = time.perf_counter()
             parsed = parse(m, words, trees, sentences, beam=decode.beam, alpha=decode.alpha,
                            a=decode.a, b=decode.b, batch_size=decode.batch_size,
-                           progress=progress, workers=decode.workers, processes=decode.processes)
+                           progress=progress, workers=decode.workers, processes=decode.processes,
+                           leaves=exp.data.tree_leaves, constrained=decode.constrained)
             seconds = time.perf_counter() - begun
             out_file = run_dir / "parses" / f"{split}.{name}.trees"
             out_file.parent.mkdir(parents=True, exist_ok=True)
