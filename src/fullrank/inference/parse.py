@@ -142,9 +142,12 @@ class TreeDecoder:
         for i, label in enumerate(closes):                            # (L,) label → ")L" id
             if label >= 0:
                 self.close_of[label] = i
-        self.is_close = self.close_label >= 0                         # (V,)
-        self.is_word = (self.open_label < 0) & ~self.is_close         # (V,) XX, words, <unk>
-        self.is_word[[trees.pad_id, trees.bos_id, trees.eos_id]] = False
+        is_close = self.close_label >= 0                              # (V,)
+        is_word = (self.open_label < 0) & ~is_close                   # (V,) XX, words, <unk>
+        is_word[[trees.pad_id, trees.bos_id, trees.eos_id]] = False
+        self.open_ids = (self.open_label >= 0).nonzero().squeeze(1)   # token ids of each kind
+        self.close_ids = is_close.nonzero().squeeze(1)
+        self.word_ids = is_word.nonzero().squeeze(1)
         b, width = len(slots), max(map(len, slots), default=0) + 1
         self.slots = torch.full((b, width), -1, dtype=torch.long, device=dev)  # (B, n + 1)
         for r, ids in enumerate(slots):
@@ -186,8 +189,9 @@ class TreeDecoder:
         parent = (self.depth - 1).clamp(min=0)
         self.filled[rows, parent] |= closed & (self.depth > 0)
 
-    def _allowed(self) -> Tensor:
-        """``(B, V)``: the tokens that keep each row's tree well-formed and finishable."""
+    def _choices(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Per row ``(B,)``, whether it may open a bracket, close its innermost constituent,
+        place its next word, end: the moves that keep its tree well-formed and finishable."""
         rows = torch.arange(len(self.depth), device=self.device)
         top = (self.depth - 1).clamp(min=0)
         inside = self.depth > 0
@@ -196,37 +200,37 @@ class TreeDecoder:
         # closes of what is open, end-of-sequence
         room = self.written + 3 + (self.n_words - self.placed) + self.depth <= self.limit
         can_open = ((~self.started | (inside & left)) & room & (self.depth < self.stack.shape[1])
-                    & (self.opens < self.max_opens))
+                    & (self.opens < self.max_opens) & (len(self.open_ids) > 0))
         can_close = inside & self.filled[rows, top] & ((self.depth > 1) | ~left)
-        close_ok = self.close_label[None, :] == self.stack[rows, top][:, None]  # (B, V)
-        allowed = (self.open_label >= 0)[None, :] & can_open[:, None]
-        allowed |= close_ok & can_close[:, None]
-        allowed[rows, self._next_slot().clamp(min=0)] |= inside & left
-        allowed[:, self.eos_id] = self.started & ~inside & ~left
-        stuck = ~allowed.any(dim=1)  # never: a guard, so a row cannot be left with no token
-        allowed[:, self.eos_id] |= stuck
-        return allowed
+        can_close &= self.close_of[self.stack[rows, top]] >= 0
+        can_place = inside & left
+        can_end = self.started & ~inside & ~left
+        can_end |= ~(can_open | can_close | can_place)  # never: a guard, so no row is left empty
+        return can_open, can_close, can_place, can_end
 
     def step(self, tokens: Tensor) -> Tensor:
-        """``tokens (B, 1)`` → the wrapped decoder's logits ``(B, 1, V)``, −∞ where a token
-        would break the tree."""
+        """``tokens (B, 1)`` → the wrapped decoder's logits ``(B, 1, V)``: −∞ where a token
+        would break the tree; the one closing bracket and the one word allowed carry the
+        log-sum-exp of all closing brackets' and all words' logits."""
         if self.written >= 0:
             self._advance(tokens[:, -1])
         self.written += tokens.shape[1]
         logits = self.decoder.step(tokens)                            # (B, 1, V)
-        allowed = self._allowed()                                     # (B, V_tree)
-        vocab = allowed.shape[1]
-        last = logits[:, -1]
-        tree = last[:, :vocab]                                        # (B, V_tree), a view
-        closing = torch.logsumexp(tree.masked_fill(~self.is_close, float("-inf")), dim=1)
-        placing = torch.logsumexp(tree.masked_fill(~self.is_word, float("-inf")), dim=1)
-        rows = torch.arange(len(tree), device=tree.device)
+        last = logits[:, -1]                                          # (B, V)
+        can_open, can_close, can_place, can_end = self._choices()    # (B,) each
+        rows = torch.arange(len(last), device=last.device)
         close = self.close_of[self.stack[rows, (self.depth - 1).clamp(min=0)]].clamp(min=0)
-        word = self._next_slot().clamp(min=0)                         # (B,) the allowed ones
-        tree[rows, close] = torch.where(allowed[rows, close], closing, tree[rows, close])
-        tree[rows, word] = torch.where(allowed[rows, word], placing, tree[rows, word])
-        tree.masked_fill_(~allowed, float("-inf"))
-        last[:, vocab:] = float("-inf")
+        word = self._next_slot().clamp(min=0)                         # (B,)
+        opening = last[:, self.open_ids]                              # (B, O) copies
+        closing = torch.logsumexp(last[:, self.close_ids], dim=1)     # (B,)
+        placing = torch.logsumexp(last[:, self.word_ids], dim=1)      # (B,)
+        ending = last[:, self.eos_id].clone()                         # (B,)
+        neg = float("-inf")
+        last.fill_(neg)
+        last[:, self.open_ids] = opening.masked_fill_(~can_open[:, None], neg)
+        last[rows, close] = torch.where(can_close, closing, neg)
+        last[rows, word] = torch.where(can_place, placing, neg)
+        last[:, self.eos_id] = torch.where(can_end, ending, neg)
         return logits
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
