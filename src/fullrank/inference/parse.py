@@ -128,25 +128,18 @@ class TreeDecoder:
                  max_len: Tensor, *, max_depth: int = 64, max_opens: int = 8) -> None:
         self.decoder, self.device = decoder, decoder.device
         self.eos_id = trees.eos_id
-        labels: dict[str, int] = {}
-        opens, closes = [-1] * trees.vocab_size, [-1] * trees.vocab_size
-        for i in range(trees.vocab_size):
-            tok = trees.id_to_token(i) or ""
-            if is_bracket(tok):
-                label = labels.setdefault(tok[1:], len(labels))
-                (opens if tok[0] == "(" else closes)[i] = label
+        tokens = [trees.id_to_token(i) or "" for i in range(trees.vocab_size)]
+        closer = [trees.token_to_id(")" + t[1:]) if is_bracket(t) and t[0] == "(" else None
+                  for t in tokens]
         dev = self.device
-        self.open_label = torch.tensor(opens, device=dev)             # (V,) label, −1: not "(L"
-        self.close_label = torch.tensor(closes, device=dev)           # (V,) label, −1: not ")L"
-        self.close_of = torch.full((max(len(labels), 1),), -1, dtype=torch.long, device=dev)
-        for i, label in enumerate(closes):                            # (L,) label → ")L" id
-            if label >= 0:
-                self.close_of[label] = i
-        is_close = self.close_label >= 0                              # (V,)
-        is_word = (self.open_label < 0) & ~is_close                   # (V,) XX, words, <unk>
+        # (V,) for "(L" the id of ")L" (−1: another token, or an opening nobody closes)
+        self.closer = torch.tensor([-1 if c is None else c for c in closer], device=dev)
+        self.is_open = torch.tensor([is_bracket(t) and t[0] == "(" for t in tokens], device=dev)
+        self.is_close = torch.tensor([is_bracket(t) and t[0] == ")" for t in tokens], device=dev)
+        is_word = ~self.is_open & ~self.is_close                      # (V,) XX, words, <unk>
         is_word[[trees.pad_id, trees.bos_id, trees.eos_id]] = False
-        self.open_ids = (self.open_label >= 0).nonzero().squeeze(1)   # token ids of each kind
-        self.close_ids = is_close.nonzero().squeeze(1)
+        self.open_ids = self.is_open.nonzero().squeeze(1)             # token ids of each kind
+        self.close_ids = self.is_close.nonzero().squeeze(1)
         self.word_ids = is_word.nonzero().squeeze(1)
         b, width = len(slots), max(map(len, slots), default=0) + 1
         self.slots = torch.full((b, width), -1, dtype=torch.long, device=dev)  # (B, n + 1)
@@ -158,8 +151,8 @@ class TreeDecoder:
         self.depth = torch.zeros(b, dtype=torch.long, device=dev)     # (B,) constituents open
         self.opens = torch.zeros(b, dtype=torch.long, device=dev)     # (B,) opened in a row
         self.max_opens = max_opens
-        self.started = torch.zeros(b, dtype=torch.bool, device=dev)   # (B,) root opened
-        self.stack = torch.zeros(b, max_depth, dtype=torch.long, device=dev)  # (B, D) labels
+        # (B, D) the token that closes each open constituent, innermost at depth − 1
+        self.stack = torch.full((b, max_depth), -1, dtype=torch.long, device=dev)
         self.filled = torch.zeros(b, max_depth, dtype=torch.bool, device=dev)  # (B, D) has a word
         self.written = -1                                             # tokens written (BOS: −1)
 
@@ -171,21 +164,20 @@ class TreeDecoder:
         """Update the rows' trees with their newest token ``tok (B,)``."""
         rows = torch.arange(len(tok), device=tok.device)
         word = (tok == self._next_slot()) & (self.depth > 0)
-        vocab = len(self.open_label)
+        vocab = len(self.is_open)
         known = tok < vocab
         tok = tok.clamp(max=vocab - 1)
-        opened = known & (self.open_label[tok] >= 0)
-        closed = known & (self.close_label[tok] >= 0) & (self.depth > 0)
+        opened = known & self.is_open[tok]
+        closed = known & self.is_close[tok] & (self.depth > 0)
         top = (self.depth - 1).clamp(min=0)
         self.filled[rows, top] |= word
         self.placed += word.long()
         depth_cap = self.stack.shape[1] - 1
         at = self.depth.clamp(max=depth_cap)
-        self.stack[rows, at] = torch.where(opened, self.open_label[tok], self.stack[rows, at])
+        self.stack[rows, at] = torch.where(opened, self.closer[tok], self.stack[rows, at])
         self.filled[rows, at] &= ~opened
         self.depth += opened.long() - closed.long()
         self.opens = torch.where(opened, self.opens + 1, torch.zeros_like(self.opens))
-        self.started |= opened
         parent = (self.depth - 1).clamp(min=0)
         self.filled[rows, parent] |= closed & (self.depth > 0)
 
@@ -195,16 +187,19 @@ class TreeDecoder:
         rows = torch.arange(len(self.depth), device=self.device)
         top = (self.depth - 1).clamp(min=0)
         inside = self.depth > 0
+        started = self.written > 0  # the first token opens the root
         left = self.placed < self.n_words                             # (B,) words still to place
         # tokens still needed after an opening bracket: its close, the rest of the words, the
         # closes of what is open, end-of-sequence
         room = self.written + 3 + (self.n_words - self.placed) + self.depth <= self.limit
-        can_open = ((~self.started | (inside & left)) & room & (self.depth < self.stack.shape[1])
-                    & (self.opens < self.max_opens) & (len(self.open_ids) > 0))
+        can_open = (room & (self.depth < self.stack.shape[1]) & (self.opens < self.max_opens)
+                    & (len(self.open_ids) > 0))
+        if started:  # after the root, only inside it and while a word is left for the new one
+            can_open &= inside & left
         can_close = inside & self.filled[rows, top] & ((self.depth > 1) | ~left)
-        can_close &= self.close_of[self.stack[rows, top]] >= 0
+        can_close &= self.stack[rows, top] >= 0
         can_place = inside & left
-        can_end = self.started & ~inside & ~left
+        can_end = ~inside & ~left & started                           # (B,)
         can_end |= ~(can_open | can_close | can_place)  # never: a guard, so no row is left empty
         return can_open, can_close, can_place, can_end
 
@@ -219,7 +214,7 @@ class TreeDecoder:
         last = logits[:, -1]                                          # (B, V)
         can_open, can_close, can_place, can_end = self._choices()    # (B,) each
         rows = torch.arange(len(last), device=last.device)
-        close = self.close_of[self.stack[rows, (self.depth - 1).clamp(min=0)]].clamp(min=0)
+        close = self.stack[rows, (self.depth - 1).clamp(min=0)].clamp(min=0)
         word = self._next_slot().clamp(min=0)                         # (B,)
         opening = last[:, self.open_ids]                              # (B, O) copies
         closing = torch.logsumexp(last[:, self.close_ids], dim=1)     # (B,)
@@ -236,6 +231,5 @@ class TreeDecoder:
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index`` (see :meth:`Decoder.reorder`)."""
         self.decoder.reorder(index, sources=sources)
-        for name in ("slots", "n_words", "limit", "placed", "depth", "opens", "started", "stack",
-                     "filled"):
+        for name in ("slots", "n_words", "limit", "placed", "depth", "opens", "stack", "filled"):
             setattr(self, name, getattr(self, name)[index])
