@@ -134,6 +134,37 @@ def test_the_word_scheme_and_unconstrained_search(parse_run, tmp_path, capsys, m
             assert read_tree_line(tree, source="out", line_number=1).leaves() == line.split()
 
 
+def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, monkeypatch):
+    root, _ = parse_run
+    assert main(["train", str(root / "parse.yaml"), "data.tree_leaves=word", "name=tiny_sigs",
+                 "data.unknown_words=signature", "data.min_frequency=100",
+                 "data.word_dropout=0.25", "decode.average_last=0"]) == 0
+    assert "word dropout to signatures, α=0.25" in capsys.readouterr().out
+    run = root / "runs" / "tiny_sigs"
+    data = run / "data"
+    # the sentences stay as they are; the vocabulary's text and the trees hold the signatures
+    words = (data / "train.words").read_text().splitlines()
+    assert not any("<unk" in line for line in words)
+    sources = (data / "train.source").read_text().splitlines()
+    assert len(sources) == len(words) and any("<unk-INITC>" in line for line in sources)
+    vocab = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
+    assert "<unk-LC>" in vocab and "<unk-INITC>" in vocab
+    targets = (data / "train.trees").read_text().splitlines()
+    for w, s, t in zip(words, sources, targets):  # the leaves: the words as the model reads them
+        assert [x for x in t.split() if x[0] not in "()"] == \
+            [sig if sig in vocab else word for word, sig in zip(w.split(), s.split())]
+    gold = (data / "test.gold").read_text().splitlines()
+    parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
+    for g, p in zip(gold, parsed):  # output trees are over the input's own words
+        assert read_tree_line(p, source="out", line_number=1).leaves() == \
+            read_tree_line(g, source="gold", line_number=1).leaves()
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Zorba likes the zebras .\n"))
+    assert main(["parse", str(run), "--beam", "2"]) == 0
+    tree = read_tree_line(capsys.readouterr().out.strip(), source="out", line_number=1)
+    assert tree.leaves() == "Zorba likes the zebras .".split()
+
+
 def test_parse_eval_prints_the_table(parse_run, capsys):
     _, run = parse_run
     gold = run / "data" / "test.gold"

@@ -127,6 +127,9 @@ def test_tree_leaves_is_a_parsing_setting_with_two_values(tmp_path):
         load_experiment(write(tmp_path, BASE), ["data.tree_leaves=words"])
     with pytest.raises(ConfigError, match=r"data\.tree_leaves is for parsing \(task: parse\)"):
         load_experiment(write(tmp_path, BASE), ["data.tree_leaves=word"])
+    with pytest.raises(ConfigError, match=r"data\.unknown_words: signature is for parsing .* not "
+                                          r"task 'lm'"):
+        load_experiment(write(tmp_path, BASE), ["data.unknown_words=signature"])
 
 
 def test_overrides_and_toml(tmp_path):

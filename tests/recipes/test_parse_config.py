@@ -41,3 +41,19 @@ def test_parse_refuses_bleu_only_settings_and_a_bad_min_frequency(tmp_path):
         load_experiment(write(tmp_path), ["data.eval_sets.x=y"])
     with pytest.raises(ConfigError, match="data.min_frequency = 0: should be greater than 0"):
         load_experiment(write(tmp_path), ["data.min_frequency=0"])
+
+
+def test_unknown_word_signatures_are_for_a_word_level_parsing_source(tmp_path):
+    exp = load_experiment(write(tmp_path), ["data.unknown_words=signature"])
+    assert exp.data.unknown_words == "signature"
+    with pytest.raises(ConfigError, match=r"data\.unknown_words = 'signatures': should be 'unk' "
+                                          r"or 'signature'"):
+        load_experiment(write(tmp_path), ["data.unknown_words=signatures"])
+    with pytest.raises(ConfigError, match=r"data\.unknown_words: signature is for parsing with a "
+                                          r"word-level source .* data\.tokenizer 'bpe'"):
+        load_experiment(write(tmp_path), ["data.unknown_words=signature", "data.tokenizer=bpe"])
+    with pytest.raises(ConfigError, match=r"data\.word_dropout = 0\.25 drops words to their "
+                                          r"signatures; set data\.unknown_words: signature"):
+        load_experiment(write(tmp_path), ["data.word_dropout=0.25"])
+    assert load_experiment(write(tmp_path), ["data.unknown_words=signature",
+                                             "data.word_dropout=0.25"]).data.word_dropout == 0.25

@@ -18,6 +18,7 @@ from fullrank.data.linearize import (LEAVES, PLACEHOLDER, Delinearized, Leaves, 
                                      is_bracket, placeholders)
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import ESCAPES
+from fullrank.data.unknown_words import known_word
 from fullrank.errors import CheckpointError
 from fullrank.inference.decoders import Decoder
 from fullrank.inference.translate import translate
@@ -61,7 +62,9 @@ def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Seque
     length penalty ``alpha`` and at most ``a·|words| + b`` output tokens (capped by the model's
     ``max_len``); a sentence longer than ``max_len`` is a :class:`~fullrank.errors.DataError`
     naming its line. Each tree's leaves are the sentence's words, tagged ``XX``; a word ``(`` or
-    ``)`` is read as the treebank writes it, ``-LRB-`` or ``-RRB-``.
+    ``)`` is read as the treebank writes it, ``-LRB-`` or ``-RRB-``. A word the source
+    vocabulary lacks goes in as its signature when the vocabulary has that
+    (:func:`~fullrank.data.unknown_words.known_word`; ``data.unknown_words: signature``).
 
     ``leaves``: what the model writes for each word, ``XX`` or the word itself (the
     checkpoint's ``data.tree_leaves``). ``constrained``: the search only writes well-formed
@@ -69,9 +72,11 @@ def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Seque
     ``False``: the model writes freely and :func:`delinearize` repairs what is malformed.
     """
     lines = [" ".join(ESCAPES.get(w, w) for w in s.split()) for s in sentences]
+    known = known_word(lambda w: words.token_to_id(w) is not None)
+    inputs = [" ".join(map(known, line.split())) for line in lines]
     if leaves == "word":
         unk = trees.unk_id
-        slots = [[trees.token_to_id(w) or unk for w in line.split()] for line in lines]
+        slots = [[trees.token_to_id(w) or unk for w in line.split()] for line in inputs]
     else:
         xx = trees.token_to_id(PLACEHOLDER)
         slots = [[xx] * len(line.split()) for line in lines]
@@ -79,7 +84,7 @@ def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Seque
     def constrain(decoder: Decoder, batch: list[int], max_len: Tensor) -> Decoder:
         return TreeDecoder(decoder, trees, [slots[i] for i in batch], max_len)
 
-    outputs = translate(model, words, lines, beam=beam, alpha=alpha, a=a, b=b,
+    outputs = translate(model, words, inputs, beam=beam, alpha=alpha, a=a, b=b,
                         batch_size=batch_size, progress=progress, workers=workers,
                         processes=processes, target=trees, strict=True,
                         constrain=constrain if constrained else None)

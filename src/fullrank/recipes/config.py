@@ -29,6 +29,7 @@ from pydantic import AfterValidator, TypeAdapter, ValidationError
 from fullrank.data.linearize import Leaves
 from fullrank.data.text import check_utf8, decode_utf8, read_bytes
 from fullrank.data.tokenizers import TokenizerKind
+from fullrank.data.unknown_words import UnknownWords
 from fullrank.errors import ConfigError, FullrankError, closest
 from fullrank.models import ModelConfig, config_to_dict
 from fullrank.models.decoder_lm import DecoderLMConfig
@@ -130,6 +131,14 @@ class DataConfig:
             ``placeholder`` (``XX``, Vinyals et al. 2015) or ``word`` (the word itself, so the
             decoder sees where it is; :mod:`fullrank.data.linearize`). With ``word`` the tree
             vocabulary also holds the words the source vocabulary keeps.
+        unknown_words: parsing only — what a word outside the source vocabulary becomes:
+            ``unk`` (one ``<unk>``) or ``signature`` (its shape and ending, e.g.
+            ``<unk-INITC-s>``; :mod:`fullrank.data.unknown_words`): the training words seen
+            fewer than ``min_frequency`` times become their signatures, so the model learns
+            them, and so do the words of the sentences it parses.
+        word_dropout: with ``unknown_words: signature`` — each epoch, a training word seen
+            ``c`` times goes in as its signature with probability ``α / (α + c)`` (this is
+            ``α``; Kiperwasser & Goldberg 2016 drop to ``<unk>`` with 0.25); 0 = off.
     """
 
     root: Str = "."
@@ -150,6 +159,8 @@ class DataConfig:
     eval_sets: dict[Str, Str] = field(default_factory=dict)
     bpe_dropout: Probability = 0.0
     tree_leaves: Leaves = "placeholder"
+    unknown_words: UnknownWords = "unk"
+    word_dropout: NonNegativeFloat = 0.0
 
     def path(self, name: str) -> Path:
         """``root / name`` (absolute names stay as they are)."""
@@ -253,6 +264,16 @@ class ExperimentConfig:
         if self.data.tree_leaves != "placeholder" and self.task != "parse":
             raise ConfigError(f"data.tree_leaves is for parsing (task: parse); task "
                               f"'{self.task}' has no trees (leave data.tree_leaves out)")
+        parsing_words = self.task == "parse" and self.data.tokenizer == "word"
+        if self.data.unknown_words != "unk" and not parsing_words:
+            raise ConfigError(f"data.unknown_words: {self.data.unknown_words} is for parsing "
+                              f"with a word-level source (task: parse, data.tokenizer: word), "
+                              f"not task '{self.task}' with data.tokenizer "
+                              f"'{self.data.tokenizer}'; leave data.unknown_words out")
+        if self.data.word_dropout and self.data.unknown_words != "signature":
+            raise ConfigError(f"data.word_dropout = {self.data.word_dropout:g} drops words to "
+                              f"their signatures; set data.unknown_words: signature (or leave "
+                              f"data.word_dropout out)")
         if self.task == "parse" and self.decode.tune_alpha:
             raise ConfigError("decode.tune_alpha chooses α by BLEU, for translation; a parsing "
                               "run decodes with decode.alpha (leave decode.tune_alpha empty)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from fullrank.data.linearize import PLACEHOLDER, Leaves, is_bracket, linearize
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import ParallelBatches, encode_pairs
 from fullrank.data.treebank import TreebankSplit, load_treebank
+from fullrank.data.unknown_words import SignatureDropout, known_word, rare_to_signatures
 from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.parse_eval import CUTOFF_LEN, score_trees
 from fullrank.inference.parse import (TREE_LEAVES, TREE_VOCABULARY, parse, tree_leaves,
@@ -47,14 +49,28 @@ def pairs_of(split: TreebankSplit, leaves: Leaves = "placeholder") -> list[tuple
     return [(" ".join(t.leaves()), " ".join(linearize(t, leaves))) for t in split.trees]
 
 
-def write_split(out: Path, name: str, split: TreebankSplit, pairs: list[tuple[str, str]]) -> None:
-    """Write ``NAME.words`` (the sentences), ``NAME.trees`` (the linearized targets) and
-    ``NAME.gold`` (the cleaned trees, one per line) under ``out``."""
+def write_split(out: Path, name: str, split: TreebankSplit) -> None:
+    """Write ``NAME.words`` (the sentences) and ``NAME.gold`` (the cleaned trees, one per line)
+    under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.words").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
-    (out / f"{name}.trees").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    (out / f"{name}.words").write_text("".join(" ".join(t.leaves()) + "\n" for t in split.trees),
+                                       encoding="utf-8")
     (out / f"{name}.gold").write_text("".join(t.to_string() + "\n" for t in split.trees),
                                       encoding="utf-8")
+
+
+def write_lines(path: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``path``, one per line."""
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def with_known_words(pairs: list[tuple[str, str]], known: Callable[[str], str],
+                     leaves: Leaves) -> list[tuple[str, str]]:
+    """``pairs`` with each word mapped by ``known`` (:mod:`fullrank.data.unknown_words`), in
+    the sentence and, when the words are the tree's leaves, in the tree."""
+    def tree(t: str) -> str:
+        return t if leaves != "word" or is_bracket(t) else known(t)
+    return [(" ".join(map(known, s.split())), " ".join(map(tree, t.split()))) for s, t in pairs]
 
 
 def tree_tokenizer(run_dir: Path, targets: Path, dist: DistInfo, resuming: bool,
@@ -90,9 +106,15 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
               (("train", data.train), ("valid", data.valid), ("test", data.test)) if pattern}
     pairs = {name: pairs_of(split, data.tree_leaves) for name, split in splits.items()}
     data_dir = run_dir / "data"
+    signatures = data.unknown_words == "signature"
+    # the source vocabulary's text: with signatures, the rare training words are theirs
+    sources = data_dir / ("train.source" if signatures else "train.words")
     if dist.is_main:
         for name, split in splits.items():
-            write_split(data_dir, name, split, pairs[name])
+            write_split(data_dir, name, split)
+        if signatures:
+            rare = rare_to_signatures((s for s, _ in pairs["train"]), data.min_frequency)
+            write_lines(sources, (" ".join(map(rare, s.split())) for s, _ in pairs["train"]))
     barrier(dist)
     origin = find_start(exp)
     leaves = origin and tree_leaves(read_meta(origin.path), f"train.init_from: {origin.path}")
@@ -100,8 +122,15 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         raise ConfigError(f"train.init_from: {origin.path} writes trees with data.tree_leaves="
                           f"{leaves}, this experiment with {data.tree_leaves}; set "
                           f"data.tree_leaves: {leaves}")
-    words = prepare_tokenizer(exp, [data_dir / "train.words"], run_dir, dist,
+    words = prepare_tokenizer(exp, [sources], run_dir, dist,
                               resuming=start is not None, start=origin and origin.tokenizer)
+    if signatures:
+        known = known_word(lambda w: words.token_to_id(w) is not None)
+        pairs = {name: with_known_words(p, known, data.tree_leaves) for name, p in pairs.items()}
+    if dist.is_main:  # the linearized trees as the model learns them
+        for name, p in pairs.items():
+            write_lines(data_dir / f"{name}.trees", (t for _, t in p))
+    barrier(dist)
     trees = tree_tokenizer(run_dir, data_dir / "train.trees", dist, start is not None, origin,
                            words)
     specials = ("pad_id", "bos_id", "eos_id")
@@ -122,6 +151,13 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
                             f"{model_cfg.max_len}; raise model.max_len")
     limit = data.max_sentence_len
     train_pairs = encode_pairs(pairs["train"], words, max_len=limit, target=trees)
+    sampler = None
+    if data.word_dropout:
+        dropout = SignatureDropout([pairs["train"][i][0] for i in train_pairs.kept],
+                                   train_pairs.src, train_pairs.tgt, words,
+                                   trees if data.tree_leaves == "word" else None,
+                                   data.word_dropout, seed=exp.train.seed)
+        sampler = dropout.epoch
     valid_pairs = encode_pairs(pairs["valid"], words, max_len=limit, target=trees) \
         if "valid" in pairs else None
 
@@ -131,7 +167,8 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         return (f"data: {len(train_pairs):,} training trees from {splits['train'].n_files} files "
                 f"({train_pairs.n_dropped} longer than {limit} tokens dropped) · {held}; "
                 f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch, padding "
-                f"{100 * batches.padding_ratio():.1f}%")
+                f"{100 * batches.padding_ratio():.1f}%"
+                + (f"; word dropout to signatures, α={data.word_dropout:g}" if sampler else ""))
 
     model, report = train_seq2seq(
         exp, model_cfg, train_pairs, valid_pairs, tokenizer=words,
@@ -139,7 +176,7 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         meta={"task": "parse", "experiment": exp.to_dict(), TREE_VOCABULARY: trees.to_str(),
               TREE_LEAVES: data.tree_leaves},
         dist=dist, start=start, origin=origin, progress=progress, console=console,
-        describe_data=describe_data)
+        describe_data=describe_data, sampler=sampler)
     report.extra["dropped_pairs"] = train_pairs.n_dropped
     if dist.is_main:
         report.extra["parse"] = final_parse(exp, run_dir, model, words, trees, splits, progress,
