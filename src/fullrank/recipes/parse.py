@@ -53,10 +53,8 @@ def write_split(out: Path, name: str, split: TreebankSplit) -> None:
     """Write ``NAME.words`` (the sentences) and ``NAME.gold`` (the cleaned trees, one per line)
     under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.words").write_text("".join(" ".join(t.leaves()) + "\n" for t in split.trees),
-                                       encoding="utf-8")
-    (out / f"{name}.gold").write_text("".join(t.to_string() + "\n" for t in split.trees),
-                                      encoding="utf-8")
+    write_lines(out / f"{name}.words", (" ".join(t.leaves()) for t in split.trees))
+    write_lines(out / f"{name}.gold", (t.to_string() for t in split.trees))
 
 
 def write_lines(path: Path, lines: Iterable[str]) -> None:
