@@ -92,7 +92,7 @@ class SignatureDropout:
         sentences: the training sentences as the model reads them (rare words already
             signatures), one per pair of ``src``.
         src: each sentence's token ids in ``words`` (one per word, no specials).
-        tgt: each pair's target ids, or ``None``.
+        tgt: each pair's target ids (changed only with ``trees``).
         words: the source vocabulary.
         trees: the target vocabulary when the targets' non-bracket tokens are the sentence's
             words in order (the word scheme: they are dropped with the source's words), else
