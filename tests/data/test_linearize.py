@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fullrank.data.linearize import (PLACEHOLDER, REPAIRS, delinearize, linearize, placeholders,
-                                     with_placeholder_tags)
+                                     top_down, with_placeholder_tags)
 from fullrank.data.treebank import Tree, load_treebank, read_tree_line, read_trees
 from fullrank.evaluation.parse_eval import score_trees
 from tests.helpers import shared_data
@@ -34,9 +34,31 @@ def test_the_word_scheme_writes_each_word_where_its_tag_was():
     assert placeholders(["(S", "<unk>", ")", ")S"]) == ["(S", "XX", "XX", ")S"]
 
 
+def test_in_order_opens_each_constituent_after_its_first_child():
+    t = tree("(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .))")
+    assert " ".join(linearize(t, "word", "in_order")) == \
+        "Ms. (NP Haag )NP (S plays (VP Elianti (NP )NP )VP . )S"
+    # a unary chain, and a noun phrase inside a noun phrase: named once its first child is done
+    t = tree("(S (NP (NP (DT the) (NN issue)) (VP (VBN raised))) (VP (VBZ is)))")
+    assert " ".join(linearize(t, "placeholder", "in_order")) == \
+        "XX (NP XX )NP (NP XX (VP )VP )NP (S XX (VP )VP )S"
+    assert top_down(linearize(t, "placeholder", "in_order")) == linearize(t)
+
+
+def test_top_down_carries_a_malformed_in_order_sequence_over_for_repair():
+    assert top_down("(NP XX )NP".split()) == "(NP XX )NP".split()   # opened over nothing
+    assert top_down("XX )S XX".split()) == "XX )S XX".split()         # closed with nothing open
+    assert top_down("XX (S XX (VP XX".split()) == "(S XX (VP XX XX".split()  # left open
+    assert delinearize(placeholders(top_down("XX (S XX (VP XX".split())), ["a", "b", "c"]) \
+        .repairs == ("unclosed",)
+
+
 def assert_round_trip(trees: list[Tree]) -> None:
     back = [delinearize(linearize(t), t.leaves()) for t in trees]
     assert [delinearize(placeholders(linearize(t, "word")), t.leaves()) for t in trees] == back
+    for leaves in ("placeholder", "word"):  # the in-order sequence holds the same tree
+        assert [top_down(linearize(t, leaves, "in_order")) for t in trees] == \
+            [linearize(t, leaves) for t in trees]
     assert [b.repairs for b in back] == [()] * len(trees)
     assert [b.tree for b in back] == [with_placeholder_tags(t) for t in trees]
     report = score_trees([b.tree for b in back], trees)

@@ -58,6 +58,16 @@ decode: {{beam: 4, alpha: 0.3, b: 300, average_last: 3, batch_size: 7}}
 """
 
 
+def assert_trees_over_the_words(run, n: int | None = None) -> None:
+    """Every test-file output of ``run`` is a tree over its gold tree's words."""
+    gold = (run / "data" / "test.gold").read_text().splitlines()
+    parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
+    assert len(gold) == len(parsed) == (n or len(gold))
+    for g, p in zip(gold, parsed):
+        assert read_tree_line(p, source="out", line_number=1).leaves() == \
+            read_tree_line(g, source="gold", line_number=1).leaves()
+
+
 @pytest.fixture(scope="module")
 def parse_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("treebank")
@@ -76,12 +86,7 @@ def test_the_recipe_scores_dev_and_test_with_the_last_and_averaged_models(parse_
     assert 0.0 <= test["all"]["f1"] <= 100.0 and "len<=40" in test
     assert test["repaired"] == 0.0 and test["sentences_per_s"] > 0  # constrained search
     assert "not WSJ section 23" in results["note"]
-    gold = (run / "data" / "test.gold").read_text().splitlines()
-    parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
-    assert len(gold) == len(parsed) == 30
-    for g, p in zip(gold, parsed):  # every output a tree over the sentence's words
-        assert read_tree_line(p, source="out", line_number=1).leaves() == \
-            read_tree_line(g, source="gold", line_number=1).leaves()
+    assert_trees_over_the_words(run, 30)
 
 
 def test_parse_writes_one_tree_per_line_and_keeps_empty_lines(parse_run, tmp_path, capsys,
@@ -118,11 +123,7 @@ def test_the_word_scheme_and_unconstrained_search(parse_run, tmp_path, capsys, m
         assert [w for w in t.split() if w[0] not in "()"] == s.split()
     results = json.loads((words_run / "results.json").read_text())["extra"]["parse"]
     assert results["test.last"]["repaired"] == 0.0
-    gold = (words_run / "data" / "test.gold").read_text().splitlines()
-    parsed = (words_run / "parses" / "test.last.trees").read_text().splitlines()
-    for g, p in zip(gold, parsed):
-        assert read_tree_line(p, source="out", line_number=1).leaves() == \
-            read_tree_line(g, source="gold", line_number=1).leaves()
+    assert_trees_over_the_words(words_run)
     capsys.readouterr()
     # both checkpoints parse freely too; stderr counts the outputs that needed repair
     for r in (run, words_run):
@@ -153,16 +154,58 @@ def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, mo
     for w, s, t in zip(words, sources, targets):  # the leaves: the words as the model reads them
         assert [x for x in t.split() if x[0] not in "()"] == \
             [sig if sig in vocab else word for word, sig in zip(w.split(), s.split())]
-    gold = (data / "test.gold").read_text().splitlines()
-    parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
-    for g, p in zip(gold, parsed):  # output trees are over the input's own words
-        assert read_tree_line(p, source="out", line_number=1).leaves() == \
-            read_tree_line(g, source="gold", line_number=1).leaves()
+    assert_trees_over_the_words(run)  # over the input's own words, not their signatures
     capsys.readouterr()
     monkeypatch.setattr(sys, "stdin", io.StringIO("Zorba likes the zebras .\n"))
     assert main(["parse", str(run), "--beam", "2"]) == 0
     tree = read_tree_line(capsys.readouterr().out.strip(), source="out", line_number=1)
     assert tree.leaves() == "Zorba likes the zebras .".split()
+
+
+def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, capsys, monkeypatch):
+    root, _ = parse_run
+    assert main(["train", str(root / "parse.yaml"), "data.tree_leaves=word", "name=tiny_cursor",
+                 "data.tree_order=in_order", "model.decoder_cursor=true",
+                 "decode.average_last=0", "--quiet"]) == 0
+    run = root / "runs" / "tiny_cursor"
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert read_meta(run / "checkpoints" / latest)["tree_order"] == "in_order"
+    sources = (run / "data" / "train.words").read_text().splitlines()
+    for s, t in zip(sources, (run / "data" / "train.trees").read_text().splitlines()):
+        assert t.split()[0] == s.split()[0] and t.split()[1][0] == "("  # the first word, named
+    results = json.loads((run / "results.json").read_text())["extra"]["parse"]
+    assert results["test.last"]["repaired"] == 0.0
+    assert_trees_over_the_words(run)
+    # the command reads the checkpoint's order: the same trees as the run's own scoring
+    assert main(["parse", str(run), "-i", str(run / "data" / "test.words"), "-o",
+                 str(run / "again.trees"), "--beam", "4", "--batch-size", "7"]) == 0
+    assert (run / "again.trees").read_text() == (run / "parses" / "test.last.trees").read_text()
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
+    assert main(["parse", str(run), "--beam", "2"]) == 0
+    tree = read_tree_line(capsys.readouterr().out.strip(), source="out", line_number=1)
+    assert tree.leaves() == "the dog sees a cat .".split()
+    # only the constrained search knows where the decoder is
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
+    assert main(["parse", str(run), "--unconstrained"]) == 2
+    assert "decode it constrained (drop --unconstrained)" in one_line_error(capsys)
+    # an ensemble needs one vocabulary and one kind of leaves
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
+    assert main(["parse", str(run), str(root / "runs" / "tiny_parse")]) == 2
+    assert "different vocabularies or tree settings; an ensemble" in one_line_error(capsys)
+
+
+def test_several_checkpoints_parse_as_an_ensemble(parse_run, capsys, monkeypatch):
+    _, run = parse_run
+    lines = "the dog sees a cat .\nJohn runs .\n"
+    outs = []
+    for ckpts in ([run], [run, run], [run, run / "averaged-last3"]):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+        assert main(["parse", *map(str, ckpts), "--beam", "3"]) == 0
+        outs.append(capsys.readouterr().out.splitlines())
+    assert outs[1] == outs[0]  # an ensemble of one model twice is that model
+    for line, tree in zip(lines.splitlines(), outs[2]):
+        assert read_tree_line(tree, source="out", line_number=1).leaves() == line.split()
 
 
 def test_parse_eval_prints_the_table(parse_run, capsys):

@@ -9,10 +9,12 @@ import random
 import pytest
 import torch
 
-from fullrank.data.linearize import PLACEHOLDER, delinearize, is_bracket, placeholders
+from fullrank.data.linearize import (PLACEHOLDER, delinearize, is_bracket, linearize,
+                                     placeholders, top_down)
+from fullrank.data.treebank import read_tree_line
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.inference import beam_search, greedy_search
-from fullrank.inference.parse import TreeDecoder
+from fullrank.inference.parse import InOrderTreeDecoder, TreeDecoder
 from tests.inference.toy import ScriptedDecoder
 
 SYMBOLS = "(S )S (NP )NP (VP )VP (PP )PP XX the dog sees a cat".split()
@@ -50,10 +52,12 @@ def noisy(vocab: int, favour: dict[int, float]):
     return probs
 
 
+@pytest.mark.parametrize("order", ["top_down", "in_order"])
 @pytest.mark.parametrize("leaves", ["placeholder", "word"])
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("tempt", ["eos", "open", "close"])
-def test_any_model_writes_only_well_formed_trees_over_the_words(trees, leaves, beam, tempt):
+def test_any_model_writes_only_well_formed_trees_over_the_words(trees, leaves, beam, tempt,
+                                                                 order):
     rng = random.Random(len(leaves) + beam)
     sentences = [[rng.choice(["the", "dog", "sees", "a", "cat", "zebra"])
                   for _ in range(rng.randint(1, 7))] for _ in range(12)]
@@ -62,9 +66,12 @@ def test_any_model_writes_only_well_formed_trees_over_the_words(trees, leaves, b
            "close": [trees.token_to_id(")VP"), trees.token_to_id(")S")]}[tempt]
     decoder = ScriptedDecoder(noisy(vocab, {i: 50.0 for i in ids}), len(sentences))
     limits = torch.tensor([len(s) + 30 for s in sentences])
-    wrapped = TreeDecoder(decoder, trees, [slots(trees, s, leaves) for s in sentences], limits)
+    kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
+    wrapped = kind(decoder, trees, [slots(trees, s, leaves) for s in sentences], limits)
     for words, out in zip(sentences, search(wrapped, trees, len(sentences), beam, limits)):
-        tokens = [trees.id_to_token(i) for i in out]
+        written = [trees.id_to_token(i) for i in out]
+        tokens = top_down(written) if order == "in_order" else written
+        assert len(tokens) == len(written)
         parsed = delinearize(placeholders(tokens) if leaves == "word" else tokens, words)
         assert parsed.repairs == (), tokens
         assert parsed.tree.leaves() == words
@@ -151,3 +158,55 @@ def test_a_model_unsure_of_labels_and_words_still_gets_the_tree_it_means(trees, 
                           torch.tensor([40]))
     (out,) = search(wrapped, trees, 1, beam, 40)
     assert [trees.id_to_token(i) for i in out] == gold
+
+
+class CursorChecker(ScriptedDecoder):
+    """A scripted decoder that takes ``cursor=`` and checks it against each row's prefix: the
+    number of words placed so far, the newest token included. (Beam search also feeds rows it
+    has given up, whose last token the constraint forbade and which place no word: with
+    ``exact=False`` a row's cursor may be below its count of word tokens.)"""
+
+    def __init__(self, probs, batch_size: int, is_word, exact: bool) -> None:
+        super().__init__(probs, batch_size)
+        self.is_word, self.exact, self.checked = is_word, exact, 0
+
+    def step(self, tokens, *, cursor):
+        logits = super().step(tokens)
+        placed = torch.tensor([sum(map(self.is_word, p)) for p in self.prefixes])
+        assert cursor.shape == tokens.shape
+        assert (cursor[:, 0] == placed).all() if self.exact else (cursor[:, 0] <= placed).all()
+        self.checked += len(placed)
+        return logits
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_cursor_model_is_told_how_many_words_are_placed(trees, beam):
+    sentences = [["the", "dog", "sees", "a", "cat"], ["dog"], ["a", "zebra", "sees"]]
+    words = {trees.token_to_id(w) for w in SYMBOLS if not is_bracket(w)} | {trees.unk_id}
+    decoder = CursorChecker(noisy(trees.vocab_size, {}), len(sentences), words.__contains__,
+                            exact=beam == 1)
+    limits = torch.tensor([len(s) + 30 for s in sentences])
+    wrapped = TreeDecoder(decoder, trees, [slots(trees, s, "word") for s in sentences], limits,
+                          cursor=True)
+    outs = search(wrapped, trees, len(sentences), beam, limits)
+    assert decoder.checked > sum(map(len, sentences))
+    assert [sum(i in words for i in out) for out in outs] == [5, 1, 3]
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_a_model_that_prefers_a_well_formed_in_order_tree_gets_it_unchanged(trees, beam):
+    gold = read_tree_line("(S (NP (NP (DT the) (NN dog)) (PP (IN a) (NP (NN cat)))) "
+                          "(VP (VBZ sees)))", source="gold", line_number=1)
+    written = linearize(gold, "word", "in_order")
+    assert written[:3] == ["the", "(NP", "dog"]  # the outer NP is named after the inner one
+    target = [trees.token_to_id(t) for t in written] + [trees.eos_id]
+
+    def probs(prefix):
+        p = [0.1 / (trees.vocab_size - 1)] * trees.vocab_size
+        p[target[min(len(prefix), len(target) - 1)]] = 0.9
+        return p
+
+    wrapped = InOrderTreeDecoder(ScriptedDecoder(probs, 1), trees,
+                                 [slots(trees, gold.leaves(), "word")], torch.tensor([40]))
+    (out,) = search(wrapped, trees, 1, beam, 40)
+    assert [trees.id_to_token(i) for i in out] == written

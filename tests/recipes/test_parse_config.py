@@ -21,6 +21,7 @@ def test_the_shipped_parse_configs_have_v17s_decoding_and_separate_vocabularies(
         assert exp.train.max_minutes is None  # sized in steps, whatever the machine's load
         assert exp.data.tree_leaves == "word" and exp.decode.constrained
         assert exp.data.unknown_words == "signature" and exp.data.word_dropout == 0.25
+        assert exp.data.tree_order == "in_order" and exp.model["decoder_cursor"]
     a, b = standard.model_config(5378, 5326), fixed.model_config(5378, 5326)
     assert a.src_vocab_size == 5326 and not a.shared_vocab
     assert a.head_sizes == (32, 32) and a.standard_rule
@@ -58,3 +59,25 @@ def test_unknown_word_signatures_are_for_a_word_level_parsing_source(tmp_path):
         load_experiment(write(tmp_path), ["data.word_dropout=0.25"])
     assert load_experiment(write(tmp_path), ["data.unknown_words=signature",
                                              "data.word_dropout=0.25"]).data.word_dropout == 0.25
+
+
+def test_the_decoder_cursor_is_for_parsing(tmp_path):
+    exp = load_experiment(write(tmp_path), ["model.decoder_cursor=true"])
+    assert exp.model_config(60, 50).decoder_cursor
+    mt = write(tmp_path).read_text().replace("task: parse", "task: mt")
+    (tmp_path / "mt.yaml").write_text(mt)
+    with pytest.raises(ConfigError, match=r"model\.decoder_cursor tells a parser's decoder which "
+                                          r"word it places next \(task: parse\); task 'mt'"):
+        load_experiment(tmp_path / "mt.yaml", ["model.decoder_cursor=true"])
+
+
+def test_the_tree_order_is_for_parsing(tmp_path):
+    assert load_experiment(write(tmp_path), ["data.tree_order=in_order"]).data.tree_order == \
+        "in_order"
+    with pytest.raises(ConfigError, match=r"data\.tree_order = 'inorder': should be 'top_down' "
+                                          r"or 'in_order'"):
+        load_experiment(write(tmp_path), ["data.tree_order=inorder"])
+    (tmp_path / "mt.yaml").write_text(write(tmp_path).read_text().replace("task: parse",
+                                                                         "task: mt"))
+    with pytest.raises(ConfigError, match=r"data\.tree_order is for parsing \(task: parse\)"):
+        load_experiment(tmp_path / "mt.yaml", ["data.tree_order=in_order"])

@@ -3,6 +3,8 @@ separated by spaces), one bracketed tree per line out; an empty line stays empty
 
 The trees tag every word ``XX`` (the parser predicts brackets, not part-of-speech tags); score
 them with ``fullrank parse-eval TREES --ref GOLD``. How many outputs needed repair goes to stderr.
+Several checkpoints parse as an ensemble (the mean of their next-token probabilities); they must
+share both vocabularies and write the same leaves.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="parsing checkpoint directory or run directory (its latest)")
+    p.add_argument("checkpoint", nargs="+",
+                   help="parsing checkpoint directory or run directory (its latest); several: "
+                        "an ensemble of parsers that share their vocabularies")
     p.add_argument("--input", "-i", default=None, help="sentences to parse (default: stdin)")
     p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
     p.add_argument("--beam", type=int, default=21, help="beam size ([V17] §6.3: 21)")
@@ -41,24 +45,36 @@ def run(args: argparse.Namespace) -> int:
 
     from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.errors import CheckpointError
-    from fullrank.inference.parse import parse, tree_leaves, tree_vocabulary
+    from fullrank.inference.parse import parse, tree_leaves, tree_order, tree_vocabulary
     from fullrank.inference.translate import check_settings
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
 
     check_settings(beam=args.beam, batch_size=args.batch_size, a=args.max_len_a,
                    b=args.max_len_b, workers=args.workers, name=_option)
-    ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
-    trees = tree_vocabulary(ckpt.meta, str(ckpt.path))
-    if ckpt.tokenizer is None:
-        raise CheckpointError(f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
-                              f"vocabulary); use a checkpoint written by a parsing run")
+    ckpts = [load_checkpoint(path, device=pick_device(args.device)) for path in args.checkpoint]
+    first = ckpts[0]
+    trees = tree_vocabulary(first.meta, str(first.path))
+    leaves = tree_leaves(first.meta, str(first.path))
+    order = tree_order(first.meta, str(first.path))
+    for ckpt in ckpts:
+        if ckpt.tokenizer is None:
+            raise CheckpointError(f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
+                                  f"vocabulary); use a checkpoint written by a parsing run")
+        same = (tree_vocabulary(ckpt.meta, str(ckpt.path)).fingerprint() == trees.fingerprint()
+                and ckpt.tokenizer.fingerprint() == first.tokenizer.fingerprint()  # type: ignore[union-attr]
+                and tree_leaves(ckpt.meta, str(ckpt.path)) == leaves
+                and tree_order(ckpt.meta, str(ckpt.path)) == order)
+        if not same:
+            raise CheckpointError(f"{ckpt.path} and {first.path} have different vocabularies or "
+                                  f"tree settings; an ensemble needs parsers trained on the "
+                                  f"same training trees with the same data settings")
     lines = read_lines(args.input, allow_blank=True) if args.input else read_stdin_lines()
-    parsed = parse(ckpt.model, ckpt.tokenizer, trees, lines, beam=args.beam, alpha=args.alpha,
-                   a=args.max_len_a, b=args.max_len_b, batch_size=args.batch_size,
-                   progress=args.input is not None, workers=args.workers,
-                   processes=args.processes, leaves=tree_leaves(ckpt.meta, str(ckpt.path)),
-                   constrained=not args.unconstrained)
+    parsed = parse([c.model for c in ckpts], first.tokenizer, trees, lines,  # type: ignore[arg-type]
+                   beam=args.beam, alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
+                   batch_size=args.batch_size, progress=args.input is not None,
+                   workers=args.workers, processes=args.processes, leaves=leaves,
+                   order=order, constrained=not args.unconstrained)
     text = "".join((p.tree.to_string() if p else "") + "\n" for p in parsed)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -24,6 +24,12 @@ back the words it has placed, so it knows where in the sentence it is without co
 placeholders. Every token that is not a bracket stands for the next word (:func:`placeholders`
 turns such a sequence back into the ``XX`` scheme).
 
+With ``order="in_order"`` a constituent's opening bracket comes after its first child (the
+in-order traversal of Liu & Zhang 2017, "In-Order Transition-based Constituent Parsing"):
+``Ms. (NP Haag )NP (S plays (VP Elianti (NP )NP )VP . )S`` — the parser names a constituent
+once its first child is done, so it need not foresee, at a noun phrase's first word, that the
+phrase will be modified. :func:`top_down` turns such a sequence back into the first order.
+
 :func:`delinearize` turns any output sequence into a tree over the input's words, repairing what
 is malformed (:data:`REPAIRS` lists each repair and what it does).
 """
@@ -40,6 +46,10 @@ PLACEHOLDER = "XX"
 # what stands for each word in the target: the placeholder XX (Vinyals et al.) or the word itself
 Leaves = Literal["placeholder", "word"]
 LEAVES: tuple[Leaves, ...] = ("placeholder", "word")
+# where a constituent's opening bracket goes: before its first child (Vinyals et al.), or after
+# it (the in-order traversal of Liu & Zhang 2017)
+Order = Literal["top_down", "in_order"]
+ORDERS: tuple[Order, ...] = ("top_down", "in_order")
 # the label of a root made by repair (over several top-level pieces, or over nothing): the most
 # frequent root label of the Penn Treebank
 ROOT_LABEL = "S"
@@ -57,27 +67,69 @@ REPAIRS: dict[str, str] = {
 }
 
 
-def linearize(tree: Tree, leaves: Leaves = "placeholder") -> list[str]:
+def linearize(tree: Tree, leaves: Leaves = "placeholder", order: Order = "top_down") -> list[str]:
     """The target tokens of ``tree`` (see the module docstring), each word written as ``XX`` or
-    (``leaves="word"``) as itself; ``tree`` must be cleaned (no unlabelled node)."""
+    (``leaves="word"``) as itself, each constituent opened before its first child
+    (``order="top_down"``) or after it (``"in_order"``); ``tree`` must be cleaned (no
+    unlabelled node)."""
     out: list[str] = []
-    _linearize(tree, out, leaves == "word")
+    _linearize(tree, out, leaves == "word", order == "in_order")
     return out
 
 
-def _linearize(tree: Tree, out: list[str], words: bool) -> None:
+def _linearize(tree: Tree, out: list[str], words: bool, in_order: bool) -> None:
     if tree.is_preterminal:
         out.append(tree.children[0] if words else PLACEHOLDER)  # type: ignore[arg-type]
         return
-    out.append("(" + tree.label)
-    for child in tree.children:
-        _linearize(child, out, words)  # type: ignore[arg-type]
+    for i, child in enumerate(tree.children):
+        if i == (1 if in_order else 0):
+            out.append("(" + tree.label)
+        _linearize(child, out, words, in_order)  # type: ignore[arg-type]
+    if in_order and len(tree.children) == 1:
+        out.append("(" + tree.label)
     out.append(")" + tree.label)
+
+
+def top_down(tokens: Sequence[str]) -> list[str]:
+    """An ``in_order`` token sequence in the ``top_down`` order: exactly, for a well-formed one.
+
+    Each ``(L`` makes the finished piece before it (a word, or a closed constituent) the first
+    child of a new constituent ``L``; each closing bracket closes the innermost open one over
+    the pieces after it. A malformed sequence is carried over as it is, for :func:`delinearize`
+    to repair: an opening bracket with no finished piece before it opens an empty constituent,
+    a closing bracket with nothing open stays where it is, constituents left open stay open.
+    """
+    stack: list[tuple[str | None, list[str]]] = []  # (label of an open constituent, or None
+    for tok in tokens:                              # for a finished piece; its tokens)
+        if is_bracket(tok) and tok[0] == "(":
+            first = stack.pop()[1] if stack and stack[-1][0] is None else []
+            stack.append((tok[1:], first))
+        elif is_bracket(tok):
+            at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] is not None), None)
+            if at is None:
+                stack.append((None, [tok]))
+                continue
+            label, first = stack[at]
+            rest = [t for _, piece in stack[at + 1:] for t in piece]
+            del stack[at:]
+            stack.append((None, ["(" + label, *first, *rest, tok]))
+        else:
+            stack.append((None, [tok]))
+    return [t for label, piece in stack
+            for t in (piece if label is None else ["(" + label, *piece])]
 
 
 def is_bracket(token: str) -> bool:
     """Whether ``token`` opens (``(L``) or closes (``)L``) a constituent."""
     return len(token) > 1 and token[0] in "()"
+
+
+def word_tokens(vocabulary: Sequence[str], specials: Sequence[int]) -> list[bool]:
+    """For each token of a tree vocabulary (``vocabulary[i]`` is token ``i``), whether it
+    places a word (``XX``, a word, ``<unk>``): not a bracket, and not one of the ``specials``
+    ids (padding, BOS, EOS)."""
+    skip = set(specials)
+    return [not is_bracket(t) and i not in skip for i, t in enumerate(vocabulary)]
 
 
 def placeholders(tokens: Sequence[str]) -> list[str]:

@@ -93,9 +93,11 @@ class BeamDecoder:
         self.project = Projection(model.output_weight)
         self.device = src.device
 
-    def step(self, tokens: Tensor) -> Tensor:
-        """``tokens (B, t)`` → logits ``(B, t, V)``, valid until the next step."""
-        h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
+    def step(self, tokens: Tensor, *, cursor: Tensor | None = None) -> Tensor:
+        """``tokens (B, t)`` (and their ``cursor (B, t)`` for a model with
+        ``decoder_cursor``) → logits ``(B, t, V)``, valid until the next step."""
+        h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache,
+                        cursor=cursor)
         return self.project(h)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:

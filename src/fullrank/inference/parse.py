@@ -14,12 +14,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fullrank.data.linearize import (LEAVES, PLACEHOLDER, Delinearized, Leaves, delinearize,
-                                     is_bracket, placeholders)
+from fullrank.data.linearize import (LEAVES, ORDERS, PLACEHOLDER, Delinearized, Leaves, Order,
+                                     delinearize, is_bracket, placeholders, top_down,
+                                     word_tokens)
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import ESCAPES
 from fullrank.data.unknown_words import known_word
-from fullrank.errors import CheckpointError
+from fullrank.errors import CheckpointError, ConfigError
 from fullrank.inference.decoders import Decoder
 from fullrank.inference.translate import translate
 
@@ -27,6 +28,8 @@ from fullrank.inference.translate import translate
 TREE_VOCABULARY = "tree_tokenizer"
 # the key of meta.json that says what stands for each word in the trees (data.tree_leaves)
 TREE_LEAVES = "tree_leaves"
+# the key of meta.json that says where the trees open each constituent (data.tree_order)
+TREE_ORDER = "tree_order"
 # [V17] §6.3: beam size 21, α = 0.3, maximum output length input length + 300
 BEAM, ALPHA, MAX_LEN_A, MAX_LEN_B = 21, 0.3, 1.0, 300
 
@@ -44,19 +47,32 @@ def tree_vocabulary(meta: dict[str, Any], where: str) -> Tokenizer:
 def tree_leaves(meta: dict[str, Any], where: str) -> Leaves:
     """What stands for each word in a parsing checkpoint's trees (``placeholder`` when its
     ``meta`` does not say)."""
-    leaves = meta.get(TREE_LEAVES, "placeholder")
-    if leaves not in LEAVES:
-        raise CheckpointError(f"{where}: meta.json has {TREE_LEAVES}={leaves!r}, not one of "
-                              f"{', '.join(LEAVES)}; use a checkpoint written by a parsing run")
-    return leaves  # type: ignore[no-any-return]
+    return _setting(meta, TREE_LEAVES, LEAVES, where)  # type: ignore[return-value]
 
 
-def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Sequence[str], *,
+def tree_order(meta: dict[str, Any], where: str) -> Order:
+    """Where a parsing checkpoint's trees open each constituent (``top_down`` when its
+    ``meta`` does not say)."""
+    return _setting(meta, TREE_ORDER, ORDERS, where)  # type: ignore[return-value]
+
+
+def _setting(meta: dict[str, Any], key: str, choices: Sequence[str], where: str) -> str:
+    value = meta.get(key, choices[0])
+    if value not in choices:
+        raise CheckpointError(f"{where}: meta.json has {key}={value!r}, not one of "
+                              f"{', '.join(choices)}; use a checkpoint written by a parsing run")
+    return value  # type: ignore[no-any-return]
+
+
+def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Tokenizer,
+          sentences: Sequence[str], *,
           beam: int = BEAM, alpha: float = ALPHA, a: float = MAX_LEN_A, b: int = MAX_LEN_B,
           batch_size: int = 32, progress: bool = False, workers: int = 1,
-          processes: bool = False, leaves: Leaves = "placeholder",
+          processes: bool = False, leaves: Leaves = "placeholder", order: Order = "top_down",
           constrained: bool = True) -> list[Delinearized | None]:
     """Parse tokenized ``sentences`` (words separated by spaces); ``None`` for an empty one.
+    Several models parse as an ensemble (the mean of their next-token probabilities,
+    :class:`~fullrank.inference.decoders.EnsembleDecoder`); they share ``words`` and ``trees``.
 
     Decoding is :func:`~fullrank.inference.translate.translate`'s beam search with the GNMT
     length penalty ``alpha`` and at most ``a·|words| + b`` output tokens (capped by the model's
@@ -67,9 +83,13 @@ def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Seque
     (:func:`~fullrank.data.unknown_words.known_word`; ``data.unknown_words: signature``).
 
     ``leaves``: what the model writes for each word, ``XX`` or the word itself (the
-    checkpoint's ``data.tree_leaves``). ``constrained``: the search only writes well-formed
-    trees over the sentence's words (:class:`TreeDecoder`), so no output needs repair;
-    ``False``: the model writes freely and :func:`delinearize` repairs what is malformed.
+    checkpoint's ``data.tree_leaves``); ``order``: where it opens each constituent (its
+    ``data.tree_order``; an ``in_order`` output is read back through
+    :func:`~fullrank.data.linearize.top_down`). ``constrained``: the search only writes
+    well-formed trees over the sentence's words (:class:`TreeDecoder`,
+    :class:`InOrderTreeDecoder`), so no output needs repair;
+    ``False``: the model writes freely and :func:`delinearize` repairs what is malformed (not
+    for a model with ``decoder_cursor``, which is told by the constrained search where it is).
     """
     lines = [" ".join(ESCAPES.get(w, w) for w in s.split()) for s in sentences]
     known = known_word(lambda w: words.token_to_id(w) is not None)
@@ -81,15 +101,28 @@ def parse(model: nn.Module, words: Tokenizer, trees: Tokenizer, sentences: Seque
         xx = trees.token_to_id(PLACEHOLDER)
         slots = [[xx] * len(line.split()) for line in lines]
 
-    def constrain(decoder: Decoder, batch: list[int], max_len: Tensor) -> Decoder:
-        return TreeDecoder(decoder, trees, [slots[i] for i in batch], max_len)
+    models = [model] if isinstance(model, nn.Module) else list(model)
+    cursor = any(getattr(getattr(m, "config", None), "decoder_cursor", False) for m in models)
+    if cursor and not constrained:
+        raise ConfigError("this model reads the position of the next word it places "
+                          "(model.decoder_cursor), which only the constrained search knows; "
+                          "decode it constrained (drop --unconstrained)")
 
-    outputs = translate(model, words, inputs, beam=beam, alpha=alpha, a=a, b=b,
+    def constrain(decoder: Decoder, batch: list[int], max_len: Tensor) -> Decoder:
+        kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
+        return kind(decoder, trees, [slots[i] for i in batch], max_len, cursor=cursor)
+
+    outputs = translate(models, words, inputs, beam=beam, alpha=alpha, a=a, b=b,
                         batch_size=batch_size, progress=progress, workers=workers,
                         processes=processes, target=trees, strict=True,
                         constrain=constrain if constrained else None)
-    return [delinearize(placeholders(out[0].split()) if leaves == "word" else out[0].split(),
-                        line.split()) if line else None for line, out in zip(lines, outputs)]
+
+    def tree(tokens: list[str], words: list[str]) -> Delinearized:
+        tokens = top_down(tokens) if order == "in_order" else tokens
+        return delinearize(placeholders(tokens) if leaves == "word" else tokens, words)
+
+    return [tree(out[0].split(), line.split()) if line else None
+            for line, out in zip(lines, outputs)]
 
 
 class TreeDecoder:
@@ -127,11 +160,14 @@ class TreeDecoder:
         max_opens: most brackets opened in a row, with no word or closing bracket between (the
             sample's most is 6). Without this bound a model that has lost its place, offered
             nothing it likes, opens brackets without end.
+        cursor: give the wrapped decoder, with each token, the position of the next word to
+            place (``cursor=``, for a model with ``decoder_cursor``).
     """
 
     def __init__(self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]],
-                 max_len: Tensor, *, max_depth: int = 64, max_opens: int = 8) -> None:
-        self.decoder, self.device = decoder, decoder.device
+                 max_len: Tensor, *, max_depth: int = 64, max_opens: int = 8,
+                 cursor: bool = False) -> None:
+        self.decoder, self.device, self.cursor = decoder, decoder.device, cursor
         self.eos_id = trees.eos_id
         tokens = [trees.id_to_token(i) or "" for i in range(trees.vocab_size)]
         closer = [trees.token_to_id(")" + t[1:]) if is_bracket(t) and t[0] == "(" else None
@@ -141,8 +177,8 @@ class TreeDecoder:
         self.closer = torch.tensor([-1 if c is None else c for c in closer], device=dev)
         self.is_open = torch.tensor([is_bracket(t) and t[0] == "(" for t in tokens], device=dev)
         self.is_close = torch.tensor([is_bracket(t) and t[0] == ")" for t in tokens], device=dev)
-        is_word = ~self.is_open & ~self.is_close                      # (V,) XX, words, <unk>
-        is_word[[trees.pad_id, trees.bos_id, trees.eos_id]] = False
+        is_word = torch.tensor(word_tokens(tokens, [trees.pad_id, trees.bos_id, trees.eos_id]),
+                               device=dev)                            # (V,) XX, words, <unk>
         self.open_ids = self.is_open.nonzero().squeeze(1)             # token ids of each kind
         self.close_ids = self.is_close.nonzero().squeeze(1)
         self.word_ids = is_word.nonzero().squeeze(1)
@@ -215,7 +251,10 @@ class TreeDecoder:
         if self.written >= 0:
             self._advance(tokens[:, -1])
         self.written += tokens.shape[1]
-        logits = self.decoder.step(tokens)                            # (B, 1, V)
+        if self.cursor:
+            logits = self.decoder.step(tokens, cursor=self.placed[:, None])  # type: ignore[call-arg]
+        else:
+            logits = self.decoder.step(tokens)                        # (B, 1, V)
         last = logits[:, -1]                                          # (B, V)
         can_open, can_close, can_place, can_end = self._choices()    # (B,) each
         rows = torch.arange(len(last), device=last.device)
@@ -233,8 +272,89 @@ class TreeDecoder:
         last[:, self.eos_id] = torch.where(can_end, ending, neg)
         return logits
 
+    # the state each row keeps, which reorders follow
+    ROW_STATE: tuple[str, ...] = ("slots", "n_words", "limit", "placed", "depth", "opens",
+                                  "stack", "filled")
+
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index`` (see :meth:`Decoder.reorder`)."""
         self.decoder.reorder(index, sources=sources)
-        for name in ("slots", "n_words", "limit", "placed", "depth", "opens", "stack", "filled"):
+        for name in self.ROW_STATE:
             setattr(self, name, getattr(self, name)[index])
+
+
+class InOrderTreeDecoder(TreeDecoder):
+    """:class:`TreeDecoder` for trees written in order (``data.tree_order: in_order``): each
+    constituent's opening bracket comes after its first child
+    (:func:`~fullrank.data.linearize.linearize`).
+
+    The moves that keep the output a well-formed tree over the sentence's ``n`` words:
+
+    - the first token places the first word; a word, later, only inside an open constituent
+      (outside, the one finished piece must first become the first child of a new one) and
+      while words are left;
+    - an opening bracket only right after a finished piece (a word or a closed constituent),
+      which becomes its first child, and while the output can still be closed within its
+      length limit;
+    - a closing bracket for the innermost open constituent (it holds its first child already),
+      the outermost one while words are left only if the output can still be finished;
+    - end-of-sequence once all ``n`` words are placed, nothing is open and the one finished
+      piece is a constituent.
+
+    A closing bracket right after its opening one makes a unary constituent; at most
+    ``max_opens`` of these in a row (no word or other closing bracket between), so that a model
+    that only wants to close cannot stack unary constituents without end. Closing brackets and
+    word tokens are merged into one decision each, as in :class:`TreeDecoder`; the arguments
+    are the same.
+    """
+
+    ROW_STATE = (*TreeDecoder.ROW_STATE, "finished", "rooted")
+
+    def __init__(self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]],
+                 max_len: Tensor, **kw: Any) -> None:
+        super().__init__(decoder, trees, slots, max_len, **kw)
+        b = len(self.n_words)
+        # (B,) the last piece is finished (a word or a closed constituent): it may be projected
+        self.finished = torch.zeros(b, dtype=torch.bool, device=self.device)
+        # (B,) the root level holds one closed constituent (not a bare word, nothing open)
+        self.rooted = torch.zeros(b, dtype=torch.bool, device=self.device)
+        # self.opens counts the unary constituents made in a row
+
+    def _advance(self, tok: Tensor) -> None:
+        """Update the rows' trees with their newest token ``tok (B,)``."""
+        rows = torch.arange(len(tok), device=tok.device)
+        vocab = len(self.is_open)
+        known = tok < vocab
+        tok = tok.clamp(max=vocab - 1)
+        word = (tok == self._next_slot()) & ((self.depth > 0) | (self.written == 0))
+        opened = known & self.is_open[tok] & self.finished
+        closed = known & self.is_close[tok] & (self.depth > 0)
+        unary = closed & ~self.finished
+        self.placed += word.long()
+        at = self.depth.clamp(max=self.stack.shape[1] - 1)
+        self.stack[rows, at] = torch.where(opened, self.closer[tok], self.stack[rows, at])
+        self.depth += opened.long() - closed.long()
+        self.finished = torch.where(word | closed, True, self.finished & ~opened)
+        self.rooted = torch.where(closed & (self.depth == 0), True, self.rooted & ~(word | opened))
+        self.opens = torch.where(unary, self.opens + 1,
+                                 torch.where(word | closed, 0, self.opens))
+
+    def _choices(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Per row ``(B,)``, whether it may open a bracket, close its innermost constituent,
+        place its next word, end."""
+        rows = torch.arange(len(self.depth), device=self.device)
+        inside = self.depth > 0
+        left = self.placed < self.n_words
+        first = self.written == 0  # only BOS so far
+        room = self.written + 3 + (self.n_words - self.placed) + self.depth <= self.limit
+        unary_ok = self.opens < self.max_opens
+        # after all words, an opening bracket can only be closed at once: a unary constituent
+        can_open = (self.finished & room & (self.depth < self.stack.shape[1])
+                    & (left | unary_ok) & (len(self.open_ids) > 0))
+        # closing the outermost while words are left: the root level must then be opened again
+        can_close = (inside & (self.stack[rows, (self.depth - 1).clamp(min=0)] >= 0)
+                     & (self.finished | unary_ok) & ((self.depth > 1) | ~left | room))
+        can_place = left & (inside | first)
+        can_end = ~inside & ~left & self.rooted
+        can_end |= ~(can_open | can_close | can_place)  # never: a guard, so no row is left empty
+        return can_open, can_close, can_place, can_end

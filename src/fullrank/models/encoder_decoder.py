@@ -6,11 +6,16 @@ self-attention, cross-attention and feed-forward. With a shared source/target vo
 projection are one matrix (three-way tying, [V17] §3.4); with separate vocabularies the target
 embedding and the projection are tied (two-way).
 
+With ``decoder_cursor`` the decoder also reads, at each target position, the encoder's output at
+a source position the caller names (``cursor``): a parser's decoder is told which word it
+places next (:mod:`fullrank.inference.parse`), instead of finding it by attention alone.
+
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model, ``V`` vocabulary.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -30,10 +35,14 @@ class EncoderDecoderConfig(TransformerConfig):
         n_decoder_layers: decoder blocks; ``None`` = ``n_layers``.
         src_vocab_size: source vocabulary size; ``None`` = shared with the target (three-way
             tying).
+        decoder_cursor: each decoder input is its token's embedding plus the encoder output at
+            the source position ``cursor`` gives for it (no parameters); ``forward`` and
+            ``decode`` then need ``cursor``.
     """
 
     n_decoder_layers: PositiveInt | None = None
     src_vocab_size: PositiveInt | None = None
+    decoder_cursor: bool = False
 
     @property
     def decoder_layers(self) -> int:
@@ -93,17 +102,23 @@ class EncoderDecoder(nn.Module):
         return self.encoder_norm(x) if self.encoder_norm is not None else x
 
     def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None,
+               cursor: Tensor | None = None) -> Tensor:
         """Decoder hidden states ``(B, T, D)``.
 
         Args:
             tgt: ``(B, T)`` target ids, shifted right (with a cache: only the new ones).
-            memory: encoder output ``(B, S, D)``.
-            src_mask: ``(B, S)`` bool, ``True`` = real source token.
+            memory: encoder output ``(N, S, D)``: one row per target row (``N = B``), or one per
+                ``k`` consecutive target rows (``B = k·N``, beam search's layout).
+            src_mask: ``(N, S)`` bool, ``True`` = real source token.
             tgt_mask: ``(B, T_all)`` bool over all target positions so far, ``True`` = real.
             cache: from :meth:`init_cache`; updated in place.
+            cursor: ``(B, T)`` source positions, with ``decoder_cursor``: ``memory`` at each is
+                added to the input of the target token beside it.
         """
         x = self.tgt_embed(tgt, offset=cache.length if cache is not None else 0)
+        if self.config.decoder_cursor:
+            x = x + self.at_cursor(memory, cursor, tgt.shape)
         self_mask = padding_mask(tgt_mask) if tgt_mask is not None else None
         memory_mask = padding_mask(src_mask) if src_mask is not None else None
         for i, layer in enumerate(self.decoder):
@@ -111,6 +126,18 @@ class EncoderDecoder(nn.Module):
                       self_cache=cache.self_attn[i] if cache is not None else None,
                       cross_cache=cache.cross_attn[i] if cache is not None else None)
         return self.decoder_norm(x) if self.decoder_norm is not None else x
+
+    def at_cursor(self, memory: Tensor, cursor: Tensor | None, shape: torch.Size) -> Tensor:
+        """``memory (N, S, D)`` at ``cursor (B, T)`` → ``(B, T, D)``; target row ``r`` reads
+        memory row ``r // (B / N)``."""
+        if cursor is None or cursor.shape != shape:
+            got = None if cursor is None else tuple(cursor.shape)
+            raise ValueError(f"a model with decoder_cursor needs cursor (B, T) = {tuple(shape)} "
+                             f"beside the target tokens, got {got}")
+        n, s, d = memory.shape
+        rows = torch.arange(shape[0], device=cursor.device) // (shape[0] // n)  # (B,)
+        flat = rows[:, None] * s + cursor.clamp(0, s - 1)                         # (B, T)
+        return memory.reshape(n * s, d)[flat]                                    # (B, T, D)
 
     @property
     def output_weight(self) -> Tensor:
@@ -122,11 +149,13 @@ class EncoderDecoder(nn.Module):
         return F.linear(h, self.output_weight)
 
     def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None, hidden_only: bool = False) -> Tensor:
+                tgt_mask: Tensor | None = None, cursor: Tensor | None = None,
+                hidden_only: bool = False) -> Tensor:
         """``src (B, S)``, ``tgt (B, T)`` → logits ``(B, T, V)`` (``hidden_only``: the decoder's
-        final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight`)."""
+        final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight`);
+        ``cursor (B, T)``: see :meth:`decode`."""
         memory = self.encode(src, src_mask)
-        h = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        h = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, cursor=cursor)
         return h if hidden_only else self.logits(h)
 
     def init_cache(self) -> DecoderCache:
@@ -134,9 +163,11 @@ class EncoderDecoder(nn.Module):
         return DecoderCache.empty(len(self.decoder), cross=True)
 
     def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
-                    src_mask: Tensor | None = None) -> Tensor:
-        """Feed the new target ``tokens (B, T_new)``; return logits ``(B, T_new, V)``.
+                    src_mask: Tensor | None = None, cursor: Tensor | None = None) -> Tensor:
+        """Feed the new target ``tokens (B, T_new)`` (and their ``cursor``, see :meth:`decode`);
+        return logits ``(B, T_new, V)``.
 
         Cross-attention keys/values are computed from ``memory`` on the first step and reused.
         """
-        return self.logits(self.decode(tokens, memory, src_mask=src_mask, cache=cache))
+        return self.logits(self.decode(tokens, memory, src_mask=src_mask, cache=cache,
+                                       cursor=cursor))

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 
-from fullrank.data.linearize import Leaves
+from fullrank.data.linearize import Leaves, Order
 from fullrank.data.text import check_utf8, decode_utf8, read_bytes
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.data.unknown_words import UnknownWords
@@ -131,6 +131,9 @@ class DataConfig:
             ``placeholder`` (``XX``, Vinyals et al. 2015) or ``word`` (the word itself, so the
             decoder sees where it is; :mod:`fullrank.data.linearize`). With ``word`` the tree
             vocabulary also holds the words the source vocabulary keeps.
+        tree_order: parsing only — where a constituent's opening bracket goes in the target:
+            ``top_down`` (before its first child, Vinyals et al. 2015) or ``in_order`` (after
+            it, Liu & Zhang 2017: a constituent is named once its first child is done).
         unknown_words: parsing only — what a word outside the source vocabulary becomes:
             ``unk`` (one ``<unk>``) or ``signature`` (its shape and ending, e.g.
             ``<unk-INITC-s>``; :mod:`fullrank.data.unknown_words`): the training words seen
@@ -159,6 +162,7 @@ class DataConfig:
     eval_sets: dict[Str, Str] = field(default_factory=dict)
     bpe_dropout: Probability = 0.0
     tree_leaves: Leaves = "placeholder"
+    tree_order: Order = "top_down"
     unknown_words: UnknownWords = "unk"
     word_dropout: NonNegativeFloat = 0.0
 
@@ -261,9 +265,14 @@ class ExperimentConfig:
                 raise ConfigError(f"decode.splits names '{split}', which is not one of "
                                   f"{', '.join(known)}{closest(split, known)}; add it to "
                                   f"data.eval_sets as NAME: FILE_PREFIX to score another set")
-        if self.data.tree_leaves != "placeholder" and self.task != "parse":
-            raise ConfigError(f"data.tree_leaves is for parsing (task: parse); task "
-                              f"'{self.task}' has no trees (leave data.tree_leaves out)")
+        for setting, default in (("tree_leaves", "placeholder"), ("tree_order", "top_down")):
+            if getattr(self.data, setting) != default and self.task != "parse":
+                raise ConfigError(f"data.{setting} is for parsing (task: parse); task "
+                                  f"'{self.task}' has no trees (leave data.{setting} out)")
+        if self.model.get("decoder_cursor") and self.task != "parse":
+            raise ConfigError(f"model.decoder_cursor tells a parser's decoder which word it "
+                              f"places next (task: parse); task '{self.task}' has no such word "
+                              f"(leave model.decoder_cursor out)")
         parsing_words = self.task == "parse" and self.data.tokenizer == "word"
         if self.data.unknown_words != "unk" and not parsing_words:
             raise ConfigError(f"data.unknown_words: {self.data.unknown_words} is for parsing "

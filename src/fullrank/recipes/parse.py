@@ -22,15 +22,16 @@ from typing import Any
 from rich.console import Console
 from torch import nn
 
-from fullrank.data.linearize import PLACEHOLDER, Leaves, is_bracket, linearize
+from fullrank.data.linearize import (PLACEHOLDER, Leaves, Order, is_bracket, linearize,
+                                     word_tokens)
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import ParallelBatches, encode_pairs
 from fullrank.data.treebank import TreebankSplit, load_treebank
 from fullrank.data.unknown_words import SignatureDropout, known_word, rare_to_signatures
 from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.parse_eval import CUTOFF_LEN, score_trees
-from fullrank.inference.parse import (TREE_LEAVES, TREE_VOCABULARY, parse, tree_leaves,
-                                     tree_vocabulary)
+from fullrank.inference.parse import (TREE_LEAVES, TREE_ORDER, TREE_VOCABULARY, parse,
+                                     tree_leaves, tree_order, tree_vocabulary)
 from fullrank.inference.translate import first_too_long
 from fullrank.recipes.common import Resume, RunReport, keeps_thread_count, prepare_tokenizer
 from fullrank.recipes.config import ExperimentConfig
@@ -44,9 +45,10 @@ NOT_COMPARABLE = ("NLTK's sample of WSJ files 0001–0199, not WSJ section 23: n
                   "with [V17]'s 91.3 F1")
 
 
-def pairs_of(split: TreebankSplit, leaves: Leaves = "placeholder") -> list[tuple[str, str]]:
+def pairs_of(split: TreebankSplit, leaves: Leaves = "placeholder",
+             order: Order = "top_down") -> list[tuple[str, str]]:
     """``(words, linearized tree)`` of each tree, as text."""
-    return [(" ".join(t.leaves()), " ".join(linearize(t, leaves))) for t in split.trees]
+    return [(" ".join(t.leaves()), " ".join(linearize(t, leaves, order))) for t in split.trees]
 
 
 def write_split(out: Path, name: str, split: TreebankSplit) -> None:
@@ -102,7 +104,8 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
     run_dir = exp.run_dir
     splits = {name: load_treebank(data.root, pattern) for name, pattern in
               (("train", data.train), ("valid", data.valid), ("test", data.test)) if pattern}
-    pairs = {name: pairs_of(split, data.tree_leaves) for name, split in splits.items()}
+    pairs = {name: pairs_of(split, data.tree_leaves, data.tree_order)
+             for name, split in splits.items()}
     data_dir = run_dir / "data"
     signatures = data.unknown_words == "signature"
     # the source vocabulary's text: with signatures, the rare training words are theirs
@@ -115,11 +118,15 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
             write_lines(sources, (" ".join(map(rare, s.split())) for s, _ in pairs["train"]))
     barrier(dist)
     origin = find_start(exp)
-    leaves = origin and tree_leaves(read_meta(origin.path), f"train.init_from: {origin.path}")
-    if leaves and leaves != data.tree_leaves:
-        raise ConfigError(f"train.init_from: {origin.path} writes trees with data.tree_leaves="
-                          f"{leaves}, this experiment with {data.tree_leaves}; set "
-                          f"data.tree_leaves: {leaves}")
+    if origin:
+        meta = read_meta(origin.path)
+        where = f"train.init_from: {origin.path}"
+        for setting, theirs in (("tree_leaves", tree_leaves(meta, where)),
+                                ("tree_order", tree_order(meta, where))):
+            if theirs != getattr(data, setting):
+                raise ConfigError(f"{where} writes trees with data.{setting}={theirs}, this "
+                                  f"experiment with {getattr(data, setting)}; set "
+                                  f"data.{setting}: {theirs}")
     words = prepare_tokenizer(exp, [sources], run_dir, dist,
                               resuming=start is not None, start=origin and origin.tokenizer)
     if signatures:
@@ -172,9 +179,11 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         exp, model_cfg, train_pairs, valid_pairs, tokenizer=words,
         vocabulary=f"{words.vocab_size} words ({words.kind}), {trees.vocab_size} tree symbols",
         meta={"task": "parse", "experiment": exp.to_dict(), TREE_VOCABULARY: trees.to_str(),
-              TREE_LEAVES: data.tree_leaves},
+              TREE_LEAVES: data.tree_leaves, TREE_ORDER: data.tree_order},
         dist=dist, start=start, origin=origin, progress=progress, console=console,
-        describe_data=describe_data, sampler=sampler)
+        describe_data=describe_data, sampler=sampler, cursor_tokens=word_tokens(
+            [trees.id_to_token(i) or "" for i in range(trees.vocab_size)],
+            [trees.pad_id, trees.bos_id, trees.eos_id]))
     report.extra["dropped_pairs"] = train_pairs.n_dropped
     if dist.is_main:
         report.extra["parse"] = final_parse(exp, run_dir, model, words, trees, splits, progress,
@@ -202,7 +211,8 @@ def final_parse(exp: ExperimentConfig, run_dir: Path, model: nn.Module, words: T
             parsed = parse(m, words, trees, sentences, beam=decode.beam, alpha=decode.alpha,
                            a=decode.a, b=decode.b, batch_size=decode.batch_size,
                            progress=progress, workers=decode.workers, processes=decode.processes,
-                           leaves=exp.data.tree_leaves, constrained=decode.constrained)
+                           leaves=exp.data.tree_leaves, order=exp.data.tree_order,
+                           constrained=decode.constrained)
             seconds = time.perf_counter() - begun
             out_file = run_dir / "parses" / f"{split}.{name}.trees"
             out_file.parent.mkdir(parents=True, exist_ok=True)

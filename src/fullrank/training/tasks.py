@@ -84,14 +84,30 @@ class LanguageModeling:
 
 class Translation:
     """Teacher-forced translation: ``model(src, tgt_in, src_mask=, tgt_mask=)`` against
-    ``tgt_out``, label-smoothed ([V17] §5.4), padding ignored."""
+    ``tgt_out``, label-smoothed ([V17] §5.4), padding ignored.
 
-    def __init__(self, pad_id: int, label_smoothing: float = 0.1) -> None:
+    With ``cursor_tokens`` (``(V,)`` bool: the target tokens that each stand for the next
+    source token, e.g. a parse tree's words) the model is also given ``cursor (B, T)``: at each
+    decoder input, how many such tokens the input holds so far, i.e. the source position of the
+    token to be placed next (the source's EOS once all are placed).
+    """
+
+    def __init__(self, pad_id: int, label_smoothing: float = 0.1,
+                 cursor_tokens: Tensor | None = None) -> None:
         self.pad_id, self.label_smoothing = pad_id, label_smoothing
+        self.cursor_tokens = cursor_tokens
+
+    def cursor(self, batch: Seq2SeqBatch) -> Tensor | None:
+        """``(B, T)`` source positions beside ``batch.tgt_in`` (``None`` without
+        ``cursor_tokens``)."""
+        if self.cursor_tokens is None:
+            return None
+        places = self.cursor_tokens.to(batch.tgt_in.device)[batch.tgt_in]     # (B, T) bool
+        return places.long().cumsum(1).clamp(max=batch.src.shape[1] - 1)     # (B, T)
 
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
         h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
-                  hidden_only=True)  # (B, T, D)
+                  cursor=self.cursor(batch), hidden_only=True)  # (B, T, D)
         return linear_cross_entropy(h, unwrap(model).output_weight, batch.tgt_out,
                                     epsilon=self.label_smoothing, ignore_index=self.pad_id)
 
