@@ -4,7 +4,7 @@ separated by spaces), one bracketed tree per line out; an empty line stays empty
 The trees tag every word ``XX`` (the parser predicts brackets, not part-of-speech tags); score
 them with ``fullrank parse-eval TREES --ref GOLD``. How many outputs needed repair goes to stderr.
 Several checkpoints parse as an ensemble (the mean of their next-token probabilities); they must
-share both vocabularies and write the same leaves.
+share both vocabularies and their tree settings (leaves and order).
 """
 
 from __future__ import annotations
