@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import Tree
 
 PLACEHOLDER = "XX"
@@ -124,12 +125,12 @@ def is_bracket(token: str) -> bool:
     return len(token) > 1 and token[0] in "()"
 
 
-def word_tokens(vocabulary: Sequence[str], specials: Sequence[int]) -> list[bool]:
-    """For each token of a tree vocabulary (``vocabulary[i]`` is token ``i``), whether it
-    places a word (``XX``, a word, ``<unk>``): not a bracket, and not one of the ``specials``
-    ids (padding, BOS, EOS)."""
-    skip = set(specials)
-    return [not is_bracket(t) and i not in skip for i, t in enumerate(vocabulary)]
+def word_tokens(trees: Tokenizer) -> list[bool]:
+    """For each token id of a tree vocabulary, whether it places a word (``XX``, a word,
+    ``<unk>``): not a bracket, and not padding, BOS or EOS."""
+    skip = {trees.pad_id, trees.bos_id, trees.eos_id}
+    return [not is_bracket(trees.id_to_token(i) or "") and i not in skip
+            for i in range(trees.vocab_size)]
 
 
 def placeholders(tokens: Sequence[str]) -> list[str]:

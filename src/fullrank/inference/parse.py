@@ -177,8 +177,7 @@ class TreeDecoder:
         self.closer = torch.tensor([-1 if c is None else c for c in closer], device=dev)
         self.is_open = torch.tensor([is_bracket(t) and t[0] == "(" for t in tokens], device=dev)
         self.is_close = torch.tensor([is_bracket(t) and t[0] == ")" for t in tokens], device=dev)
-        is_word = torch.tensor(word_tokens(tokens, [trees.pad_id, trees.bos_id, trees.eos_id]),
-                               device=dev)                            # (V,) XX, words, <unk>
+        is_word = torch.tensor(word_tokens(trees), device=dev)       # (V,) XX, words, <unk>
         self.open_ids = self.is_open.nonzero().squeeze(1)             # token ids of each kind
         self.close_ids = self.is_close.nonzero().squeeze(1)
         self.word_ids = is_word.nonzero().squeeze(1)

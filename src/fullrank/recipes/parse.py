@@ -181,9 +181,7 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         meta={"task": "parse", "experiment": exp.to_dict(), TREE_VOCABULARY: trees.to_str(),
               TREE_LEAVES: data.tree_leaves, TREE_ORDER: data.tree_order},
         dist=dist, start=start, origin=origin, progress=progress, console=console,
-        describe_data=describe_data, sampler=sampler, cursor_tokens=word_tokens(
-            [trees.id_to_token(i) or "" for i in range(trees.vocab_size)],
-            [trees.pad_id, trees.bos_id, trees.eos_id]))
+        describe_data=describe_data, sampler=sampler, cursor_tokens=word_tokens(trees))
     report.extra["dropped_pairs"] = train_pairs.n_dropped
     if dist.is_main:
         report.extra["parse"] = final_parse(exp, run_dir, model, words, trees, splits, progress,

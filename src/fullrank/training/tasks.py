@@ -102,8 +102,9 @@ class Translation:
         ``cursor_tokens``)."""
         if self.cursor_tokens is None:
             return None
-        places = self.cursor_tokens.to(batch.tgt_in.device)[batch.tgt_in]     # (B, T) bool
-        return places.long().cumsum(1).clamp(max=batch.src.shape[1] - 1)     # (B, T)
+        if self.cursor_tokens.device != batch.tgt_in.device:  # moved once, not every step
+            self.cursor_tokens = self.cursor_tokens.to(batch.tgt_in.device)
+        return self.cursor_tokens[batch.tgt_in].long().cumsum(1)              # (B, T)
 
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
         h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
