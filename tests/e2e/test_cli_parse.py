@@ -162,12 +162,19 @@ def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, mo
     assert tree.leaves() == "Zorba likes the zebras .".split()
 
 
-def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, capsys, monkeypatch):
+@pytest.fixture(scope="module")
+def cursor_run(parse_run):
+    """A run on in-order trees with the words as leaves and a decoder told its next word."""
     root, _ = parse_run
     assert main(["train", str(root / "parse.yaml"), "data.tree_leaves=word", "name=tiny_cursor",
                  "data.tree_order=in_order", "model.decoder_cursor=true",
                  "decode.average_last=0", "--quiet"]) == 0
-    run = root / "runs" / "tiny_cursor"
+    return root / "runs" / "tiny_cursor"
+
+
+def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, cursor_run, capsys,
+                                                         monkeypatch):
+    root, run = parse_run[0], cursor_run
     latest = (run / "checkpoints" / "latest").read_text().strip()
     assert read_meta(run / "checkpoints" / latest)["tree_order"] == "in_order"
     sources = (run / "data" / "train.words").read_text().splitlines()
@@ -193,6 +200,52 @@ def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, capsys, monk
     monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
     assert main(["parse", str(run), str(root / "runs" / "tiny_parse")]) == 2
     assert "different vocabularies or tree settings; an ensemble" in one_line_error(capsys)
+
+
+def test_attention_maps_and_head_statistics_of_a_parser(cursor_run, tmp_path, capsys):
+    from fullrank.analysis.inputs import parse_batch
+    from fullrank.training.checkpoints import load_checkpoint
+
+    run = cursor_run
+    words, gold = run / "data" / "test.words", run / "data" / "test.gold"
+    # teacher-forced on the gold trees: the targets and cursor the model was trained on
+    ckpt = load_checkpoint(run)
+    sentences = words.read_text().splitlines()[:5]
+    trees = [read_tree_line(t, source="gold", line_number=1)
+             for t in gold.read_text().splitlines()[:5]]
+    batch, symbols = parse_batch(ckpt, sentences, trees, where=["gold"] * 5)
+    expected = (run / "data" / "test.trees").read_text().splitlines()[:5]
+    for row, cursor, want in zip(batch.tgt, batch.cursor, expected):
+        tokens = [symbols.id_to_token(int(i)) for i in row[1:] if i != symbols.pad_id]
+        unk = symbols.id_to_token(symbols.unk_id)
+        assert tokens == [t if symbols.token_to_id(t) is not None else unk for t in want.split()]
+        placed = [0] + [sum(not t.startswith(("(", ")")) for t in tokens[:k + 1])
+                        for k in range(len(tokens))]
+        assert cursor[: len(placed)].tolist() == placed  # BOS, then words placed so far
+
+    maps = tmp_path / "cross.png"
+    assert main(["attention", str(run), "--text", sentences[0], "--view", "cross",
+                 "--target", gold.read_text().splitlines()[0], "-o", str(maps)]) == 0
+    assert f"(target: {expected[0]})" in capsys.readouterr().out
+    assert maps.stat().st_size > 0 and (tmp_path / "cross-lines.png").stat().st_size > 0
+    # by default the model's own greedy parse is teacher-forced
+    assert main(["attention", str(run), "--text", "the dog sees a cat .", "--view", "decoder",
+                 "-o", str(tmp_path / "self.png")]) == 0
+    assert "(target: the " in capsys.readouterr().out
+    out = tmp_path / "heads.png"
+    assert main(["heads", str(run), "--data", str(words), "--ref", str(gold), "--sequences",
+                 "4", "-o", str(out)]) == 0
+    rows = out.with_suffix(".csv").read_text().splitlines()
+    modules = {r.split(",")[0] for r in rows[1:]}
+    assert {"encoder.0.self_attn", "decoder.0.self_attn", "decoder.0.cross_attn"} <= modules
+    # bad input: one line each
+    assert main(["attention", str(run), "--text", "the dog sees a cat .", "--target",
+                 "(S (NP (DT a) (NN cat)))", "-o", str(tmp_path / "x.png")]) == 2
+    assert "--target: the tree's words (a cat) are not the sentence's" in one_line_error(capsys)
+    (tmp_path / "short.gold").write_text(gold.read_text().splitlines()[0] + "\n")
+    assert main(["heads", str(run), "--data", str(words), "--ref",
+                 str(tmp_path / "short.gold"), "-o", str(out), "--overwrite"]) == 2
+    assert "give one tree per sentence, in the same order" in one_line_error(capsys)
 
 
 def test_several_checkpoints_parse_as_an_ensemble(parse_run, capsys, monkeypatch):

@@ -12,13 +12,15 @@ VIEWS = ("encoder", "decoder", "cross")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
-    p.add_argument("--text", required=True, help="the sentence (the source, for translation)")
+    p.add_argument("--text", required=True,
+                   help="the sentence (the source, for translation; tokenized, for parsing)")
     p.add_argument("--target", default=None,
                    help="translation: the target to teacher-force (default: the model's greedy "
-                        "translation)")
+                        "translation); parsing: the sentence's bracketed tree (default: the "
+                        "model's greedy parse)")
     p.add_argument("--view", choices=VIEWS, default="encoder",
-                   help="translation: encoder self-, decoder self- or cross-attention (a "
-                        "language model has only its own self-attention)")
+                   help="translation and parsing: encoder self-, decoder self- or "
+                        "cross-attention (a language model has only its own self-attention)")
     p.add_argument("--layer", type=int, default=None,
                    help="layer index (default: the last but one, as [V17]'s layer 5 of 6)")
     p.add_argument("--heads", type=int, nargs="*", default=None, help="heads to draw (default all)")
@@ -35,27 +37,36 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from fullrank.analysis.capture import capture_attention
-    from fullrank.analysis.inputs import lm_batch, mt_batch, token_strings
+    from fullrank.analysis.inputs import lm_batch, mt_batch, parse_batch, token_strings
     from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
     from fullrank.data.text import check_utf8
+    from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
     from fullrank.training.checkpoints import load_checkpoint
 
     check_utf8(args.text, "--text")
+    if not args.text.strip():
+        raise ConfigError("--text is empty; give a sentence")
     if args.target is not None:
         check_utf8(args.target, "--target")
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:
         raise CheckpointError(f"{ckpt.path}: no tokenizer.json in this checkpoint")
-    if ckpt.task == "mt":
-        target = args.target or translate(ckpt.model, tok, [args.text], beam=1)[0][0]
-        batch = mt_batch(tok, [args.text], [target], max_len=cfg.max_len)
+    if ckpt.task in ("mt", "parse"):
+        if ckpt.task == "mt":
+            target = args.target or translate(ckpt.model, tok, [args.text], beam=1)[0][0]
+            batch, symbols = mt_batch(tok, [args.text], [target], max_len=cfg.max_len), tok
+        else:
+            gold = None if args.target is None else [read_clean_tree_line(
+                args.target, source="--target", line_number=1)]
+            batch, symbols = parse_batch(ckpt, [args.text], gold, where=["--target"])
+            target = " ".join(token_strings(symbols, batch.tgt[0, 1:].tolist()))
         n_layers = cfg.n_layers if args.view == "encoder" else cfg.decoder_layers
         prefix = {"encoder": "encoder.{}.self_attn", "decoder": "decoder.{}.self_attn",
                   "cross": "decoder.{}.cross_attn"}[args.view]
         src_strings = token_strings(tok, batch.tokens[0].tolist())
-        tgt_strings = token_strings(tok, batch.tgt[0].tolist())
+        tgt_strings = token_strings(symbols, batch.tgt[0].tolist())  # type: ignore[index]
         queries = src_strings if args.view == "encoder" else tgt_strings
         keys = tgt_strings if args.view == "decoder" else src_strings
     else:
@@ -75,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
     name = prefix.format(layer)
     model = ckpt.model
     with torch.no_grad(), capture_attention(model) as rec:
-        if ckpt.task == "mt":
-            model(batch.tokens, batch.tgt, src_mask=batch.mask, tgt_mask=batch.tgt_mask)
+        if batch.tgt is not None:
+            model(batch.tokens, batch.tgt, src_mask=batch.mask, tgt_mask=batch.tgt_mask,
+                  cursor=batch.cursor)
         else:
             model(batch.tokens, mask=batch.mask)
     probs = rec.by_name()[name][0].probs[0]  # (H, T, S) of the one sentence
@@ -91,5 +103,6 @@ def run(args: argparse.Namespace) -> int:
     where = "" if args.query is None else f" from '{queries[args.query]}'"
     plot_attention_lines(probs, queries, keys, lines, query=args.query, heads=args.heads,
                          title=title + where, max_tokens=max_tokens)
-    print(f"{name}: maps {out}, lines {lines}" + (f" (target: {target})" if ckpt.task == "mt" else ""))
+    shown = f" (target: {target})" if batch.tgt is not None else ""
+    print(f"{name}: maps {out}, lines {lines}{shown}")
     return 0

@@ -7,18 +7,21 @@ import csv
 import dataclasses
 from pathlib import Path
 
-from fullrank.errors import CheckpointError, ConfigError
+from fullrank.errors import CheckpointError, ConfigError, DataError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
     p.add_argument("--data", required=True,
-                   help="text file (language model) or source sentences (translation)")
+                   help="text file (language model) or source sentences (translation; "
+                        "tokenized, for parsing)")
     p.add_argument("--ref", default=None,
-                   help="translation only: target sentences to teacher-force (default: the "
-                        "model's own greedy translations)")
+                   help="translation: target sentences to teacher-force (default: the model's "
+                        "own greedy translations); parsing: the sentences' bracketed trees, "
+                        "one per line (default: the model's own greedy parses)")
     p.add_argument("--sequences", type=int, default=8,
-                   help="blocks of seq_len tokens (LM) or sentences (translation) to measure on")
+                   help="blocks of seq_len tokens (LM) or sentences (translation, parsing) to "
+                        "measure on")
     p.add_argument("-o", "--output", default=None,
                    help="heatmap PNG (default: heads.png next to the checkpoint's run); a CSV "
                         "with the same name is written too")
@@ -27,9 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fullrank.analysis.head_stats import head_report, head_table, mean_keys
-    from fullrank.analysis.inputs import lm_batch, mt_batch
+    from fullrank.analysis.inputs import lm_batch, mt_batch, parse_batch
     from fullrank.analysis.plots import plot_head_heatmap
     from fullrank.data.text import read_lines, read_text
+    from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
     from fullrank.output import console as make_console
     from fullrank.paths import check_output_files
@@ -53,6 +57,22 @@ def run(args: argparse.Namespace) -> int:
         batch = mt_batch(tok, sources, targets, max_len=cfg.max_len)
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt,
                             tgt_mask=batch.tgt_mask)
+    elif ckpt.task == "parse":
+        lines = read_lines(args.data)
+        numbers = [i for i, s in enumerate(lines, 1) if s.strip()][: args.sequences]
+        sentences = [lines[i - 1] for i in numbers]
+        gold, where = None, [f"{args.data} line {i}" for i in numbers]
+        if args.ref:
+            refs = read_lines(args.ref)
+            if len(refs) != len(lines):
+                raise DataError(f"--ref has {len(refs)} lines and --data {len(lines)}; give "
+                                f"one tree per sentence, in the same order")
+            gold = [read_clean_tree_line(refs[i - 1], source=args.ref, line_number=i)
+                    for i in numbers]
+            where = [f"{args.ref} line {i}" for i in numbers]
+        batch, _ = parse_batch(ckpt, sentences, gold, where=where)
+        stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt,
+                            tgt_mask=batch.tgt_mask, cursor=batch.cursor)
     else:
         eos_per_line = ckpt.eos_per_line
         batch = lm_batch(tok, read_text(args.data), seq_len=cfg.seq_len,

@@ -166,6 +166,17 @@ def read_tree_line(line: str, *, source: str, line_number: int) -> Tree | None:
     return _unwrap(found[0][1])
 
 
+def read_clean_tree_line(line: str, *, source: str, line_number: int) -> Tree:
+    """The one tree on a line, cleaned as :func:`clean` does; a line without a tree, or with
+    nothing but traces, is a :class:`DataError`."""
+    tree = read_tree_line(line, source=source, line_number=line_number)
+    tree = clean(tree) if tree is not None else None
+    if tree is None:
+        raise DataError(f"{source} line {line_number}: no tree; give the sentence's bracketed "
+                        f"tree, e.g. (S (NP (DT The) (NN dog)) (VP (VBD barked)))")
+    return tree
+
+
 # ------------------------------------------------------------------------------ cleaning
 def strip_function_tags(label: str) -> str:
     """``NP-SBJ-1`` → ``NP``, ``PP=2`` → ``PP`` (the label before the first ``-`` or ``=``);

@@ -15,12 +15,12 @@ import torch
 from torch import Tensor, nn
 
 from fullrank.data.linearize import (LEAVES, ORDERS, PLACEHOLDER, Delinearized, Leaves, Order,
-                                     delinearize, is_bracket, placeholders, top_down,
-                                     word_tokens)
+                                     delinearize, is_bracket, linearize, placeholders,
+                                     top_down, word_tokens)
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.data.treebank import ESCAPES
+from fullrank.data.treebank import ESCAPES, Tree
 from fullrank.data.unknown_words import known_word
-from fullrank.errors import CheckpointError, ConfigError
+from fullrank.errors import CheckpointError, ConfigError, DataError
 from fullrank.inference.decoders import Decoder
 from fullrank.inference.translate import translate
 
@@ -91,9 +91,7 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
     ``False``: the model writes freely and :func:`delinearize` repairs what is malformed (not
     for a model with ``decoder_cursor``, which is told by the constrained search where it is).
     """
-    lines = [" ".join(ESCAPES.get(w, w) for w in s.split()) for s in sentences]
-    known = known_word(lambda w: words.token_to_id(w) is not None)
-    inputs = [" ".join(map(known, line.split())) for line in lines]
+    lines, inputs = source_words(words, sentences)
     if leaves == "word":
         unk = trees.unk_id
         slots = [[trees.token_to_id(w) or unk for w in line.split()] for line in inputs]
@@ -123,6 +121,34 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
 
     return [tree(out[0].split(), line.split()) if line else None
             for line, out in zip(lines, outputs)]
+
+
+def source_words(words: Tokenizer, sentences: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Each tokenized sentence with its words as the treebank writes them (``(`` is ``-LRB-``,
+    ``)`` is ``-RRB-``), and as the parser reads it: each word the vocabulary ``words`` lacks
+    as its signature where the vocabulary has that."""
+    lines = [" ".join(ESCAPES.get(w, w) for w in s.split()) for s in sentences]
+    known = known_word(lambda w: words.token_to_id(w) is not None)
+    return lines, [" ".join(map(known, line.split())) for line in lines]
+
+
+def teacher_forced(words: Tokenizer, sentences: Sequence[str], trees: Sequence[Tree], *,
+                   leaves: Leaves, order: Order, where: Sequence[str]) -> list[tuple[str, str]]:
+    """``(source, target)`` text of each sentence and its tree as a parser reads and writes
+    them in training (its ``data.tree_leaves`` and ``data.tree_order``), to run the model on
+    a given tree. A tree whose words are not the sentence's is a :class:`DataError` naming
+    the tree's ``where`` (e.g. its file and line)."""
+    lines, inputs = source_words(words, sentences)
+    pairs = []
+    for line, source, tree, place in zip(lines, inputs, trees, where, strict=True):
+        if tree.leaves() != line.split():
+            raise DataError(f"{place}: the tree's words ({' '.join(tree.leaves())}) "
+                            f"are not the sentence's ({line}); give the tree of that sentence")
+        known = dict(zip(line.split(), source.split()))
+        target = [t if is_bracket(t) else known.get(t, t)
+                  for t in linearize(tree, leaves, order)]
+        pairs.append((source, " ".join(target)))
+    return pairs
 
 
 class TreeDecoder:
