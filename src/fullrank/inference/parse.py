@@ -333,7 +333,7 @@ class InOrderTreeDecoder(TreeDecoder):
     are the same.
     """
 
-    ROW_STATE = (*TreeDecoder.ROW_STATE, "finished", "rooted")
+    ROW_STATE = (*TreeDecoder.ROW_STATE, "finished", "rooted", "unary")
 
     def __init__(self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]],
                  max_len: Tensor, **kw: Any) -> None:
@@ -343,7 +343,8 @@ class InOrderTreeDecoder(TreeDecoder):
         self.finished = torch.zeros(b, dtype=torch.bool, device=self.device)
         # (B,) the root level holds one closed constituent (not a bare word, nothing open)
         self.rooted = torch.zeros(b, dtype=torch.bool, device=self.device)
-        # self.opens counts the unary constituents made in a row
+        # (B,) unary constituents made in a row (at most max_opens)
+        self.unary = torch.zeros(b, dtype=torch.long, device=self.device)
 
     def _advance(self, tok: Tensor) -> None:
         """Update the rows' trees with their newest token ``tok (B,)``."""
@@ -361,8 +362,8 @@ class InOrderTreeDecoder(TreeDecoder):
         self.depth += opened.long() - closed.long()
         self.finished = torch.where(word | closed, True, self.finished & ~opened)
         self.rooted = torch.where(closed & (self.depth == 0), True, self.rooted & ~(word | opened))
-        self.opens = torch.where(unary, self.opens + 1,
-                                 torch.where(word | closed, 0, self.opens))
+        self.unary = torch.where(unary, self.unary + 1,
+                                 torch.where(word | closed, 0, self.unary))
 
     def _choices(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Per row ``(B,)``, whether it may open a bracket, close its innermost constituent,
@@ -372,7 +373,7 @@ class InOrderTreeDecoder(TreeDecoder):
         left = self.placed < self.n_words
         first = self.written == 0  # only BOS so far
         room = self.written + 3 + (self.n_words - self.placed) + self.depth <= self.limit
-        unary_ok = self.opens < self.max_opens
+        unary_ok = self.unary < self.max_opens
         # after all words, an opening bracket can only be closed at once: a unary constituent
         can_open = (self.finished & room & (self.depth < self.stack.shape[1])
                     & (left | unary_ok) & (len(self.open_ids) > 0))
