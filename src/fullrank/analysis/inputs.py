@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fullrank.data.batch import pad_sequences
+from fullrank.data.batch import cursor_positions, pad_sequences
 from fullrank.data.linearize import word_tokens
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import Tree
@@ -65,7 +65,7 @@ def mt_batch(tok: Tokenizer, sources: Sequence[str], targets: Sequence[str], *,
     tgt = [[target.bos_id] + target.encode(t)[: max_len - 1] for t in targets]
     src_t, src_mask = pad_sequences(src, tok.pad_id)
     tgt_t, tgt_mask = pad_sequences(tgt, target.pad_id)
-    cursor = (torch.tensor(cursor_tokens)[tgt_t].long().cumsum(1)
+    cursor = (cursor_positions(tgt_t, torch.tensor(cursor_tokens))
               if cursor_tokens is not None else None)
     return DiagnosticBatch(src_t, src_mask, tgt_t, tgt_mask, cursor)
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fullrank.data.batch import (ClassificationBatch, EncoderInputs, LMBatch, PretrainingBatch,
-                                 Seq2SeqBatch, SpanBatch)
+                                 Seq2SeqBatch, SpanBatch, cursor_positions)
 from fullrank.errors import DataError
 from fullrank.training.losses import TokenLoss, linear_cross_entropy
 
@@ -104,7 +104,7 @@ class Translation:
             return None
         if self.cursor_tokens.device != batch.tgt_in.device:  # moved once, not every step
             self.cursor_tokens = self.cursor_tokens.to(batch.tgt_in.device)
-        return self.cursor_tokens[batch.tgt_in].long().cumsum(1)              # (B, T)
+        return cursor_positions(batch.tgt_in, self.cursor_tokens)             # (B, T)
 
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
         h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
