@@ -162,24 +162,27 @@ def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, mo
     assert tree.leaves() == "Zorba likes the zebras .".split()
 
 
-@pytest.fixture(scope="module")
-def cursor_run(parse_run):
-    """A run on in-order trees with the words as leaves and a decoder told its next word."""
+@pytest.fixture(scope="module", params=["placeholder", "word"])
+def cursor_run(parse_run, request):
+    """A run on in-order trees with ``XX`` (the recipe's) or the words as leaves, and a decoder
+    told its next word; with what stands for each word in its trees."""
     root, _ = parse_run
-    assert main(["train", str(root / "parse.yaml"), "data.tree_leaves=word", "name=tiny_cursor",
-                 "data.tree_order=in_order", "model.decoder_cursor=true",
+    name = f"tiny_cursor_{request.param}"
+    assert main(["train", str(root / "parse.yaml"), f"data.tree_leaves={request.param}",
+                 f"name={name}", "data.tree_order=in_order", "model.decoder_cursor=true",
                  "decode.average_last=0", "--quiet"]) == 0
-    return root / "runs" / "tiny_cursor"
+    return root / "runs" / name, request.param
 
 
 def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, cursor_run, capsys,
                                                          monkeypatch):
-    root, run = parse_run[0], cursor_run
+    root, (run, leaves) = parse_run[0], cursor_run
     latest = (run / "checkpoints" / "latest").read_text().strip()
     assert read_meta(run / "checkpoints" / latest)["tree_order"] == "in_order"
     sources = (run / "data" / "train.words").read_text().splitlines()
     for s, t in zip(sources, (run / "data" / "train.trees").read_text().splitlines()):
-        assert t.split()[0] == s.split()[0] and t.split()[1][0] == "("  # the first word, named
+        first = s.split()[0] if leaves == "word" else "XX"
+        assert t.split()[0] == first and t.split()[1][0] == "("  # the first word, named
     results = json.loads((run / "results.json").read_text())["extra"]["parse"]
     assert results["test.last"]["repaired"] == 0.0
     assert_trees_over_the_words(run)
@@ -206,7 +209,7 @@ def test_attention_maps_and_head_statistics_of_a_parser(cursor_run, tmp_path, ca
     from fullrank.analysis.inputs import parse_batch
     from fullrank.training.checkpoints import load_checkpoint
 
-    run = cursor_run
+    run, leaves = cursor_run
     words, gold = run / "data" / "test.words", run / "data" / "test.gold"
     # teacher-forced on the gold trees: the targets and cursor the model was trained on
     ckpt = load_checkpoint(run)
@@ -231,7 +234,7 @@ def test_attention_maps_and_head_statistics_of_a_parser(cursor_run, tmp_path, ca
     # by default the model's own greedy parse is teacher-forced
     assert main(["attention", str(run), "--text", "the dog sees a cat .", "--view", "decoder",
                  "-o", str(tmp_path / "self.png")]) == 0
-    assert "(target: the " in capsys.readouterr().out
+    assert f"(target: {'the' if leaves == 'word' else 'XX'} " in capsys.readouterr().out
     out = tmp_path / "heads.png"
     assert main(["heads", str(run), "--data", str(words), "--ref", str(gold), "--sequences",
                  "4", "-o", str(out)]) == 0

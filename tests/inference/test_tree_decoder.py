@@ -179,15 +179,18 @@ class CursorChecker(ScriptedDecoder):
         return logits
 
 
+@pytest.mark.parametrize("order", ["top_down", "in_order"])
+@pytest.mark.parametrize("leaves", ["placeholder", "word"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_a_cursor_model_is_told_how_many_words_are_placed(trees, beam):
+def test_a_cursor_model_is_told_how_many_words_are_placed(trees, beam, leaves, order):
     sentences = [["the", "dog", "sees", "a", "cat"], ["dog"], ["a", "zebra", "sees"]]
     words = {trees.token_to_id(w) for w in SYMBOLS if not is_bracket(w)} | {trees.unk_id}
     decoder = CursorChecker(noisy(trees.vocab_size, {}), len(sentences), words.__contains__,
                             exact=beam == 1)
     limits = torch.tensor([len(s) + 30 for s in sentences])
-    wrapped = TreeDecoder(decoder, trees, [slots(trees, s, "word") for s in sentences], limits,
-                          cursor=True)
+    kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
+    wrapped = kind(decoder, trees, [slots(trees, s, leaves) for s in sentences], limits,
+                   cursor=True)
     outs = search(wrapped, trees, len(sentences), beam, limits)
     assert decoder.checked > sum(map(len, sentences))
     assert [sum(i in words for i in out) for out in outs] == [5, 1, 3]
