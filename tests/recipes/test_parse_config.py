@@ -19,10 +19,10 @@ def test_the_shipped_parse_configs_have_v17s_decoding_and_separate_vocabularies(
         assert exp.task == "parse" and exp.model["n_layers"] == exp.model["n_decoder_layers"] == 2
         assert (exp.decode.beam, exp.decode.alpha, exp.decode.a, exp.decode.b) == (21, 0.3, 1.0, 300)
         assert exp.train.max_minutes is None  # sized in steps, whatever the machine's load
-        assert exp.data.tree_leaves == "word" and exp.decode.constrained
+        assert exp.data.tree_leaves == "placeholder" and exp.decode.constrained
         assert exp.data.unknown_words == "signature" and exp.data.word_dropout == 0.25
         assert exp.data.tree_order == "in_order" and exp.model["decoder_cursor"]
-    a, b = standard.model_config(5378, 5326), fixed.model_config(5378, 5326)
+    a, b = standard.model_config(57, 5326), fixed.model_config(57, 5326)
     assert a.src_vocab_size == 5326 and not a.shared_vocab
     assert a.head_sizes == (32, 32) and a.standard_rule
     assert b.head_sizes == (32, 32) and not b.standard_rule and b.n_heads * 32 > b.d_model
