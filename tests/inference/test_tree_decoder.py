@@ -160,40 +160,33 @@ def test_a_model_unsure_of_labels_and_words_still_gets_the_tree_it_means(trees, 
     assert [trees.id_to_token(i) for i in out] == gold
 
 
-class CursorChecker(ScriptedDecoder):
-    """A scripted decoder that takes ``cursor=`` and checks it against each row's prefix: the
-    number of words placed so far, the newest token included. (Beam search also feeds rows it
-    has given up, whose last token the constraint forbade and which place no word: with
-    ``exact=False`` a row's cursor may be below its count of word tokens.)"""
-
-    def __init__(self, probs, batch_size: int, is_word, exact: bool) -> None:
-        super().__init__(probs, batch_size)
-        self.is_word, self.exact, self.checked = is_word, exact, 0
-
-    def step(self, tokens, *, cursor):
-        logits = super().step(tokens)
-        placed = torch.tensor([sum(map(self.is_word, p)) for p in self.prefixes])
-        assert cursor.shape == tokens.shape
-        assert (cursor[:, 0] == placed).all() if self.exact else (cursor[:, 0] <= placed).all()
-        self.checked += len(placed)
-        return logits
-
-
 @pytest.mark.parametrize("order", ["top_down", "in_order"])
 @pytest.mark.parametrize("leaves", ["placeholder", "word"])
-@pytest.mark.parametrize("beam", [1, 4])
-def test_a_cursor_model_is_told_how_many_words_are_placed(trees, beam, leaves, order):
+@torch.inference_mode()
+def test_a_cursor_model_decodes_the_same_cached_uncached_and_in_the_beam_layout(
+        trees, leaves, order):
+    """A model told its next word counts the word tokens of each row in its cache; beam
+    search reorders the rows at every step, and the count must follow: the constrained search
+    over the plain cache, the engine's beam cache and no cache finds the same trees."""
+    from fullrank import fast
+    from fullrank.inference import Seq2SeqDecoder, UncachedSeq2SeqDecoder
+    from fullrank.inference.parse import tell_words
+    from tests.inference.toy import padded_sources, translation_model
+
+    torch.manual_seed(1)
+    model = tell_words(translation_model(trees.vocab_size, decoder_cursor=True), trees)
     sentences = [["the", "dog", "sees", "a", "cat"], ["dog"], ["a", "zebra", "sees"]]
-    words = {trees.token_to_id(w) for w in SYMBOLS if not is_bracket(w)} | {trees.unk_id}
-    decoder = CursorChecker(noisy(trees.vocab_size, {}), len(sentences), words.__contains__,
-                            exact=beam == 1)
-    limits = torch.tensor([len(s) + 30 for s in sentences])
+    src, keep = padded_sources([len(s) + 1 for s in sentences], 9)
+    limits = torch.tensor([len(s) + 12 for s in sentences])
     kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
-    wrapped = kind(decoder, trees, [slots(trees, s, leaves) for s in sentences], limits,
-                   cursor=True)
-    outs = search(wrapped, trees, len(sentences), beam, limits)
-    assert decoder.checked > sum(map(len, sentences))
-    assert [sum(i in words for i in out) for out in outs] == [5, 1, 3]
+    outs = []
+    for decoder in (Seq2SeqDecoder(model, src, keep), UncachedSeq2SeqDecoder(model, src, keep),
+                    fast.BeamDecoder(model, src, keep)):
+        wrapped = kind(decoder, trees, [slots(trees, s, leaves) for s in sentences], limits)
+        outs.append(search(wrapped, trees, len(sentences), 4, limits))
+    assert outs[0] == outs[1] == outs[2]
+    words = {trees.token_to_id(w) for w in SYMBOLS if not is_bracket(w)} | {trees.unk_id}
+    assert [sum(i in words for i in out) for out in outs[0]] == [5, 1, 3]
 
 
 @pytest.mark.parametrize("beam", [1, 5])

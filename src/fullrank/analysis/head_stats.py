@@ -154,8 +154,7 @@ def head_stats(records: Sequence[AttentionRecord],
 
 
 def head_report(model: nn.Module, tokens: Tensor, *, mask: Tensor | None = None,
-                tgt: Tensor | None = None, tgt_mask: Tensor | None = None,
-                cursor: Tensor | None = None) -> list[HeadStats]:
+                tgt: Tensor | None = None, tgt_mask: Tensor | None = None) -> list[HeadStats]:
     """Run ``model`` once on a token batch under :func:`capture_attention` and measure every head.
 
     Args:
@@ -165,7 +164,6 @@ def head_report(model: nn.Module, tokens: Tensor, *, mask: Tensor | None = None,
         mask: ``(B, T)`` bool, ``True`` = real token, or ``None``.
         tgt, tgt_mask: the encoder-decoder's target ids ``(B, T')`` and mask; ``tgt`` defaults to
             ``tokens`` (meaningful only with a shared vocabulary).
-        cursor: ``(B, T')`` beside ``tgt``, for an encoder-decoder with ``decoder_cursor``.
 
     Returns:
         One :class:`HeadStats` per (attention module, head), in module order.
@@ -179,7 +177,7 @@ def head_report(model: nn.Module, tokens: Tensor, *, mask: Tensor | None = None,
                 tgt = tokens if tgt is None else tgt
                 if tgt_mask is None and tgt is tokens:
                     tgt_mask = mask
-                model(tokens, tgt, src_mask=mask, tgt_mask=tgt_mask, cursor=cursor)
+                model(tokens, tgt, src_mask=mask, tgt_mask=tgt_mask)
                 for name in rec.names():
                     keep[name] = mask if name.startswith("encoder.") else tgt_mask
             elif isinstance(model, (DecoderLM, Encoder)):

@@ -9,30 +9,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from fullrank.data.batch import cursor_positions, pad_sequences
-from fullrank.data.linearize import word_tokens
+from fullrank.data.batch import pad_sequences
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import Tree
 from fullrank.errors import CheckpointError, DataError
-from fullrank.inference.parse import (parse, teacher_forced, tree_leaves, tree_order,
-                                      tree_vocabulary)
+from fullrank.inference.parse import (parse, teacher_forced, tell_words, tree_leaves,
+                                      tree_order, tree_vocabulary)
 from fullrank.training.checkpoints import Checkpoint
 
 
 @dataclass
 class DiagnosticBatch:
     """What a model is run on: ``tokens (B, T)`` and ``mask (B, T)``; for translation also the
-    teacher-forced target ``tgt (B, T')`` (BOS + target) and ``tgt_mask``, and for a model with
-    ``decoder_cursor`` the ``cursor (B, T')`` beside the target."""
+    teacher-forced target ``tgt (B, T')`` (BOS + target) and ``tgt_mask``."""
 
     tokens: Tensor
     mask: Tensor
     tgt: Tensor | None = None
     tgt_mask: Tensor | None = None
-    cursor: Tensor | None = None
 
 
 def lm_batch(tok: Tokenizer, text: str, *, seq_len: int, n_sequences: int,
@@ -51,23 +47,17 @@ def lm_batch(tok: Tokenizer, text: str, *, seq_len: int, n_sequences: int,
 
 
 def mt_batch(tok: Tokenizer, sources: Sequence[str], targets: Sequence[str], *,
-             max_len: int, target: Tokenizer | None = None,
-             cursor_tokens: Sequence[bool] | None = None) -> DiagnosticBatch:
+             max_len: int, target: Tokenizer | None = None) -> DiagnosticBatch:
     """Sources (tokens + EOS) and teacher-forced targets (BOS + tokens), as in training.
 
     ``target``: the target side's own tokenizer (a parser's tree symbols; default ``tok``).
-    ``cursor_tokens``: for a model with ``decoder_cursor``, which target token ids stand for
-    the next source token; the batch then carries the cursor as training gives it, the count
-    of those tokens among the target tokens fed so far.
     """
     target = target or tok
     src = [tok.encode(s)[: max_len - 1] + [tok.eos_id] for s in sources]
     tgt = [[target.bos_id] + target.encode(t)[: max_len - 1] for t in targets]
     src_t, src_mask = pad_sequences(src, tok.pad_id)
     tgt_t, tgt_mask = pad_sequences(tgt, target.pad_id)
-    cursor = (cursor_positions(tgt_t, torch.tensor(cursor_tokens))
-              if cursor_tokens is not None else None)
-    return DiagnosticBatch(src_t, src_mask, tgt_t, tgt_mask, cursor)
+    return DiagnosticBatch(src_t, src_mask, tgt_t, tgt_mask)
 
 
 def token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
@@ -80,7 +70,8 @@ def parse_batch(ckpt: Checkpoint, sentences: Sequence[str], trees: Sequence[Tree
     """A parsing checkpoint's batch: tokenized ``sentences`` and their ``trees`` (default: the
     model's own greedy parses), teacher-forced as the parser saw them in training; also the
     tree symbols' tokenizer (the target side). ``where`` names each sentence or tree in an
-    error (e.g. its file and line)."""
+    error (e.g. its file and line). The checkpoint's model is told its tree vocabulary's
+    words (:func:`~fullrank.inference.parse.tell_words`)."""
     words = ckpt.tokenizer
     if words is None:
         raise CheckpointError(f"{ckpt.path}: no tokenizer.json in this checkpoint")
@@ -93,8 +84,8 @@ def parse_batch(ckpt: Checkpoint, sentences: Sequence[str], trees: Sequence[Tree
     if trees is None:
         parsed = parse(ckpt.model, words, symbols, sentences, beam=1, leaves=leaves, order=order)
         trees = [p.tree for p in parsed if p]
+    tell_words(ckpt.model, symbols)
     pairs = teacher_forced(words, sentences, trees, leaves=leaves, order=order, where=where)
-    cursor = word_tokens(symbols) if getattr(ckpt.config, "decoder_cursor", False) else None
     batch = mt_batch(words, [s for s, _ in pairs], [t for _, t in pairs],
-                     max_len=ckpt.config.max_len, target=symbols, cursor_tokens=cursor)
+                     max_len=ckpt.config.max_len, target=symbols)
     return batch, symbols

@@ -87,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
     model = ckpt.model
     with torch.no_grad(), capture_attention(model) as rec:
         if batch.tgt is not None:
-            model(batch.tokens, batch.tgt, src_mask=batch.mask, tgt_mask=batch.tgt_mask,
-                  cursor=batch.cursor)
+            model(batch.tokens, batch.tgt, src_mask=batch.mask, tgt_mask=batch.tgt_mask)
         else:
             model(batch.tokens, mask=batch.mask)
     probs = rec.by_name()[name][0].probs[0]  # (H, T, S) of the one sentence

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             where = [f"{args.ref} line {i}" for i in numbers]
         batch, _ = parse_batch(ckpt, sentences, gold, where=where)
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt,
-                            tgt_mask=batch.tgt_mask, cursor=batch.cursor)
+                            tgt_mask=batch.tgt_mask)
     else:
         eos_per_line = ckpt.eos_per_line
         batch = lm_batch(tok, read_text(args.data), seq_len=cfg.seq_len,

@@ -90,13 +90,6 @@ def pad_sequences(seqs: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> tu
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
-def cursor_positions(tgt_in: Tensor, cursor_tokens: Tensor) -> Tensor:
-    """``(B, T)`` beside the decoder inputs ``tgt_in (B, T)``: how many of the inputs so far
-    are ``cursor_tokens`` (``(V,)`` bool, the target tokens that each stand for the next source
-    token), i.e. the source position of the token to be placed next."""
-    return cursor_tokens.to(tgt_in.device)[tgt_in].long().cumsum(1)
-
-
 def collate_pairs(src: Sequence[Sequence[int] | np.ndarray], tgt: Sequence[Sequence[int] | np.ndarray],
                   *, pad_id: int, bos_id: int, eos_id: int) -> Seq2SeqBatch:
     """Build a :class:`Seq2SeqBatch` from token ids without specials.

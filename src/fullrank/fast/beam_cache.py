@@ -267,4 +267,4 @@ def beam_caches(cache: DecoderCache) -> DecoderCache:
     :class:`GroupedKVCache` s for cross-attention, in the same places."""
     masks = BeamMasks()
     return DecoderCache(self_attn=[BeamKVCache(masks) for _ in cache.self_attn],
-                        cross_attn=[GroupedKVCache() for _ in cache.cross_attn])
+                        cross_attn=[GroupedKVCache() for _ in cache.cross_attn], rows=cache.rows)

@@ -93,11 +93,9 @@ class BeamDecoder:
         self.project = Projection(model.output_weight)
         self.device = src.device
 
-    def step(self, tokens: Tensor, *, cursor: Tensor | None = None) -> Tensor:
-        """``tokens (B, t)`` (and their ``cursor (B, t)`` for a model with
-        ``decoder_cursor``) → logits ``(B, t, V)``, valid until the next step."""
-        h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache,
-                        cursor=cursor)
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → logits ``(B, t, V)``, valid until the next step."""
+        h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
         return self.project(h)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
@@ -105,6 +103,7 @@ class BeamDecoder:
         :meth:`fullrank.inference.Decoder.reorder`)."""
         for c in self.cache.self_attn:
             c.reorder(index, sources=sources)  # type: ignore[call-arg]
+        self.cache.reorder_rows(index)
         if sources is None:
             return
         for c in self.cache.cross_attn:

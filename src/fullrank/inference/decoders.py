@@ -48,8 +48,6 @@ class Decoder(Protocol):
     def step(self, tokens: Tensor) -> Tensor:
         """Feed ``tokens (B, t)`` (the newest target tokens of each row) and return the logits
         ``(B, t, V)`` of the token that follows each; advances the state by ``t`` positions.
-        The encoder-decoder adapters also take ``cursor=`` ``(B, t)`` for a model with
-        ``decoder_cursor`` (:meth:`fullrank.models.EncoderDecoder.decode`).
         The logits are the caller's until the next step, which may overwrite them (a decoder
         may reuse their memory); a search may overwrite them itself (beam search writes
         log-probabilities over them)."""
@@ -79,8 +77,7 @@ class Seq2SeqModel(Protocol):
     def init_cache(self) -> DecoderCache: ...
 
     def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None,
-               cursor: Tensor | None = None) -> Tensor: ...
+               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor: ...
 
     def logits(self, h: Tensor) -> Tensor: ...
 
@@ -131,11 +128,9 @@ class Seq2SeqDecoder:
         self.cache = model.init_cache()
         self.device = src.device
 
-    def step(self, tokens: Tensor, *, cursor: Tensor | None = None) -> Tensor:
-        """``tokens (B, t)`` (and their ``cursor (B, t)`` for a model with
-        ``decoder_cursor``) → logits ``(B, t, V)``; appends to the self-attention cache."""
-        h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache,
-                        cursor=cursor)
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → logits ``(B, t, V)``; appends to the self-attention cache."""
+        h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
         return self.model.logits(h)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
@@ -176,25 +171,17 @@ class UncachedSeq2SeqDecoder:
         self.src_mask = source_padding(src, src_mask)                   # (B, S) or None
         self.memory = model.encode(src, self.src_mask)                  # (B, S, D)
         self.prefix = src.new_empty(src.shape[0], 0)                     # (B, T)
-        self.cursor: Tensor | None = None                                # (B, T) or None
         self.device = src.device
 
-    def step(self, tokens: Tensor, *, cursor: Tensor | None = None) -> Tensor:
-        """``tokens (B, t)`` (and their ``cursor (B, t)``) → logits ``(B, t, V)``, recomputed
-        from the full prefix."""
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
         self.prefix = torch.cat([self.prefix, tokens], dim=1)           # (B, T + t)
-        if cursor is not None:
-            self.cursor = cursor if self.cursor is None else torch.cat([self.cursor, cursor], 1)
-        h = self.model.decode(self.prefix, self.memory, src_mask=self.src_mask,
-                              cursor=self.cursor)                       # (B, T + t, D)
+        h = self.model.decode(self.prefix, self.memory, src_mask=self.src_mask)  # (B, T + t, D)
         return self.model.logits(h[:, -tokens.shape[1]:])               # (B, t, V)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
-        """Keep rows ``index (B',)`` of the prefix (and cursor), the encoder output and the
-        source mask."""
+        """Keep rows ``index (B',)`` of the prefix, the encoder output and the source mask."""
         self.prefix = self.prefix.index_select(0, index)
-        if self.cursor is not None:
-            self.cursor = self.cursor.index_select(0, index)
         self.memory = self.memory.index_select(0, index)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, index)
@@ -262,14 +249,13 @@ class EnsembleDecoder:
         self.decoders = list(decoders)
         self.device = self.decoders[0].device
 
-    def step(self, tokens: Tensor, **inputs: Tensor) -> Tensor:
-        """``tokens (B, t)`` → log mean probabilities ``(B, t, V)``; advances every member
-        (``inputs``, e.g. ``cursor``, go to each)."""
+    def step(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, t)`` → log mean probabilities ``(B, t, V)``; advances every member."""
         if len(self.decoders) == 1:
-            return self.decoders[0].step(tokens, **inputs)                 # (B, t, V)
+            return self.decoders[0].step(tokens)                           # (B, t, V)
         logps: list[Tensor] = []
         for d in self.decoders:
-            logits = d.step(tokens, **inputs)                              # (B, t, V_i)
+            logits = d.step(tokens)                                        # (B, t, V_i)
             if logps and logits.shape != logps[0].shape:
                 raise ConfigError(f"ensemble members disagree: next-token logits of shape "
                                   f"{tuple(logits.shape)} against {tuple(logps[0].shape)}; "

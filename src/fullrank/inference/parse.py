@@ -20,7 +20,7 @@ from fullrank.data.linearize import (LEAVES, ORDERS, PLACEHOLDER, Delinearized, 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import ESCAPES, Tree
 from fullrank.data.unknown_words import known_word
-from fullrank.errors import CheckpointError, ConfigError, DataError
+from fullrank.errors import CheckpointError, DataError
 from fullrank.inference.decoders import Decoder
 from fullrank.inference.translate import translate
 
@@ -64,6 +64,18 @@ def _setting(meta: dict[str, Any], key: str, choices: Sequence[str], where: str)
     return value  # type: ignore[no-any-return]
 
 
+def tell_words(model: nn.Module, trees: Tokenizer) -> nn.Module:
+    """Tell a parser which of its target tokens place a word (``XX``, the words, ``<unk>``:
+    :func:`~fullrank.data.linearize.word_tokens` of the tree vocabulary ``trees``): a model with
+    ``decoder_cursor`` counts them to know the next word it places. Other models are left as
+    they are. Returns ``model``."""
+    if getattr(getattr(model, "config", None), "decoder_cursor", False):
+        weight = next(model.parameters())
+        model.word_tokens = torch.tensor(word_tokens(trees), dtype=torch.long,
+                                         device=weight.device)
+    return model
+
+
 def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Tokenizer,
           sentences: Sequence[str], *,
           beam: int = BEAM, alpha: float = ALPHA, a: float = MAX_LEN_A, b: int = MAX_LEN_B,
@@ -88,8 +100,7 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
     :func:`~fullrank.data.linearize.top_down`). ``constrained``: the search only writes
     well-formed trees over the sentence's words (:class:`TreeDecoder`,
     :class:`InOrderTreeDecoder`), so no output needs repair;
-    ``False``: the model writes freely and :func:`delinearize` repairs what is malformed (not
-    for a model with ``decoder_cursor``, which is told by the constrained search where it is).
+    ``False``: the model writes freely and :func:`delinearize` repairs what is malformed.
     """
     lines, inputs = source_words(words, sentences)
     if leaves == "word":
@@ -100,15 +111,12 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
         slots = [[xx] * len(line.split()) for line in lines]
 
     models = [model] if isinstance(model, nn.Module) else list(model)
-    cursor = any(getattr(getattr(m, "config", None), "decoder_cursor", False) for m in models)
-    if cursor and not constrained:
-        raise ConfigError("this model reads the position of the next word it places "
-                          "(model.decoder_cursor), which only the constrained search knows; "
-                          "decode it constrained (drop --unconstrained)")
+    for m in models:
+        tell_words(m, trees)
 
     def constrain(decoder: Decoder, batch: list[int], max_len: Tensor) -> Decoder:
         kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
-        return kind(decoder, trees, [slots[i] for i in batch], max_len, cursor=cursor)
+        return kind(decoder, trees, [slots[i] for i in batch], max_len)
 
     outputs = translate(models, words, inputs, beam=beam, alpha=alpha, a=a, b=b,
                         batch_size=batch_size, progress=progress, workers=workers,
@@ -186,14 +194,11 @@ class TreeDecoder:
         max_opens: most brackets opened in a row, with no word or closing bracket between (the
             sample's most is 6). Without this bound a model that has lost its place, offered
             nothing it likes, opens brackets without end.
-        cursor: give the wrapped decoder, with each token, the position of the next word to
-            place (``cursor=``, for a model with ``decoder_cursor``).
     """
 
     def __init__(self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]],
-                 max_len: Tensor, *, max_depth: int = 64, max_opens: int = 8,
-                 cursor: bool = False) -> None:
-        self.decoder, self.device, self.cursor = decoder, decoder.device, cursor
+                 max_len: Tensor, *, max_depth: int = 64, max_opens: int = 8) -> None:
+        self.decoder, self.device = decoder, decoder.device
         self.eos_id = trees.eos_id
         tokens = [trees.id_to_token(i) or "" for i in range(trees.vocab_size)]
         closer = [trees.token_to_id(")" + t[1:]) if is_bracket(t) and t[0] == "(" else None
@@ -276,10 +281,7 @@ class TreeDecoder:
         if self.written >= 0:
             self._advance(tokens[:, -1])
         self.written += tokens.shape[1]
-        if self.cursor:
-            logits = self.decoder.step(tokens, cursor=self.placed[:, None])  # type: ignore[call-arg]
-        else:
-            logits = self.decoder.step(tokens)                        # (B, 1, V)
+        logits = self.decoder.step(tokens)                            # (B, 1, V)
         last = logits[:, -1]                                          # (B, V)
         can_open, can_close, can_place, can_end = self._choices()    # (B,) each
         rows = torch.arange(len(last), device=last.device)

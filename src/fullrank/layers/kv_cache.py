@@ -2,8 +2,9 @@
 
 A :class:`KVCache` belongs to one attention module. Self-attention *appends* the keys and values
 of each new step; cross-attention *stores* the projected encoder output once and reuses it.
-:class:`DecoderCache` holds the caches of a whole decoder stack and the number of positions
-already decoded, and reorders them all when beam search reorders its hypotheses.
+:class:`DecoderCache` holds the caches of a whole decoder stack, the number of positions
+already decoded and any per-row state the model keeps between steps, and reorders them all when
+beam search reorders its hypotheses.
 
 The cache is also where attention reads it: :meth:`KVCache.attend` runs the attention core of
 the new queries over the keys the cache holds. Here that is the core itself, causal for the
@@ -122,10 +123,12 @@ class KVCache:
 @dataclass
 class DecoderCache:
     """The caches of a decoder stack: one self-attention and (optionally) one cross-attention
-    :class:`KVCache` per layer (any object with its interface)."""
+    :class:`KVCache` per layer (any object with its interface), and ``rows``: tensors ``(B, …)``
+    a model keeps per target row between steps, which follow the rows when they are reordered."""
 
     self_attn: list[KVCache]
     cross_attn: list[KVCache] = field(default_factory=list)
+    rows: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -142,3 +145,8 @@ class DecoderCache:
         """Select batch rows ``index`` ``(B',)`` of every cache (beam reordering or pruning)."""
         for c in (*self.self_attn, *self.cross_attn):
             c.reorder(index)
+        self.reorder_rows(index)
+
+    def reorder_rows(self, index: Tensor) -> None:
+        """Select rows ``index`` ``(B',)`` of the per-row state :attr:`rows`."""
+        self.rows = {name: t.index_select(0, index) for name, t in self.rows.items()}

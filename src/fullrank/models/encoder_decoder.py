@@ -7,8 +7,10 @@ projection are one matrix (three-way tying, [V17] §3.4); with separate vocabula
 embedding and the projection are tied (two-way).
 
 With ``decoder_cursor`` the decoder also reads, at each target position, the encoder's output at
-a source position the caller names (``cursor``): a parser's decoder is told which word it
-places next (:mod:`fullrank.inference.parse`), instead of finding it by attention alone.
+the next source word to place: the number of *word tokens* among the target tokens so far. A
+parser's decoder is so told which word it places next, instead of finding it by attention alone;
+which target tokens are words is the task's to say (:attr:`EncoderDecoder.word_tokens`, set by
+:func:`fullrank.inference.parse.tell_words`).
 
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model, ``V`` vocabulary.
 """
@@ -36,8 +38,8 @@ class EncoderDecoderConfig(TransformerConfig):
         src_vocab_size: source vocabulary size; ``None`` = shared with the target (three-way
             tying).
         decoder_cursor: each decoder input is its token's embedding plus the encoder output at
-            the source position ``cursor`` gives for it (no parameters); ``forward`` and
-            ``decode`` then need ``cursor``.
+            the next source word to place (no parameters); the model must be told which target
+            tokens are words (:attr:`EncoderDecoder.word_tokens`).
     """
 
     n_decoder_layers: PositiveInt | None = None
@@ -91,6 +93,10 @@ class EncoderDecoder(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
         self.out_proj = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
+        # (V,) 1 where a target token places a source word, with decoder_cursor; not part of
+        # the weights (the task derives it from its target vocabulary)
+        self.word_tokens: Tensor | None
+        self.register_buffer("word_tokens", None, persistent=False)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """``src (B, S)`` token ids, ``src_mask (B, S)`` bool (``True`` = real token) → memory
@@ -102,8 +108,7 @@ class EncoderDecoder(nn.Module):
         return self.encoder_norm(x) if self.encoder_norm is not None else x
 
     def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None,
-               cursor: Tensor | None = None) -> Tensor:
+               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
         """Decoder hidden states ``(B, T, D)``.
 
         Args:
@@ -113,12 +118,10 @@ class EncoderDecoder(nn.Module):
             src_mask: ``(N, S)`` bool, ``True`` = real source token.
             tgt_mask: ``(B, T_all)`` bool over all target positions so far, ``True`` = real.
             cache: from :meth:`init_cache`; updated in place.
-            cursor: ``(B, T)`` source positions, with ``decoder_cursor``: ``memory`` at each is
-                added to the input of the target token beside it.
         """
         x = self.tgt_embed(tgt, offset=cache.length if cache is not None else 0)
         if self.config.decoder_cursor:
-            x = x + self.at_cursor(memory, cursor, tgt.shape)
+            x = x + self.at_cursor(memory, self.cursor(tgt, cache))
         self_mask = padding_mask(tgt_mask) if tgt_mask is not None else None
         memory_mask = padding_mask(src_mask) if src_mask is not None else None
         for i, layer in enumerate(self.decoder):
@@ -127,15 +130,29 @@ class EncoderDecoder(nn.Module):
                       cross_cache=cache.cross_attn[i] if cache is not None else None)
         return self.decoder_norm(x) if self.decoder_norm is not None else x
 
-    def at_cursor(self, memory: Tensor, cursor: Tensor | None, shape: torch.Size) -> Tensor:
+    def cursor(self, tgt: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """``(B, T)``: at each of the target tokens ``tgt (B, T)``, how many word tokens the
+        target holds up to it (itself included), i.e. the source position of the next word to
+        place. With a cache, ``tgt`` are the newest tokens and the count goes on from the
+        cache's (kept in it per row, so that it follows the rows when they are reordered)."""
+        if self.word_tokens is None:
+            raise ValueError("a model with decoder_cursor must be told which target tokens are "
+                             "words (model.word_tokens, fullrank.inference.parse.tell_words)")
+        counts = self.word_tokens[tgt].cumsum(1)                                  # (B, T)
+        if cache is not None:
+            before = cache.rows.get("cursor")
+            if before is not None:
+                counts = counts + before[:, None]
+            cache.rows["cursor"] = counts[:, -1]                                  # (B,)
+        return counts
+
+    @staticmethod
+    def at_cursor(memory: Tensor, cursor: Tensor) -> Tensor:
         """``memory (N, S, D)`` at ``cursor (B, T)`` → ``(B, T, D)``; target row ``r`` reads
-        memory row ``r // (B / N)``."""
-        if cursor is None or cursor.shape != shape:
-            got = None if cursor is None else tuple(cursor.shape)
-            raise ValueError(f"a model with decoder_cursor needs cursor (B, T) = {tuple(shape)} "
-                             f"beside the target tokens, got {got}")
+        memory row ``r // (B / N)``; a position past the source reads its last row."""
         n, s, d = memory.shape
-        rows = torch.arange(shape[0], device=cursor.device) // (shape[0] // n)  # (B,)
+        b = cursor.shape[0]
+        rows = torch.arange(b, device=cursor.device) // (b // n)                  # (B,)
         flat = rows[:, None] * s + cursor.clamp(0, s - 1)                         # (B, T)
         return memory.reshape(n * s, d)[flat]                                    # (B, T, D)
 
@@ -149,13 +166,11 @@ class EncoderDecoder(nn.Module):
         return F.linear(h, self.output_weight)
 
     def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None, cursor: Tensor | None = None,
-                hidden_only: bool = False) -> Tensor:
+                tgt_mask: Tensor | None = None, hidden_only: bool = False) -> Tensor:
         """``src (B, S)``, ``tgt (B, T)`` → logits ``(B, T, V)`` (``hidden_only``: the decoder's
-        final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight`);
-        ``cursor (B, T)``: see :meth:`decode`."""
+        final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight`)."""
         memory = self.encode(src, src_mask)
-        h = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, cursor=cursor)
+        h = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask)
         return h if hidden_only else self.logits(h)
 
     def init_cache(self) -> DecoderCache:
@@ -163,11 +178,9 @@ class EncoderDecoder(nn.Module):
         return DecoderCache.empty(len(self.decoder), cross=True)
 
     def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
-                    src_mask: Tensor | None = None, cursor: Tensor | None = None) -> Tensor:
-        """Feed the new target ``tokens (B, T_new)`` (and their ``cursor``, see :meth:`decode`);
-        return logits ``(B, T_new, V)``.
+                    src_mask: Tensor | None = None) -> Tensor:
+        """Feed the new target ``tokens (B, T_new)``; return logits ``(B, T_new, V)``.
 
         Cross-attention keys/values are computed from ``memory`` on the first step and reused.
         """
-        return self.logits(self.decode(tokens, memory, src_mask=src_mask, cache=cache,
-                                       cursor=cursor))
+        return self.logits(self.decode(tokens, memory, src_mask=src_mask, cache=cache))

@@ -22,8 +22,7 @@ from typing import Any
 from rich.console import Console
 from torch import nn
 
-from fullrank.data.linearize import (PLACEHOLDER, Leaves, Order, is_bracket, linearize,
-                                     word_tokens)
+from fullrank.data.linearize import (PLACEHOLDER, Leaves, Order, is_bracket, linearize)
 from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
 from fullrank.data.translation import ParallelBatches, encode_pairs
 from fullrank.data.treebank import TreebankSplit, load_treebank
@@ -31,7 +30,7 @@ from fullrank.data.unknown_words import SignatureDropout, known_word, rare_to_si
 from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.parse_eval import CUTOFF_LEN, score_trees
 from fullrank.inference.parse import (TREE_LEAVES, TREE_ORDER, TREE_VOCABULARY, parse,
-                                     tree_leaves, tree_order, tree_vocabulary)
+                                     tell_words, tree_leaves, tree_order, tree_vocabulary)
 from fullrank.inference.translate import first_too_long
 from fullrank.recipes.common import Resume, RunReport, keeps_thread_count, prepare_tokenizer
 from fullrank.recipes.config import ExperimentConfig
@@ -181,7 +180,7 @@ def run_parse(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool
         meta={"task": "parse", "experiment": exp.to_dict(), TREE_VOCABULARY: trees.to_str(),
               TREE_LEAVES: data.tree_leaves, TREE_ORDER: data.tree_order},
         dist=dist, start=start, origin=origin, progress=progress, console=console,
-        describe_data=describe_data, sampler=sampler, cursor_tokens=word_tokens(trees))
+        describe_data=describe_data, sampler=sampler, prepare=lambda m: tell_words(m, trees))
     report.extra["dropped_pairs"] = train_pairs.n_dropped
     if dist.is_main:
         report.extra["parse"] = final_parse(exp, run_dir, model, words, trees, splits, progress,

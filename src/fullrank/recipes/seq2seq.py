@@ -20,7 +20,7 @@ from torch import nn
 from fullrank import fast
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.translation import EncodedPairs, ParallelBatches
-from fullrank.errors import CheckpointError, ConfigError
+from fullrank.errors import CheckpointError
 from fullrank.models import EncoderDecoderConfig
 from fullrank.recipes.common import (Resume, RunReport, find_resume_point, parallel_batch,
                                      parallel_line)
@@ -52,7 +52,7 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
                   meta: dict[str, Any], dist: DistInfo, start: Path | None, progress: bool,
                   console: Console, describe_data: Callable[[ParallelBatches], str],
                   origin: Start | None = None, sampler: Sampler | None = None,
-                  cursor_tokens: list[bool] | None = None) -> tuple[nn.Module, RunReport]:
+                  prepare: Callable[[nn.Module], Any] | None = None) -> tuple[nn.Module, RunReport]:
     """Build the model of ``model_cfg``, train it on ``train_pairs`` and return it with the run's
     report (``valid`` filled with the exact validation perplexity on rank 0).
 
@@ -64,8 +64,8 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
         describe_data: the data line printed under the header, given the training batches.
         origin: the ``train.init_from`` checkpoint whose weights the model starts from.
         sampler: new token ids of the training pairs each epoch (BPE-dropout), or ``None``.
-        cursor_tokens: for a model with ``decoder_cursor``, which target tokens stand for the
-            next source token (:class:`~fullrank.training.tasks.Translation`).
+        prepare: applied to the model once built (and once gathered back after FSDP), e.g. to
+            tell a parser its tree vocabulary's words.
     """
     cfg, data = exp.train, exp.data
     model = build_initialised(model_cfg, exp, origin, resuming=start is not None, rank=dist.rank,
@@ -74,11 +74,9 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
     ids = dict(pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
     batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, seed=cfg.seed,
                               world=dist.world, sampler=sampler, **ids)
-    if model_cfg.decoder_cursor and cursor_tokens is None:
-        raise ConfigError("model.decoder_cursor needs to know which target tokens stand for the "
-                          "source's words; it is for task: parse (leave it out)")
-    cursor = torch.tensor(cursor_tokens) if model_cfg.decoder_cursor else None
-    task = Translation(tokenizer.pad_id, cfg.label_smoothing, cursor_tokens=cursor)
+    prepare = prepare or (lambda m: m)
+    prepare(model)
+    task = Translation(tokenizer.pad_id, cfg.label_smoothing)
     valid_batches = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, shuffle=False,
                                     **ids) if valid_pairs is not None else None
 
@@ -112,6 +110,7 @@ def train_seq2seq(exp: ExperimentConfig, model_cfg: EncoderDecoderConfig, train_
         # the trained weights were spread over the ranks, which have left: rank 0 goes on with
         # the whole model that the last checkpoint holds
         model = load_checkpoint(result.checkpoint).model.to(dist.device)
+        prepare(model)
     report = RunReport(str(exp.run_dir), result.state.step, result.seconds, n_params,
                        checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
     report.extra["parallel"] = parallel

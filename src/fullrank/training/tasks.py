@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fullrank.data.batch import (ClassificationBatch, EncoderInputs, LMBatch, PretrainingBatch,
-                                 Seq2SeqBatch, SpanBatch, cursor_positions)
+                                 Seq2SeqBatch, SpanBatch)
 from fullrank.errors import DataError
 from fullrank.training.losses import TokenLoss, linear_cross_entropy
 
@@ -85,30 +85,14 @@ class LanguageModeling:
 class Translation:
     """Teacher-forced translation: ``model(src, tgt_in, src_mask=, tgt_mask=)`` against
     ``tgt_out``, label-smoothed ([V17] §5.4), padding ignored.
-
-    With ``cursor_tokens`` (``(V,)`` bool: the target tokens that each stand for the next
-    source token, e.g. a parse tree's words) the model is also given ``cursor (B, T)``: at each
-    decoder input, how many such tokens the input holds so far, i.e. the source position of the
-    token to be placed next (the source's EOS once all are placed).
     """
 
-    def __init__(self, pad_id: int, label_smoothing: float = 0.1,
-                 cursor_tokens: Tensor | None = None) -> None:
+    def __init__(self, pad_id: int, label_smoothing: float = 0.1) -> None:
         self.pad_id, self.label_smoothing = pad_id, label_smoothing
-        self.cursor_tokens = cursor_tokens
-
-    def cursor(self, batch: Seq2SeqBatch) -> Tensor | None:
-        """``(B, T)`` source positions beside ``batch.tgt_in`` (``None`` without
-        ``cursor_tokens``)."""
-        if self.cursor_tokens is None:
-            return None
-        if self.cursor_tokens.device != batch.tgt_in.device:  # moved once, not every step
-            self.cursor_tokens = self.cursor_tokens.to(batch.tgt_in.device)
-        return cursor_positions(batch.tgt_in, self.cursor_tokens)             # (B, T)
 
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
         h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
-                  cursor=self.cursor(batch), hidden_only=True)  # (B, T, D)
+                  hidden_only=True)  # (B, T, D)
         return linear_cross_entropy(h, unwrap(model).output_weight, batch.tgt_out,
                                     epsilon=self.label_smoothing, ignore_index=self.pad_id)
 
