@@ -73,11 +73,12 @@ def _field_type(owner: Any, name: str) -> Any:
     return None
 
 
-def describe(error: ValidationError, root: Any = None, prefix: str = "") -> str:
+def describe(error: ValidationError, root: Any = None, prefix: str = "", skip: int = 0) -> str:
     """The first error of ``error`` as one line: the dotted key, the value, what is expected
-    (and for an unknown key, the closest known one of dataclass ``root``)."""
+    (and for an unknown key, the closest known one of dataclass ``root``). ``skip``: leading
+    parts of the error's location that are no key (a discriminated union's tag)."""
     first = error.errors()[0]
-    loc = [str(p) for p in first["loc"]]
+    loc = [str(p) for p in first["loc"]][skip:]
     dotted = ".".join([prefix, *loc] if prefix else loc) or (prefix or "value")
     kind = first["type"]
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):

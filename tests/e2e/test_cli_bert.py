@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -119,7 +116,7 @@ def final_weights(run: Path) -> dict:
 
 @pytest.mark.parametrize("task", ["bert", "classify"])
 def test_a_stopped_run_resumes_bitwise(pipeline, task, monkeypatch, capsys):
-    from fullrank.recipes import encoder_run as recipe  # every encoder task trains through it
+    from fullrank.recipes import run as recipe  # every task trains through it
     from fullrank.training import loop
 
     tmp, cfgs = pipeline
@@ -165,28 +162,6 @@ def test_a_widened_checkpoint_trains_on_with_init_from(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "layers.0.self_attn.qkv_proj.weight' is (120, 24) in" in err and \
         "the model section changes the architecture" in err and "\n" not in err
-
-
-@pytest.mark.slow
-@pytest.mark.distributed
-def test_two_processes_pretrain_like_one(tmp_path):
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed next to this Python")
-    cfgs = write_configs(tmp_path, steps=4)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = ["--quiet", "train.eps=1.0", "train.device=cpu", "model.dropout=0.0",
-            "model.attn_dropout=0.0"]
-    subprocess.run([sys.executable, "-m", "fullrank", "train", str(cfgs["bert"]), "name=one", *args],
-                   check=True, capture_output=True, env=env)
-    tok = tmp_path / "runs" / "one" / "tokenizer.json"  # the same vocabulary for both
-    ddp = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "fullrank", "train",
-                          str(cfgs["bert"]), "name=two", f"data.tokenizer_file={tok}", *args],
-                         capture_output=True, text=True, env=env)
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
-    a, b = final_weights(tmp_path / "runs" / "one"), final_weights(tmp_path / "runs" / "two")
-    for k in a:
-        assert (a[k] - b[k]).abs().max() < 1e-5, k
 
 
 def test_a_wikiextractor_corpus_pretrains_without_next_sentence_from_its_cache(tmp_path, capsys):

@@ -35,7 +35,7 @@ def test_training_progress_in_a_log_file_is_plain_lines(tmp_path):
     assert steps == list(range(1, 13))  # a line per step at 0 s apart, the last one once
     assert re.search(r"^train 12/12 steps \(100%\) · \d+:\d\d elapsed · .* · loss=\d", err, re.M)
     # results are not folded at 80 columns: the run's header is one line
-    header = next(x for x in out.splitlines() if x.startswith("tiny:"))
+    header = next(x for x in out.splitlines() if x.startswith("tiny (lm):"))
     assert len(header) > 80 and header.endswith("(char)")
 
 

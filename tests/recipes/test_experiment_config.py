@@ -77,7 +77,7 @@ def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
         load_experiment(write(tmp_path, mt), ["decode.splits=[news31]"])
     with pytest.raises(ConfigError, match=r"data\.eval_sets: 'valid' names a split of its own"):
         load_experiment(write(tmp_path, mt), ["data.eval_sets.valid=x"])
-    with pytest.raises(ConfigError, match=r"data\.eval_sets is for translation"):
+    with pytest.raises(ConfigError, match=r"unknown key 'data\.eval_sets'"):  # lm has none
         load_experiment(write(tmp_path, BASE), ["data.eval_sets.news=x"])
 
 
@@ -90,9 +90,9 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=1.0"])
     with pytest.raises(ConfigError, match=r"data\.bpe_dropout = -0\.1: should be greater"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=-0.1"])
-    with pytest.raises(ConfigError, match=r"not of a lm run with a char tokenizer"):
+    with pytest.raises(ConfigError, match=r"unknown key 'data\.bpe_dropout'"):  # not for lm
         load_experiment(write(tmp_path, BASE), ["data.bpe_dropout=0.1"])
-    with pytest.raises(ConfigError, match=r"not of a mt run with a word tokenizer"):
+    with pytest.raises(ConfigError, match=r"resamples a BPE segmentation, not a word one"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.tokenizer=word"])
     # a sampled pair can reach max_sentence_len tokens: a budget below it would stop training
     with pytest.raises(ConfigError, match=r"data\.max_tokens = 100 is smaller than "
@@ -117,18 +117,38 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
 def test_decoding_and_sampling_settings_fail_when_loaded_not_after_training(tmp_path, override,
                                                                             message):
     # they are used only after training; a bad one used to surface there, hours later
+    mt = BASE.replace("task: lm", "task: mt").replace(
+        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de}")
     with pytest.raises(ConfigError, match=message):
-        load_experiment(write(tmp_path, BASE), [override])
+        load_experiment(write(tmp_path, mt if override.startswith("decode") else BASE),
+                        [override])
+
+
+def test_each_task_has_its_own_sections(tmp_path):
+    """A setting of another task is an unknown key, named with the closest one there is."""
+    for override, message in (("decode.beam=4", r"unknown key 'decode'"),
+                              ("data.src_lang=en", r"unknown key 'data\.src_lang'"),
+                              ("data.tree_order=in_order", r"unknown key 'data\.tree_order'")):
+        with pytest.raises(ConfigError, match=message):
+            load_experiment(write(tmp_path, BASE), [override])
+    mt = BASE.replace("task: lm", "task: mt").replace("{train: train.txt}", "{train: tr}")
+    with pytest.raises(ConfigError, match=r"missing key 'data\.src_lang'"):
+        load_experiment(write(tmp_path, mt))
+    with pytest.raises(ConfigError, match=r"unknown key 'sample'"):
+        load_experiment(write(tmp_path, mt), ["data.src_lang=en", "data.tgt_lang=de",
+                                              "sample.top_k=3"])
+    with pytest.raises(ConfigError, match=r"task 'parser' is not one of .*did you mean 'parse'"):
+        load_experiment(write(tmp_path, BASE), ["task=parser"])
 
 
 def test_tree_leaves_is_a_parsing_setting_with_two_values(tmp_path):
+    parse = BASE.replace("task: lm", "task: parse")
     with pytest.raises(ConfigError, match=r"data\.tree_leaves = 'words': should be 'placeholder' "
                                           r"or 'word'"):
-        load_experiment(write(tmp_path, BASE), ["data.tree_leaves=words"])
-    with pytest.raises(ConfigError, match=r"data\.tree_leaves is for parsing \(task: parse\)"):
+        load_experiment(write(tmp_path, parse), ["data.tree_leaves=words"])
+    with pytest.raises(ConfigError, match=r"unknown key 'data\.tree_leaves'"):
         load_experiment(write(tmp_path, BASE), ["data.tree_leaves=word"])
-    with pytest.raises(ConfigError, match=r"data\.unknown_words: signature is for parsing .* not "
-                                          r"task 'lm'"):
+    with pytest.raises(ConfigError, match=r"unknown key 'data\.unknown_words'"):
         load_experiment(write(tmp_path, BASE), ["data.unknown_words=signature"])
 
 

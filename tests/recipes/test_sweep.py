@@ -60,7 +60,7 @@ def test_points_cross_axes_arms_and_seeds_and_match_the_target(tmp_path):
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_shipped_sweep_files_load(path):
     sweep = load_sweep(path)
-    assert sweep.base.is_file() and sweep.arms and sweep.seeds
+    assert sweep.base.is_file() and sweep.arms and all(a.seeds for a in sweep.arms.values())
 
 
 def test_table3_sweep_carries_the_papers_figures():
@@ -103,8 +103,13 @@ def test_shipped_sweeps_count_the_models_they_build(path, monkeypatch):
      "unknown key 'model.n_head' (did you mean 'model.n_heads'?)"),
     (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: []"),
      "axes: 'model.n_heads' is empty"),
-    (TOY.replace("seeds: [0, 1]", "seeds: [0, one]"), "seeds must be a non-empty list of integers"),
-    (TOY.replace("seeds: [0, 1]", "seeds: [0, 1.5]"), "seeds must be a non-empty list of integers"),
+    (TOY.replace("seeds: [0, 1]", "seeds: [0, one]"), "seeds.1 = 'one': should be a valid integer"),
+    (TOY.replace("seeds: [0, 1]", "seeds: [0, 1.5]"), "seeds.1 = 1.5: should be a valid integer"),
+    (TOY.replace("seeds: [0, 1]", "seeds: [0, 1]\nseeds: [2]"),
+     "key 'seeds' appears twice in this mapping (first on line 4); keep one"),
+    (TOY.replace("seeds: [0, 1]", "seeds: [0, 0]"), "must be a non-empty list of distinct"),
+    (TOY.replace("tolerance: 0.05", "tolerance: 5e-2, count: all"),
+     "match.count = 'all': should be 'total' or 'non_embedding'"),
     (TOY.replace("tolerance: 0.05", "tolerance: 0.000001"),
      "point standard-n_heads2 is unmatched: the nearest, d_ff="),
     (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: [2, 5]"),

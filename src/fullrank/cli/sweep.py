@@ -1,10 +1,19 @@
-"""``fullrank sweep SWEEP.yaml [--dry-run] [--jobs N] [--executor …] [--out DIR] [--report]``:
-train every point of a sweep file (resuming, skipping finished points) and tabulate and plot it."""
+"""``fullrank sweep SWEEP.yaml [KEY=VALUE …] [--dry-run] [--jobs N] [--executor …] [--out DIR]
+[--report]``: train every point of a sweep file (resuming, skipping finished points; a point that
+starts from another's checkpoint after it), score the ensembles it asks for, and tabulate and
+plot it in each task's own figures."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fullrank.recipes.sweep import Plan
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 
@@ -12,14 +21,16 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", help="sweep file, e.g. configs/sweeps/b20_fig3a_ptb.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="overrides of every point, e.g. train.device=cuda (a sweep's 'set')")
+                   help="overrides of every point, e.g. train.device=cuda; they win over the "
+                        "sweep file's settings")
     p.add_argument("--dry-run", action="store_true",
                    help="print the points (parameters, FLOPs per token, matching) and stop")
     p.add_argument("--commands", action="store_true",
                    help="print each unfinished point's `fullrank train` command and stop "
                         "(for torchrun or any launcher)")
     p.add_argument("--report", action="store_true",
-                   help="re-aggregate the finished points (summary.md/.csv, plots) without training")
+                   help="re-aggregate the finished points (summary.md/.csv, plots; the ensembles "
+                        "whose seeds have finished) without training")
     p.add_argument("--jobs", type=int, default=1,
                    help="points trained side by side on this machine, the cores divided (default 1)")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
@@ -38,32 +49,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
     import shlex
     import sys
 
-    import yaml
     from rich.console import Console
     from rich.table import Table
 
     from fullrank.errors import ConfigError, closest
-    from fullrank.recipes.sweep import (check_key, claim_output, finished, load_sweep, plan,
-                                        read_manifest, train_command)
-    from fullrank.recipes.sweep_run import run_local, run_submitit
+    from fullrank.recipes.config import parse_assignment
+    from fullrank.recipes.sweep import (claim_output, finished, load_sweep, plan, read_manifest,
+                                        train_command)
+    from fullrank.recipes.sweep_run import run_ensembles, run_local, run_submitit
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
         console = Console(highlight=False, width=240)
     sweep = load_sweep(args.sweep)
-    extra = {}
-    for item in args.overrides:
-        if "=" not in item:
-            raise ConfigError(f"override '{item}' must look like section.key=value")
-        key, value = item.split("=", 1)
-        check_key(sweep.path, "overrides", key, sweep.task)
-        extra[key] = yaml.safe_load(value) if value.strip() else ""
-    if extra:
-        sweep = dataclasses.replace(sweep, common={**sweep.common, **extra})
+    sweep = sweep.with_overrides(dict(parse_assignment(item) for item in args.overrides))
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
     out = Path(args.out) if args.out else sweep.default_out()
@@ -76,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(f"no arm '{w}' in {sweep.path}{closest(w, sweep.arms)}; arms are: "
                                   + ", ".join(sweep.arms))
             chosen += [a for a in found if a not in chosen]
+        for arm in list(chosen):  # and the arms whose checkpoints they start from
+            while (arm := sweep.arms[arm].init_from or "") and arm not in chosen:
+                chosen.append(arm)
         the_plan.points = [p for p in the_plan.points if p.arm in chosen]
 
     if args.dry_run:
@@ -92,12 +97,13 @@ def run(args: argparse.Namespace) -> int:
         claim_output(the_plan, out)
         for p in the_plan.points:
             if not finished(out, p):
-                console.print(shlex.join(train_command(p, sweep, out)), markup=False, soft_wrap=True)
+                console.print(shlex.join(train_command(p, out)), markup=False, soft_wrap=True)
         return 0
     if args.report:
         if read_manifest(out) is None:
             raise ConfigError(f"{out}: no sweep output here (no sweep.json); run the sweep first, "
                               f"or give --out")
+        run_ensembles(the_plan, out, console)
         return report(the_plan, out, console, Table)
 
     if the_plan.unmatched:
@@ -109,16 +115,12 @@ def run(args: argparse.Namespace) -> int:
         outcome = run_local(the_plan, out, jobs=args.jobs, console=console,
                             progress=not args.quiet)
     else:
-        params = {}
-        for item in args.submitit:
-            if "=" not in item:
-                raise ConfigError(f"--submitit '{item}' must look like key=value "
-                                  f"(e.g. slurm_partition=gpu)")
-            key, value = item.split("=", 1)
-            params[key] = yaml.safe_load(value)
+        params = dict(parse_assignment(item, "--submitit", "key=value (e.g. slurm_partition=gpu)")
+                      for item in args.submitit)
         outcome = run_submitit(the_plan, out, cluster="slurm" if args.executor == "slurm" else "local",
                                parameters=params, gpus_per_point=args.gpus_per_point,
                                console=console)
+    run_ensembles(the_plan, out, console)
     report(the_plan, out, console, Table)
     console.print(f"{len(outcome.done)} trained now, {len(outcome.skipped)} finished before, "
                   f"{len(outcome.failed)} failed"
@@ -135,27 +137,30 @@ def si(n: float) -> str:
     return f"{n:g}"
 
 
-def print_plan(the_plan, out: Path, console, Table) -> None:  # noqa: ANN001
+def print_plan(the_plan: Plan, out: Path, console: Console, Table: type[Table]) -> None:
     from fullrank.recipes.sweep import coordinate, finished, value_text
 
     keys = the_plan.sweep.coordinate_keys()
     derived = [c for c in ("d_head", "d_ff") if f"model.{c}" not in keys]
+    after = any(p.after for p in the_plan.points)
     table = Table(title=f"sweep {the_plan.sweep.name}: {len(the_plan.points)} points → {out}")
-    for c in ["point", "arm", *(k.rsplit(".", 1)[-1] for k in keys), *derived, "seeds",
-              "params", "non-emb", "FLOPs/token", "match", "finished"]:
-        table.add_column(c, justify="left" if c in ("point", "arm", "match") else "right",
-                         overflow="fold")
+    for c in ["point", "arm", "task", *(k.rsplit(".", 1)[-1] for k in keys), *derived, "seeds",
+              "params", "non-emb", "FLOPs/token", "match", *(["after"] if after else []),
+              "finished"]:
+        table.add_column(c, justify="left" if c in ("point", "arm", "task", "match", "after")
+                         else "right", overflow="fold")
     for group, points in the_plan.groups().items():
         p = points[0]
         values = {"d_head": p.model.head_sizes[0], "d_ff": p.model.d_ff}
-        table.add_row(group, p.arm, *(value_text(coordinate(p, k)) for k in keys),
+        table.add_row(group, p.arm, p.task, *(value_text(coordinate(p, k)) for k in keys),
                       *(str(values[c]) for c in derived), str(len(points)),
                       f"{p.params:,}", f"{p.non_embedding:,}", si(p.flops), p.match,
+                      *([p.after.rsplit("-s", 1)[0] if p.after else "—"] if after else []),
                       f"{sum(finished(out, q) for q in points)}/{len(points)}")
     console.print(table)
 
 
-def report(the_plan, out: Path, console, Table) -> int:  # noqa: ANN001
+def report(the_plan: Plan, out: Path, console: Console, Table: type[Table]) -> int:
     from fullrank.recipes.sweep_report import markdown, write_plots, write_summary
 
     md, csv_path, rows = write_summary(the_plan, out)

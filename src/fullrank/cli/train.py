@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 
 from fullrank.errors import ConfigError
 
-# the recipe of each task: (module under fullrank.recipes, function), imported when it runs
-RECIPES = {"lm": ("lm", "run_lm"), "mt": ("mt", "run_mt"), "bert": ("bert", "run_bert"),
-           "classify": ("classify", "run_classify"), "squad": ("squad", "run_squad"),
-           "parse": ("parse", "run_parse")}
 RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
                 "never": "never"}
 
@@ -27,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fullrank.recipes.config import load_experiment
+    from fullrank.recipes.run import run as run_experiment
 
     resume = "always" if args.resume else "never"
     overrides = []
@@ -39,7 +35,5 @@ def run(args: argparse.Namespace) -> int:
         else:
             overrides.append(item)
     exp = load_experiment(args.config, overrides)
-    module, function = RECIPES[exp.task]
-    recipe = getattr(importlib.import_module(f"fullrank.recipes.{module}"), function)
-    recipe(exp, resume=resume, progress=not args.quiet)
+    run_experiment(exp, resume=resume, progress=not args.quiet)
     return 0

@@ -13,11 +13,14 @@ accuracy) on the validation sequences, masked at BERT's 15% with masks fixed by 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from rich.console import Console
+from torch import nn
 
 from fullrank.data.bert_pretraining import (
     Instances,
@@ -28,10 +31,12 @@ from fullrank.data.bert_pretraining import (
 )
 from fullrank.data.document_cache import cached_documents, sample_documents
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
-from fullrank.recipes.config import ExperimentConfig
+from fullrank.models import ModelConfig
+from fullrank.models.encoder import EncoderConfig
+from fullrank.recipes.config import PretrainExperiment
 from fullrank.recipes.encoder_data import PretrainData
-from fullrank.recipes.encoder_run import open_run
+from fullrank.recipes.init import planned_config
+from fullrank.recipes.run import Recipe, Run, RunReport, Setup
 from fullrank.training.tasks import MaskedLMWithNSP
 
 VALID_MLM_PROB = 0.15  # BERT's rate: validation is scored alike whatever a run trains with
@@ -57,67 +62,98 @@ def train_wordpiece(data: PretrainData, out: Path) -> Tokenizer:
     return tok
 
 
-@keeps_thread_count
-def run_bert(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
-             console: Console | None = None) -> RunReport:
-    """Pre-train a BERT encoder as ``exp`` describes."""
-    data: PretrainData = exp.data  # type: ignore[assignment]
-    cfg = exp.train
-    tmp = tempfile.TemporaryDirectory()
+class PretrainingRecipe(Recipe):
+    """``task: bert``."""
 
-    with tmp:  # the tokenizer's training text, written only when a tokenizer is trained
-        run = open_run(exp, resume, console, tokenizer_files=lambda: [
-            write_sentences(data, Path(tmp.name) / "sentences.txt")])
-    tok = run.tok
-    model, model_cfg = run.build()
+    metrics = {
+        "valid_mlm_acc": (("valid", "mlm_acc"), "validation MLM accuracy (%)", False),
+        "valid_nsp_acc": (("valid", "nsp_acc"), "validation NSP accuracy (%)", False),
+        "valid_mlm_ppl": (("valid", "mlm_ppl"), "validation MLM perplexity", True),
+    }
 
-    def instances(name: str, seed: int) -> Instances:
-        corpus = cached_documents(data.path(name), data.corpus_format, tok, data.cache_dir,
-                                  skip_short=data.short_documents == "skip", say=run.say)
-        if corpus.skipped:
-            run.say(f"{name}: {corpus.skipped} one-sentence documents left out "
-                    f"(data.short_documents=skip)")
-        if not model_cfg.next_sentence:
-            return make_segments(corpus, max_seq_len=model_cfg.seq_len, seed=seed,
-                                 short_seq_prob=data.short_seq_prob)
-        return make_instances(corpus, max_seq_len=model_cfg.seq_len, seed=seed,
-                              short_seq_prob=data.short_seq_prob,
-                              random_next_prob=data.random_next_prob)
+    def setup(self, run: Run) -> Setup:
+        exp: PretrainExperiment = run.exp
+        data, cfg = exp.data, exp.train
+        with tempfile.TemporaryDirectory() as tmp:  # the tokenizer's text, if one is trained
+            tok = run.tokenizer(lambda: [write_sentences(data, Path(tmp) / "sentences.txt")])
+        model_cfg = run.model_config(tok)
+        assert isinstance(model_cfg, EncoderConfig)
 
-    rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
-    ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
-    batches = PretrainingBatches(instances(data.train, cfg.seed), rule, batch_size=cfg.batch_size,
-                                 seed=cfg.seed, masking=data.masking, name=data.train, **ids)
-    valid = None
-    if data.valid:  # the validation instances and masks depend on the data alone, not on the run
-        valid_rule = masking_rule(tok, mlm_prob=VALID_MLM_PROB,
-                                  max_predictions=math.ceil(VALID_MLM_PROB * model_cfg.seq_len))
-        valid = PretrainingBatches(instances(data.valid, 0), valid_rule, batch_size=cfg.batch_size,
-                                   seed=0, masking="static", name=data.valid, **ids)
-    task = MaskedLMWithNSP()
-    eval_bs = max(1, cfg.batch_size // run.dist.world)
-    n = len(batches.instances)
-    what = (f"{n:,} sentence pairs ({int(batches.instances.random_next.sum()):,} with a random "
-            f"next segment)" if batches.paired else f"{n:,} single segments (no next-sentence "
-                                                     f"prediction)")
-    run.header(model_cfg, f"data: {what}, {len(batches):,} batches of {cfg.batch_size} per "
-                          f"epoch, {data.masking} masking of {data.mlm_prob:.0%}"
-                          + (f"; {len(valid.instances):,} validation sequences" if valid else ""))
-    out = run.output(model_cfg)
+        def instances(name: str, seed: int) -> Instances:
+            corpus = cached_documents(data.path(name), data.corpus_format, tok, data.cache_dir,
+                                      skip_short=data.short_documents == "skip", say=run.say)
+            if corpus.skipped:
+                run.say(f"{name}: {corpus.skipped} one-sentence documents left out "
+                        f"(data.short_documents=skip)")
+            if not model_cfg.next_sentence:
+                return make_segments(corpus, max_seq_len=model_cfg.seq_len, seed=seed,
+                                     short_seq_prob=data.short_seq_prob)
+            return make_instances(corpus, max_seq_len=model_cfg.seq_len, seed=seed,
+                                  short_seq_prob=data.short_seq_prob,
+                                  random_next_prob=data.random_next_prob)
 
-    def evaluate(m, limit=cfg.eval_batches):  # noqa: ANN001, ANN202
-        assert valid is not None
-        return task.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=limit)
+        rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
+        ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
+        batches = PretrainingBatches(instances(data.train, cfg.seed), rule,
+                                     batch_size=cfg.batch_size, seed=cfg.seed,
+                                     masking=data.masking, name=data.train, **ids)
+        valid = None
+        if data.valid:  # the validation instances and masks depend on the data alone
+            valid_rule = masking_rule(tok, mlm_prob=VALID_MLM_PROB,
+                                      max_predictions=math.ceil(VALID_MLM_PROB * model_cfg.seq_len))
+            valid = PretrainingBatches(instances(data.valid, 0), valid_rule,
+                                       batch_size=cfg.batch_size, seed=0, masking="static",
+                                       name=data.valid, **ids)
+        loss = MaskedLMWithNSP()
+        eval_bs = max(1, cfg.batch_size // run.dist.world)
 
-    report = run.train(model, model_cfg, task, batches, out, progress=progress,
-                       evaluate=evaluate if valid else None)
-    if run.dist.is_main:
-        if valid is not None:
-            model.eval()
-            report.valid = evaluate(model, None)
-            v = report.valid
-            nsp = f" · NSP accuracy {v['nsp_acc']:.2f}%" if "nsp_acc" in v else ""
-            run.say(f"valid: MLM accuracy {v['mlm_acc']:.2f}% · MLM perplexity "
-                    f"{v['mlm_ppl']:.2f}{nsp} ({v['predictions']:,} predictions)")
-        run.finish(report)
-    return report
+        def validation(limit: int | None) -> Callable[[nn.Module], dict[str, float]] | None:
+            if valid is None:
+                return None
+            source = valid
+            return lambda m: loss.evaluate(m, source.eval_batches(eval_bs), run.dist.device,
+                                           limit=limit)
+
+        self.exact_valid = validation(None)
+        n = len(batches.instances)
+        what = (f"{n:,} sentence pairs ({int(batches.instances.random_next.sum()):,} with a "
+                f"random next segment)" if batches.paired else
+                f"{n:,} single segments (no next-sentence prediction)")
+        return Setup(
+            model_config=model_cfg, tokenizer=tok, batches=batches, loss=loss,
+            data_line=(f"data: {what}, {len(batches):,} batches of {cfg.batch_size} per epoch, "
+                       f"{data.masking} masking of {data.mlm_prob:.0%}"
+                       + (f"; {len(valid.instances):,} validation sequences" if valid else "")),
+            vocabulary=f"{tok.kind} vocabulary of {tok.vocab_size}",
+            per_rank=cfg.batch_size // run.dist.world, unit="sequences",
+            validate=validation(cfg.eval_batches))
+
+    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
+        if self.exact_valid is None:
+            return
+        report.valid = v = self.exact_valid(model)
+        nsp = f" · NSP accuracy {v['nsp_acc']:.2f}%" if "nsp_acc" in v else ""
+        run.say(f"valid: MLM accuracy {v['mlm_acc']:.2f}% · MLM perplexity "
+                f"{v['mlm_ppl']:.2f}{nsp} ({v['predictions']:,} predictions)")
+
+    def plan_model(self, exp: PretrainExperiment, out: Path, cache: dict[str, Any],
+                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+        if base is not None or exp.model.get("vocab_size"):
+            return planned_config(exp, exp.model.get("vocab_size", 0), base), []
+        data = exp.data
+        if data.tokenizer_file:
+            return planned_config(exp, Tokenizer.load(data.path(data.tokenizer_file)).vocab_size,
+                                  None), []
+        parts = [exp.task, str(data.path(data.train).resolve()), data.corpus_format,
+                 str(data.vocab_size), str(data.lowercase), str(data.tokenizer_sample)]
+        name = "wordpiece-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
+        if name not in cache:
+            saved = out / name
+            if saved.is_file():
+                cache[name] = Tokenizer.load(saved)
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    cache[name] = train_wordpiece(data, Path(tmp) / name)
+        tok = cache[name]
+        return planned_config(exp, tok.vocab_size, None), \
+            [f"data.tokenizer_file={(out / name).resolve()}"]

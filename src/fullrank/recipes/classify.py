@@ -4,19 +4,21 @@ and on every evaluation-only set (the MNLI hard subsets, SNLI hard)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from torch import nn
 
 from fullrank.data.finetuning import (ExampleBatches, classification_batches, encode_texts,
                                       label_ids, read_examples)
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.errors import DataError
+from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.accuracy import accuracy
-from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
-from fullrank.recipes.config import ExperimentConfig
+from fullrank.models import ModelConfig
+from fullrank.recipes.config import ClassifyExperiment
 from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile
-from fullrank.recipes.encoder_run import open_run
+from fullrank.recipes.init import planned_config
+from fullrank.recipes.run import Recipe, Run, RunReport, Setup
 from fullrank.training.tasks import SequenceClassification
 
 
@@ -47,49 +49,72 @@ def score(task: SequenceClassification, model: Any, batches: ExampleBatches, lab
     return accuracy(probs.argmax(-1).numpy(), gold.numpy(), labels)
 
 
-@keeps_thread_count
-def run_classify(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
-                 console: Console | None = None) -> RunReport:
-    """Fine-tune a classifier as ``exp`` describes."""
-    data: ClassifyData = exp.data  # type: ignore[assignment]
-    cfg = exp.train
-    run = open_run(exp, resume, console)
-    labels = label_set(data)
-    if len(labels) < 2:
-        raise DataError(f"{data.train}: one label ({labels[0]!r}); a classifier needs at least two")
-    model, model_cfg = run.build(n_classes=len(labels))
-    n = model_cfg.seq_len
-    train_set = load_set(data.spec(data.train), run.tok, labels, n, batch_size=cfg.batch_size,
-                         seed=cfg.seed)
-    eval_bs = max(1, cfg.batch_size // run.dist.world)
-    valid = load_set(data.spec(data.valid), run.tok, labels, n, batch_size=eval_bs) \
-        if data.valid else None
-    extra = {name: load_set(data.spec(spec), run.tok, labels, n, batch_size=eval_bs)
-             for name, spec in data.eval_sets.items()}
-    run.header(model_cfg, f"data: {train_set.n:,} training examples ({len(train_set):,} batches "
-                          f"of {cfg.batch_size} per epoch), labels {', '.join(labels)}"
-                          + (f"; {valid.n:,} validation examples" if valid else "")
-                          + "".join(f"; {name} {s.n:,}" for name, s in extra.items()))
-    task = SequenceClassification()
-    out = run.output(model_cfg, labels=labels)
+class ClassificationRecipe(Recipe):
+    """``task: classify``."""
 
-    def evaluate(m: Any) -> dict[str, float]:
-        assert valid is not None
-        return task.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=cfg.eval_batches)
+    metrics = {
+        "valid_accuracy": (("valid", "accuracy"), "validation accuracy (%)", False),
+        "{set}_accuracy": (("extra", "eval_sets", "{set}", "accuracy"), "{set} accuracy (%)",
+                           False),
+    }
 
-    report = run.train(model, model_cfg, task, train_set, out, progress=progress,
-                       evaluate=evaluate if valid else None)
-    if run.dist.is_main:
-        model.eval()
-        sets = ({"valid": valid} if valid else {}) | extra
-        results = {name: score(task, model, s, labels, run.dist.device, eval_bs)
-                   for name, s in sets.items()}
+    def setup(self, run: Run) -> Setup:
+        exp: ClassifyExperiment = run.exp
+        data, cfg = exp.data, exp.train
+        tok = run.tokenizer(None)
+        labels = label_set(data)
+        if len(labels) < 2:
+            raise DataError(f"{data.train}: one label ({labels[0]!r}); a classifier needs at "
+                            f"least two")
+        model_cfg = run.model_config(tok, n_classes=len(labels))
+        n = model_cfg.seq_len
+        train_set = load_set(data.spec(data.train), tok, labels, n, batch_size=cfg.batch_size,
+                             seed=cfg.seed)
+        eval_bs = max(1, cfg.batch_size // run.dist.world)
+        valid = load_set(data.spec(data.valid), tok, labels, n, batch_size=eval_bs) \
+            if data.valid else None
+        extra = {name: load_set(data.spec(spec), tok, labels, n, batch_size=eval_bs)
+                 for name, spec in data.eval_sets.items()}
+        loss = SequenceClassification()
+        self.labels, self.loss, self.eval_bs = labels, loss, eval_bs
+        self.sets = ({"valid": valid} if valid else {}) | extra
+
+        def validate(m: nn.Module) -> dict[str, float]:
+            assert valid is not None
+            return loss.evaluate(m, valid.eval_batches(eval_bs), run.dist.device,
+                                 limit=cfg.eval_batches)
+
+        return Setup(
+            model_config=model_cfg, tokenizer=tok, batches=train_set, loss=loss,
+            data_line=(f"data: {train_set.n:,} training examples ({len(train_set):,} batches "
+                       f"of {cfg.batch_size} per epoch), labels {', '.join(labels)}"
+                       + (f"; {valid.n:,} validation examples" if valid else "")
+                       + "".join(f"; {name} {s.n:,}" for name, s in extra.items())),
+            vocabulary=f"{tok.kind} vocabulary of {tok.vocab_size}",
+            per_rank=cfg.batch_size // run.dist.world, unit="examples",
+            validate=validate if valid else None, meta={"labels": labels})
+
+    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
+        results = {name: score(self.loss, model, s, self.labels, run.dist.device, self.eval_bs)
+                   for name, s in self.sets.items()}
         report.valid = results.get("valid")
         report.extra["eval_sets"] = {k: v for k, v in results.items() if k != "valid"}
         for name, r in results.items():
-            shares = " · ".join(f"{lab} {r[f'predicted_{lab}']:.0f}%" for lab in labels)
+            shares = " · ".join(f"{lab} {r[f'predicted_{lab}']:.0f}%" for lab in self.labels)
             run.say(f"{name}: accuracy {r['accuracy']:.2f}% on {r['examples']:,} examples "
                     f"(predicted: {shares})")
-        run.finish(report)
-    return report
 
+    def plan_model(self, exp: ClassifyExperiment, out: Path, cache: dict[str, Any],
+                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+        labels = len(label_set(exp.data))
+        if base is not None:
+            return planned_config(exp, 0, base, n_classes=labels), []
+        data = exp.data
+        vocab = exp.model.get("vocab_size") or (
+            Tokenizer.load(data.path(data.tokenizer_file)).vocab_size if data.tokenizer_file
+            else None)
+        if vocab is None:
+            raise ConfigError("a sweep point of task 'classify' needs train.init_from (another "
+                              "point, or a checkpoint), data.tokenizer_file or model.vocab_size "
+                              "to be counted before training")
+        return planned_config(exp, vocab, None, n_classes=labels), []

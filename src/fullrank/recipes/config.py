@@ -1,16 +1,21 @@
 """Experiment files: YAML or TOML → validated configs, with ``dotted.key=value`` overrides.
 
-Flow (STYLE.md §3.5): config defaults → file → overrides. Every section is a pydantic dataclass
-(:mod:`fullrank.validation`): an unknown key is rejected by name with the closest valid key, a
-wrong type or an out-of-range, NaN or infinite value by its dotted key with what is expected —
-always one line. A YAML mapping that repeats a key is an error (not "the last one wins"). The
-resolved config is saved with every run.
+Flow (STYLE.md §3.5): config defaults → file → overrides. Each task has its own experiment class
+— :class:`LMExperiment`, :class:`MTExperiment`, :class:`ParseExperiment`,
+:class:`PretrainExperiment`, :class:`ClassifyExperiment`, :class:`SquadExperiment`, told apart by
+``task`` (:data:`Experiment`, a discriminated union) — with its own ``data`` section. Every
+section is a pydantic dataclass (:mod:`fullrank.validation`): an unknown key is rejected by name
+with the closest valid key, a wrong type or an out-of-range, NaN or infinite value by its dotted
+key with what is expected — always one line. A YAML mapping that repeats a key is an error (not
+"the last one wins"), and ``1e-3`` is a number. The resolved config is saved with every run.
+
+The same reader loads sweep files (:mod:`fullrank.recipes.sweep`), and :func:`parse_assignment`
+is the one ``key=value`` parser: experiment overrides, a sweep's points and ``fullrank sweep``'s
+command line all go through it.
 
 An experiment file has the sections ``name``, ``task``, ``model`` (fields of the task's model
 config, optionally starting from ``preset: NAME``; ``vocab_size`` comes from the tokenizer),
-``data``, ``train``, ``sample`` (language models) and ``decode`` (translation, parsing). The encoder tasks
-(``bert``, ``classify``, ``squad``) have data sections of their own
-(:mod:`fullrank.recipes.encoder_data`).
+``data``, ``train``, ``sample`` (language models) and ``decode`` (translation, parsing).
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ import re
 import sys
 from dataclasses import field
 from pathlib import Path, PurePath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
 from fullrank.data.linearize import Leaves, Order
 from fullrank.data.text import check_utf8, decode_utf8, read_bytes
@@ -36,7 +41,7 @@ from fullrank.models.decoder_lm import DecoderLMConfig
 from fullrank.models.encoder import EncoderConfig
 from fullrank.models.encoder_decoder import EncoderDecoderConfig
 from fullrank.models.presets import preset
-from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile, PretrainData, SquadData
+from fullrank.recipes.encoder_data import ClassifyData, PretrainData, SquadData
 from fullrank.training.config import TrainConfig
 from fullrank.validation import (Bool, NonNegativeFloat, NonNegativeInt, PositiveInt, Probability,
                                  Str, config_dataclass, describe)
@@ -47,9 +52,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 # ------------------------------------------------------------------------------------- tasks
-# Every task, and the model family it trains: the one list of tasks (``task:`` accepts these
-# names; fullrank.cli.train maps each to its recipe).
-TASK_MODELS: dict[str, type] = {
+# Every task, and the model family it trains: the one list of tasks.
+TASK_MODELS: dict[str, type[ModelConfig]] = {
     "lm": DecoderLMConfig,
     "mt": EncoderDecoderConfig,
     "parse": EncoderDecoderConfig,
@@ -65,13 +69,6 @@ TASK_HEADS: dict[str, dict[str, Any]] = {
 }
 
 
-def _known_task(task: str) -> str:
-    if task not in TASK_MODELS:
-        raise ValueError(f"task '{task}' is not one of {', '.join(TASK_MODELS)}"
-                         f"{closest(task, TASK_MODELS)}")
-    return task
-
-
 def _run_name(name: str) -> str:
     parts = PurePath(name).parts
     if not name or PurePath(name).is_absolute() or any(p in (".", "..") for p in parts) \
@@ -85,26 +82,22 @@ def _prompt(text: str) -> str:
     return check_utf8(text, "sample.prompt")
 
 
-TaskName = Annotated[str, AfterValidator(_known_task)]
 RunName = Annotated[Str, AfterValidator(_run_name)]
 Prompt = Annotated[Str, AfterValidator(_prompt)]
 
 
+# ------------------------------------------------------------------------ data sections
 @config_dataclass
-class DataConfig:
-    """Where the data is and how it is tokenised.
+class TextData:
+    """Where a text task's data is and how it is tokenised (the fields every text task shares).
 
     Relative paths are joined to ``root``, which is itself relative to the working directory.
-    For ``task: mt`` the ``train``/``valid``/``test`` entries are file prefixes: the files are
-    ``PREFIX.SRC_LANG`` and ``PREFIX.TGT_LANG``. For ``task: parse`` they are treebank file
-    patterns (``ptb-treebank-sample/treebank/combined/wsj_{0001..0159}.mrg``: a numeric range
-    and/or glob characters, :func:`fullrank.data.treebank.treebank_files`).
 
     Attributes:
         root: directory the other paths are relative to (e.g. ``../shared/data``).
-        train, valid, test: files (LM), file prefixes (MT) or treebank file patterns (parsing).
-        tokenizer: ``char``, ``bpe``, ``word`` or ``wordpiece`` (parsing: the source side's;
-            the tree symbols get a vocabulary of their own).
+        train, valid, test: the splits (what they name is the task's: files, file prefixes or
+            treebank file patterns).
+        tokenizer: ``char``, ``bpe``, ``word`` or ``wordpiece``.
         vocab_size: vocabulary size to train (``None``: every symbol, for char/word).
         min_frequency: symbols seen fewer times in the training text are left out of the
             vocabulary (``<unk>``) — e.g. 2 for a word-level source, so the model sees
@@ -112,36 +105,7 @@ class DataConfig:
         tokenizer_file: use this ``tokenizer.json`` instead of training one.
         lowercase: fold case in the tokenizer (``None``: on for ``wordpiece``, off for ``bpe``);
             outputs decoded by a lowercasing tokenizer are lowercase too.
-        eos_per_line: end every line with ``</s>`` (word-level LM corpora such as PTB).
         cache_dir: where tokenised corpora are cached.
-        src_lang, tgt_lang: translation direction (``en``, ``de``).
-        max_tokens: translation (and parsing) batch budget in tokens ([V17] §5.1).
-        max_sentence_len: translation pairs with a sentence longer than this many tokens are
-            dropped (and counted) from training and validation; for parsing, training and
-            validation trees whose sentence or linearized tree is longer (every tree is scored).
-        eval_sets: translation only — evaluation-only parallel sets, ``name → file prefix``
-            (e.g. ``newstest2013: wmt14-en-de/newstest2013``); translated and scored at the end
-            of a run when ``decode.splits`` names them, never trained or validated on.
-        bpe_dropout: translation with a ``bpe`` tokenizer only — BPE-dropout's merge-dropout
-            probability (Provilkov et al. 2020 use 0.1): the training pairs get a new subword
-            segmentation every epoch (:mod:`fullrank.data.bpe_dropout`); 0 = standard BPE.
-            A sampled pair may reach ``max_sentence_len`` tokens, so ``max_tokens`` must be
-            ≥ ``max_sentence_len + 1``.
-        tree_leaves: parsing only — what stands for each word in the linearized tree:
-            ``placeholder`` (``XX``, Vinyals et al. 2015) or ``word`` (the word itself, so the
-            decoder sees where it is; :mod:`fullrank.data.linearize`). With ``word`` the tree
-            vocabulary also holds the words the source vocabulary keeps.
-        tree_order: parsing only — where a constituent's opening bracket goes in the target:
-            ``top_down`` (before its first child, Vinyals et al. 2015) or ``in_order`` (after
-            it, Liu & Zhang 2017: a constituent is named once its first child is done).
-        unknown_words: parsing only — what a word outside the source vocabulary becomes:
-            ``unk`` (one ``<unk>``) or ``signature`` (its shape and ending, e.g.
-            ``<unk-INITC-s>``; :mod:`fullrank.data.unknown_words`): the training words seen
-            fewer than ``min_frequency`` times become their signatures, so the model learns
-            them, and so do the words of the sentences it parses.
-        word_dropout: with ``unknown_words: signature`` — each epoch, a training word seen
-            ``c`` times goes in as its signature with probability ``α / (α + c)`` (this is
-            ``α``; Kiperwasser & Goldberg 2016 drop to ``<unk>`` with 0.25); 0 = off.
     """
 
     root: Str = "."
@@ -153,24 +117,122 @@ class DataConfig:
     min_frequency: PositiveInt = 1
     tokenizer_file: Str | None = None
     lowercase: Bool | None = None
-    eos_per_line: Bool = False
     cache_dir: Str = ".cache/fullrank"
-    src_lang: Str | None = None
-    tgt_lang: Str | None = None
-    max_tokens: PositiveInt = 4096
-    max_sentence_len: PositiveInt = 128
-    eval_sets: dict[Str, Str] = field(default_factory=dict)
-    bpe_dropout: Probability = 0.0
-    tree_leaves: Leaves = "placeholder"
-    tree_order: Order = "top_down"
-    unknown_words: UnknownWords = "unk"
-    word_dropout: NonNegativeFloat = 0.0
 
     def path(self, name: str) -> Path:
         """``root / name`` (absolute names stay as they are)."""
         return Path(self.root) / name
 
 
+@config_dataclass
+class LMData(TextData):
+    """A language model's text files (``train``, ``valid``, ``test``: one file each).
+
+    Attributes:
+        eos_per_line: end every line with ``</s>`` (word-level corpora such as PTB).
+    """
+
+    eos_per_line: Bool = False
+
+
+@config_dataclass
+class PairData(TextData):
+    """What the sequence-to-sequence tasks add: token-bucketed batches of pairs.
+
+    Attributes:
+        max_tokens: batch budget in tokens ([V17] §5.1).
+        max_sentence_len: training and validation pairs with a side longer than this many
+            tokens are dropped (and counted); every pair of a scored split is scored.
+    """
+
+    max_tokens: PositiveInt = 4096
+    max_sentence_len: PositiveInt = 128
+
+
+@config_dataclass
+class MTData(PairData):
+    """Parallel text: ``train``/``valid``/``test`` are file prefixes, the files
+    ``PREFIX.SRC_LANG`` and ``PREFIX.TGT_LANG``.
+
+    Attributes:
+        src_lang, tgt_lang: the translation direction (``en``, ``de``).
+        eval_sets: evaluation-only parallel sets, ``name → file prefix`` (e.g.
+            ``newstest2013: wmt14-en-de/newstest2013``); translated and scored at the end of a
+            run when ``decode.splits`` names them, never trained or validated on.
+        bpe_dropout: with a ``bpe`` tokenizer, BPE-dropout's merge-dropout probability
+            (Provilkov et al. 2020 use 0.1): the training pairs get a new subword segmentation
+            every epoch (:mod:`fullrank.data.bpe_dropout`); 0 = standard BPE. A sampled pair may
+            reach ``max_sentence_len`` tokens, so ``max_tokens`` must be ≥
+            ``max_sentence_len + 1``.
+    """
+
+    src_lang: Str
+    tgt_lang: Str
+    eval_sets: dict[Str, Str] = field(default_factory=dict)
+    bpe_dropout: Probability = 0.0
+
+    def __post_init__(self) -> None:
+        if self.bpe_dropout:
+            if self.tokenizer != "bpe":
+                raise ConfigError(f"data.bpe_dropout resamples a BPE segmentation, not a "
+                                  f"{self.tokenizer} one; set data.tokenizer: bpe or leave "
+                                  f"data.bpe_dropout at 0")
+            if self.max_tokens < self.max_sentence_len + 1:
+                # a resampled pair may grow to max_sentence_len tokens (+1 for BOS/EOS): checked
+                # now, not when an epoch's sample first holds one, hours into training
+                raise ConfigError(f"data.max_tokens = {self.max_tokens} is smaller than "
+                                  f"data.max_sentence_len + 1 = {self.max_sentence_len + 1}, "
+                                  f"the longest pair BPE-dropout may sample; raise "
+                                  f"data.max_tokens or lower data.max_sentence_len")
+        reserved = {"train", "valid", "test"} & set(self.eval_sets)
+        if reserved:
+            name = sorted(reserved)[0]
+            raise ConfigError(f"data.eval_sets: '{name}' names a split of its own; give the "
+                              f"evaluation set another name (e.g. '{name}_extra')")
+
+
+@config_dataclass
+class ParseData(PairData):
+    """Treebank files: ``train``/``valid``/``test`` are file patterns
+    (``ptb-treebank-sample/treebank/combined/wsj_{0001..0159}.mrg``: a numeric range and/or glob
+    characters, :func:`fullrank.data.treebank.treebank_files`). ``tokenizer`` is the words'; the
+    tree symbols get a vocabulary of their own. ``max_sentence_len`` drops training and
+    validation trees whose sentence or linearized tree is longer.
+
+    Attributes:
+        tree_leaves: what stands for each word in the linearized tree: ``placeholder`` (``XX``,
+            Vinyals et al. 2015) or ``word`` (the word itself; :mod:`fullrank.data.linearize`).
+            With ``word`` the tree vocabulary also holds the words the source vocabulary keeps.
+        tree_order: where a constituent's opening bracket goes in the target: ``top_down``
+            (before its first child, Vinyals et al. 2015) or ``in_order`` (after it, Liu & Zhang
+            2017: a constituent is named once its first child is done).
+        unknown_words: what a word outside the source vocabulary becomes: ``unk`` (one
+            ``<unk>``) or ``signature`` (its shape and ending, e.g. ``<unk-INITC-s>``;
+            :mod:`fullrank.data.unknown_words`; needs a ``word`` tokenizer): the training words
+            seen fewer than ``min_frequency`` times become their signatures, so the model learns
+            them, and so do the words of the sentences it parses.
+        word_dropout: with ``unknown_words: signature`` — each epoch, a training word seen ``c``
+            times goes in as its signature with probability ``α / (α + c)`` (this is ``α``;
+            Kiperwasser & Goldberg 2016 drop to ``<unk>`` with 0.25); 0 = off.
+    """
+
+    tree_leaves: Leaves = "placeholder"
+    tree_order: Order = "top_down"
+    unknown_words: UnknownWords = "unk"
+    word_dropout: NonNegativeFloat = 0.0
+
+    def __post_init__(self) -> None:
+        if self.unknown_words != "unk" and self.tokenizer != "word":
+            raise ConfigError(f"data.unknown_words: {self.unknown_words} needs a word-level source "
+                              f"(data.tokenizer: word), not '{self.tokenizer}'; leave "
+                              f"data.unknown_words out")
+        if self.word_dropout and self.unknown_words != "signature":
+            raise ConfigError(f"data.word_dropout = {self.word_dropout:g} drops words to "
+                              f"their signatures; set data.unknown_words: signature (or leave "
+                              f"data.word_dropout out)")
+
+
+# ------------------------------------------------------------------ evaluation sections
 @config_dataclass
 class SampleConfig:
     """The text sample printed at the end of a language-model run: ``max_new_tokens`` sampled
@@ -193,21 +255,13 @@ class DecodeConfig:
         a, b: maximum output length ``a·|src| + b`` (paper: input length + 50; parsing + 300).
         batch_size: sentences decoded together.
         workers: batches decoded at once on a CPU, each on an equal share of the threads
-            (:func:`fullrank.inference.translate.translate`); the same translations. GPUs
-            decode one batch at a time whatever this says.
+            (:func:`fullrank.inference.translate.translate`); the same outputs. GPUs decode one
+            batch at a time whatever this says.
         processes: with ``workers > 1``, the workers are processes forked from the run
-            instead of threads (Linux; ``fullrank translate --processes``): faster on a CPU,
-            the same translations.
+            instead of threads (Linux; ``fullrank translate --processes``): the same outputs.
         average_last: also evaluate the average of the last K checkpoints (0 = no averaging).
-        splits: what to translate and score: ``valid``, ``test`` and names of
-            ``data.eval_sets``.
-        tune_alpha: length-penalty exponents to try on ``valid`` after training; the one with
-            the best tokenized lowercased BLEU there decodes every other scored split once
-            more (results ``SPLIT.MODEL.tuned``). Empty: no tuning. The choice never looks at
-            the other splits.
-        constrained: parsing only — the search writes only well-formed trees over the
-            sentence's words (:class:`fullrank.inference.parse.TreeDecoder`); ``False``: the
-            model writes freely and malformed outputs are repaired.
+        splits: what to decode and score: ``valid``, ``test`` (and, for translation, names of
+            ``data.eval_sets``).
     """
 
     beam: PositiveInt = 4
@@ -219,76 +273,46 @@ class DecodeConfig:
     processes: Bool = False
     average_last: NonNegativeInt = 5
     splits: tuple[Str, ...] = ("valid", "test")
-    tune_alpha: tuple[NonNegativeFloat, ...] = ()
-    constrained: Bool = True
 
 
 @config_dataclass
-class ExperimentConfig:
-    """One experiment: what to train, on what, how. ``model`` holds the model section as written
-    (validated against the task's model config); :meth:`model_config` completes it."""
+class MTDecode(DecodeConfig):
+    """:class:`DecodeConfig` for translation.
+
+    Attributes:
+        tune_alpha: length-penalty exponents to try on ``valid`` after training; the one with
+            the best tokenized lowercased BLEU there decodes every other scored split once
+            more (results ``SPLIT.MODEL.tuned``). Empty: no tuning. The choice never looks at
+            the other splits.
+    """
+
+    tune_alpha: tuple[NonNegativeFloat, ...] = ()
+
+
+@config_dataclass
+class ParseDecode(DecodeConfig):
+    """:class:`DecodeConfig` for parsing.
+
+    Attributes:
+        constrained: the search writes only well-formed trees over the sentence's words
+            (:class:`fullrank.inference.parse.TreeDecoder`); ``False``: the model writes freely
+            and malformed outputs are repaired.
+    """
+
+    constrained: Bool = True
+
+
+# ---------------------------------------------------------------------------- experiments
+@config_dataclass
+class _Experiment:
+    """What every experiment has: a name, the model section as written (validated against the
+    task's model config; :meth:`model_config` completes it), training settings and where runs
+    go."""
 
     name: RunName
-    task: TaskName = "lm"
     model: dict[Str, Any] = field(default_factory=dict)
-    data: DataConfig
     train: TrainConfig = field(default_factory=TrainConfig)
-    sample: SampleConfig = field(default_factory=SampleConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
     out_dir: Str = "runs"
-
-    def __post_init__(self) -> None:
-        if self.data.eval_sets and self.task != "mt":
-            raise ConfigError(f"data.eval_sets is for translation (task: mt); task '{self.task}' "
-                              f"evaluates files with `fullrank eval CKPT --data FILE`")
-        if self.data.bpe_dropout:
-            if self.task != "mt" or self.data.tokenizer != "bpe":
-                raise ConfigError(f"data.bpe_dropout resamples the BPE segmentation of translation "
-                                  f"pairs (task: mt, data.tokenizer: bpe), not of a "
-                                  f"{self.task} run with a {self.data.tokenizer} tokenizer; "
-                                  f"leave it at 0")
-            if self.data.max_tokens < self.data.max_sentence_len + 1:
-                # a resampled pair may grow to max_sentence_len tokens (+1 for BOS/EOS): checked
-                # now, not when an epoch's sample first holds one, hours into training
-                raise ConfigError(f"data.max_tokens = {self.data.max_tokens} is smaller than "
-                                  f"data.max_sentence_len + 1 = {self.data.max_sentence_len + 1}, "
-                                  f"the longest pair BPE-dropout may sample; raise "
-                                  f"data.max_tokens or lower data.max_sentence_len")
-        reserved = {"train", "valid", "test"} & set(self.data.eval_sets)
-        if reserved:
-            raise ConfigError(f"data.eval_sets: '{sorted(reserved)[0]}' names a split of its own; "
-                              f"give the evaluation set another name (e.g. "
-                              f"'{sorted(reserved)[0]}_extra')")
-        known = ["valid", "test", *self.data.eval_sets]
-        for split in self.decode.splits:
-            if split not in known:
-                raise ConfigError(f"decode.splits names '{split}', which is not one of "
-                                  f"{', '.join(known)}{closest(split, known)}; add it to "
-                                  f"data.eval_sets as NAME: FILE_PREFIX to score another set")
-        for setting, default in (("tree_leaves", "placeholder"), ("tree_order", "top_down")):
-            if getattr(self.data, setting) != default and self.task != "parse":
-                raise ConfigError(f"data.{setting} is for parsing (task: parse); task "
-                                  f"'{self.task}' has no trees (leave data.{setting} out)")
-        if self.model.get("decoder_cursor") and self.task != "parse":
-            raise ConfigError(f"model.decoder_cursor tells a parser's decoder which word it "
-                              f"places next (task: parse); task '{self.task}' has no such word "
-                              f"(leave model.decoder_cursor out)")
-        parsing_words = self.task == "parse" and self.data.tokenizer == "word"
-        if self.data.unknown_words != "unk" and not parsing_words:
-            raise ConfigError(f"data.unknown_words: {self.data.unknown_words} is for parsing "
-                              f"with a word-level source (task: parse, data.tokenizer: word), "
-                              f"not task '{self.task}' with data.tokenizer "
-                              f"'{self.data.tokenizer}'; leave data.unknown_words out")
-        if self.data.word_dropout and self.data.unknown_words != "signature":
-            raise ConfigError(f"data.word_dropout = {self.data.word_dropout:g} drops words to "
-                              f"their signatures; set data.unknown_words: signature (or leave "
-                              f"data.word_dropout out)")
-        if self.task == "parse" and self.decode.tune_alpha:
-            raise ConfigError("decode.tune_alpha chooses α by BLEU, for translation; a parsing "
-                              "run decodes with decode.alpha (leave decode.tune_alpha empty)")
-        if self.decode.tune_alpha and not self.data.valid:
-            raise ConfigError("decode.tune_alpha chooses α on the valid split, but data.valid is "
-                              "not set; set data.valid or leave decode.tune_alpha empty")
 
     @property
     def run_dir(self) -> Path:
@@ -296,18 +320,67 @@ class ExperimentConfig:
 
     def model_config(self, vocab_size: int, src_vocab_size: int | None = None) -> ModelConfig:
         """The model config with ``vocab_size`` from the tokenizer (and, for separate source
-        and target vocabularies, ``src_vocab_size`` from the source tokenizer)."""
-        section = self.model if src_vocab_size is None else \
-            {**self.model, "src_vocab_size": self.model.get("src_vocab_size", src_vocab_size)}
-        return build_model_config(self.task, section, vocab_size)
+        and target vocabularies, ``src_vocab_size`` from the source tokenizer) where the model
+        section does not set them."""
+        task: str = getattr(self, "task")
+        fields = {} if src_vocab_size is None else {"src_vocab_size": src_vocab_size}
+        return build_model_config(task, {**fields, **self.model}, vocab_size)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
+def _check_splits(decode: DecodeConfig, known: list[str], hint: str = "") -> None:
+    for split in decode.splits:
+        if split not in known:
+            raise ConfigError(f"decode.splits names '{split}', which is not one of "
+                              f"{', '.join(known)}{closest(split, known)}{hint}")
+
+
 @config_dataclass
-class EncoderExperiment(ExperimentConfig):
-    """An experiment of an encoder task; its ``data`` section is the task's own."""
+class LMExperiment(_Experiment):
+    """A language model ([B20] §4): next-token prediction, exact perplexity, a sample."""
+
+    task: Literal["lm"] = "lm"
+    data: LMData
+    sample: SampleConfig = field(default_factory=SampleConfig)
+
+
+@config_dataclass
+class MTExperiment(_Experiment):
+    """Translation ([V17] §5–6): BLEU of the last and averaged checkpoints."""
+
+    task: Literal["mt"]
+    data: MTData
+    decode: MTDecode = field(default_factory=MTDecode)
+
+    def __post_init__(self) -> None:
+        _check_splits(self.decode, ["valid", "test", *self.data.eval_sets],
+                      "; add it to data.eval_sets as NAME: FILE_PREFIX to score another set")
+        if self.model.get("decoder_cursor"):
+            raise ConfigError("model.decoder_cursor tells a parser's decoder which word it "
+                              "places next (task: parse); task 'mt' has no such word (leave "
+                              "model.decoder_cursor out)")
+        if self.decode.tune_alpha and not self.data.valid:
+            raise ConfigError("decode.tune_alpha chooses α on the valid split, but data.valid is "
+                              "not set; set data.valid or leave decode.tune_alpha empty")
+
+
+@config_dataclass
+class ParseExperiment(_Experiment):
+    """Constituency parsing ([V17] §6.3): EVALB-rule F1 of the last and averaged checkpoints."""
+
+    task: Literal["parse"]
+    data: ParseData
+    decode: ParseDecode = field(default_factory=ParseDecode)
+
+    def __post_init__(self) -> None:
+        _check_splits(self.decode, ["valid", "test"])
+
+
+@config_dataclass
+class _EncoderExperiment(_Experiment):
+    """An experiment of an encoder task (BERT pre-training and fine-tuning)."""
 
     def __post_init__(self) -> None:
         if "preset" in self.model and self.train.init_from:
@@ -319,23 +392,36 @@ class EncoderExperiment(ExperimentConfig):
 
 
 @config_dataclass
-class PretrainExperiment(EncoderExperiment):
+class PretrainExperiment(_EncoderExperiment):
+    """BERT pre-training ([B20] §4): masked LM (+ next-sentence prediction)."""
+
+    task: Literal["bert"]
     data: PretrainData
 
 
 @config_dataclass
-class ClassifyExperiment(EncoderExperiment):
+class ClassifyExperiment(_EncoderExperiment):
+    """Sentence (pair) classification (MNLI): accuracy."""
+
+    task: Literal["classify"]
     data: ClassifyData
 
 
 @config_dataclass
-class SquadExperiment(EncoderExperiment):
+class SquadExperiment(_EncoderExperiment):
+    """Extractive question answering (SQuAD): EM and F1."""
+
+    task: Literal["squad"]
     data: SquadData
 
 
-# the experiment class each task validates against (the base class for lm and mt)
-EXPERIMENTS: dict[str, type[ExperimentConfig]] = {
+# one experiment: the class its task names
+Experiment = Annotated[LMExperiment | MTExperiment | ParseExperiment | PretrainExperiment
+                       | ClassifyExperiment | SquadExperiment, Field(discriminator="task")]
+EXPERIMENTS: dict[str, type[_Experiment]] = {
+    "lm": LMExperiment, "mt": MTExperiment, "parse": ParseExperiment,
     "bert": PretrainExperiment, "classify": ClassifyExperiment, "squad": SquadExperiment}
+_EXPERIMENT = TypeAdapter(Experiment)
 
 
 def build_model_config(task: str, section: dict[str, Any], vocab_size: int,
@@ -401,15 +487,17 @@ def parse_yaml(text: str, name: str = "<text>") -> Any:
         loader.dispose()
 
 
-def read_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_file(path: Path, _seen: tuple[Path, ...] = (), *, kind: str = "config",
+              what: str = "sections (name, task, model, data, train)") -> dict[str, Any]:
     """Parse a YAML or TOML file into a dict; one-line errors for missing, undecodable (not
-    UTF-8) and invalid files, and for repeated keys.
+    UTF-8) and invalid files, and for repeated keys (``kind`` names the file, ``what`` what its
+    mapping holds).
 
     ``extends: OTHER_FILE`` (relative to this file) starts from that file's contents, so a
     variant states only what it changes.
     """
     if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+        raise ConfigError(f"{path}: no such {kind} file")
     text = decode_utf8(read_bytes(path), path)
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else parse_yaml(text, str(path))
@@ -418,30 +506,39 @@ def read_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'} "
                           f"({detail})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections (name, task, model, data, "
-                          f"train), got {type(data).__name__}")
+        raise ConfigError(f"{path}: expected a mapping of {what}, got {type(data).__name__}")
     if "extends" in data:
         parent = (path.parent / str(data.pop("extends"))).resolve()
         if parent in _seen:
             raise ConfigError(f"{path}: 'extends' loops back to {parent}")
-        data = _merge(read_file(parent, (*_seen, path.resolve())), data)
+        data = _merge(read_file(parent, (*_seen, path.resolve()), kind=kind, what=what), data)
     return data
 
 
+def parse_assignment(item: str, where: str = "override",
+                     form: str = "section.key=value (e.g. train.steps=100)") -> tuple[str, Any]:
+    """``a.b.c=value`` → ``("a.b.c", value)``, the value read as YAML (``3``, ``1e-3``,
+    ``null``, ``true``, ``[1, 2]``; text that is not YAML stays text; an empty value is ``""``).
+    The one ``key=value`` reader: experiment overrides, sweep points, ``fullrank sweep``'s
+    arguments."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or not all(key.split(".")):
+        raise ConfigError(f"{where} '{item}' must look like {form}")
+    check_utf8(raw, f"{where} '{key}'")
+    try:
+        value = parse_yaml(raw, f"{where} {key}") if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` strings (values parsed as YAML: ``3``, ``0.1``, ``null``, ``true``)."""
+    """Apply ``a.b.c=value`` strings (:func:`parse_assignment`) to the mapping ``data``."""
     out = dict(data)
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or not all(parts):
-            raise ConfigError(f"override '{item}' must look like section.key=value "
-                              f"(e.g. train.steps=100)")
-        check_utf8(raw, f"override '{key}'")
-        try:
-            value = parse_yaml(raw, f"override {key}") if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        key, value = parse_assignment(item)
+        parts = key.split(".")
         node = out
         for part in parts[:-1]:
             child = node.get(part)
@@ -455,17 +552,23 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 RENAMED = {"data.max_len": "data.max_sentence_len"}
 
 
-def parse_experiment(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
-    """Validate a dict into an :class:`ExperimentConfig` (the model section too)."""
+def parse_experiment(data: dict[str, Any], source: str = "config") -> Experiment:
+    """Validate a dict into its task's experiment class (the model section too)."""
     for old, new in RENAMED.items():
         section, key = old.split(".")
         if isinstance(data.get(section), dict) and key in data[section]:
             raise ConfigError(f"{source}: '{old}' is now called '{new}'; rename the key")
-    cls = EXPERIMENTS.get(str(data.get("task")), ExperimentConfig)
+    data = {"task": "lm", **data}
+    task = data["task"]
+    if task not in EXPERIMENTS:
+        raise ConfigError(f"{source}: task '{task}' is not one of {', '.join(EXPERIMENTS)}"
+                          f"{closest(str(task), EXPERIMENTS)}")
     try:
-        exp = TypeAdapter(cls).validate_python(data)
+        exp = _EXPERIMENT.validate_python(data)
     except ValidationError as e:
-        raise ConfigError(f"{source}: {describe(e, cls)}") from None
+        raise ConfigError(f"{source}: {describe(e, EXPERIMENTS[task], skip=1)}") from None
+    if exp.train.init_from:  # the section goes on top of the checkpoint's, when the run starts
+        return exp
     try:  # check the model section now, with a stand-in vocabulary size
         build_model_config(exp.task, exp.model, exp.model.get("vocab_size", 1) or 1)
     except FullrankError as e:
@@ -473,22 +576,16 @@ def parse_experiment(data: dict[str, Any], source: str = "config") -> Experiment
     return exp
 
 
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     """Read, override and validate an experiment file."""
     path = Path(path)
     return parse_experiment(apply_overrides(read_file(path), overrides or []), str(path))
 
 
-def resolved_yaml(exp: ExperimentConfig, model_config: ModelConfig) -> str:
+def resolved_yaml(exp: Experiment, model_config: ModelConfig) -> str:
     """The resolved experiment (model section complete) as YAML: a run's ``config.yaml``."""
     data = json.loads(json.dumps(exp.to_dict()))  # tuples as lists, for YAML
     model = config_to_dict(model_config)
     model.pop("family")
     data["model"] = model
     return yaml.safe_dump(data, sort_keys=False)
-
-
-def save_resolved(exp: ExperimentConfig, model_config: ModelConfig, path: Path) -> None:
-    """Write :func:`resolved_yaml` to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(resolved_yaml(exp, model_config), encoding="utf-8")

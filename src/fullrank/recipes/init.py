@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, family_of
-from fullrank.recipes.config import TASK_MODELS, ExperimentConfig, build_model_config
+from fullrank.recipes.config import TASK_MODELS, build_model_config
 from fullrank.training.checkpoints import (MODEL_FILE, TOKENIZER_FILE, read_meta,
                                            read_safetensors, resolve)
 
@@ -56,7 +56,7 @@ def _names(names: list[str]) -> str:
     return ", ".join(names) if names else "none"
 
 
-def find_start(exp: ExperimentConfig) -> Start | None:
+def find_start(exp: Any) -> Start | None:
     """The ``train.init_from`` checkpoint of ``exp`` (``None`` without one); its family must be
     the one the task trains."""
     if not exp.train.init_from:
@@ -78,15 +78,22 @@ def find_start(exp: ExperimentConfig) -> Start | None:
     return Start(path, config, Tokenizer.load(path / TOKENIZER_FILE), meta.get("step"))
 
 
-def start_config(exp: ExperimentConfig, start: Start | None, vocab_size: int,
-                 **fields: Any) -> ModelConfig:
+def start_config(exp: Any, start: Start | None, vocab_size: int, **fields: Any) -> ModelConfig:
     """The run's model config: the checkpoint's (when there is one) with the ``model`` section
     and ``fields`` (e.g. ``n_classes``) on top."""
+    return planned_config(exp, vocab_size, start.config if start else None, **fields)
+
+
+def planned_config(exp: Any, vocab_size: int, base: ModelConfig | None,
+                   **fields: Any) -> ModelConfig:
+    """The model config of a run of ``exp``: ``base`` (the model of the checkpoint it starts
+    from; ``None``: none, and ``vocab_size`` from the tokenizer) with the ``model`` section and
+    ``fields`` on top."""
     section = {**exp.model, **fields}
-    if start is None:
+    if base is None:
         return build_model_config(exp.task, section, vocab_size)
-    base = dataclasses.asdict(start.config)
-    return build_model_config(exp.task, section, start.config.vocab_size, base=base)
+    return build_model_config(exp.task, section, base.vocab_size,
+                              base=dataclasses.asdict(base))
 
 
 def load_start_weights(model: nn.Module, start: Start) -> LoadReport:
@@ -122,7 +129,7 @@ def load_start_weights(model: nn.Module, start: Start) -> LoadReport:
     return report
 
 
-def init_weights(model: nn.Module, exp: ExperimentConfig, start: Start | None, *, resuming: bool,
+def init_weights(model: nn.Module, exp: Any, start: Start | None, *, resuming: bool,
                  say: Any = print) -> LoadReport | None:
     """Load ``start``'s weights into ``model`` unless the run resumes (its own checkpoint then
     has them) or ``train.init_weights`` is off; print what was loaded, new and dropped."""
@@ -138,7 +145,7 @@ def init_weights(model: nn.Module, exp: ExperimentConfig, start: Start | None, *
     return report
 
 
-def build_initialised(model_cfg: ModelConfig, exp: ExperimentConfig, start: Start | None, *,
+def build_initialised(model_cfg: ModelConfig, exp: Any, start: Start | None, *,
                       resuming: bool, rank: int, say: Any = print) -> nn.Module:
     """The model of ``model_cfg``, its weights drawn from ``train.seed`` and then taken from
     ``start`` (:func:`init_weights`); the random state is left at ``train.seed + rank``, so that

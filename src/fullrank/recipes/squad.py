@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import torch
-from rich.console import Console
 from torch import nn
 
 from fullrank.data.finetuning import (SquadQuestion, SquadWindows, make_windows, read_squad,
                                       span_batches, split_articles)
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.evaluation.squad import best_span, squad_scores
-from fullrank.recipes.common import Resume, RunReport, keeps_thread_count
-from fullrank.recipes.config import ExperimentConfig
+from fullrank.errors import ConfigError
+from fullrank.models import ModelConfig
+from fullrank.recipes.config import SquadExperiment
 from fullrank.recipes.encoder_data import SquadData
-from fullrank.recipes.encoder_run import open_run
+from fullrank.recipes.init import planned_config
+from fullrank.recipes.run import Recipe, Run, RunReport, Setup
 from fullrank.training.tasks import SpanExtraction
 
 
@@ -65,51 +69,76 @@ def evaluate_questions(model: nn.Module, questions: Sequence[SquadQuestion], tok
     return squad_scores(answers, [[a for a, _ in q.answers] for q in questions]), answers
 
 
-@keeps_thread_count
-def run_squad(exp: ExperimentConfig, *, resume: Resume = "never", progress: bool = True,
-              console: Console | None = None) -> RunReport:
-    """Fine-tune a span model as ``exp`` describes."""
-    data: SquadData = exp.data  # type: ignore[assignment]
-    cfg = exp.train
-    run = open_run(exp, resume, console)
-    model, model_cfg = run.build()
-    train_q, test_q = squad_parts(data)
-    windows = make_windows(train_q, run.tok, max_seq_len=model_cfg.seq_len,
-                           doc_stride=data.doc_stride, training=True)
-    batches = span_batches(windows, pad_id=run.tok.pad_id, batch_size=cfg.batch_size, seed=cfg.seed,
-                           name=data.train)
-    with_answer = int(np.count_nonzero(windows.starts))
-    articles = len({q.article for q in train_q}), len({q.article for q in test_q})
-    run.header(model_cfg, f"data: {len(train_q):,} training questions from {articles[0]} articles "
-                          f"({len(windows.skipped)} left out: answer not on token boundaries) → "
-                          f"{len(windows):,} windows ({with_answer:,} holding the answer), "
-                          f"{len(batches):,} batches of {cfg.batch_size} per epoch; "
-                          f"{len(test_q):,} test questions from {articles[1]} articles; "
-                          f"doc_stride {data.doc_stride}")
-    task = SpanExtraction()
-    out = run.output(model_cfg, squad={"doc_stride": data.doc_stride, "n_best": data.n_best,
-                                       "max_answer_len": data.max_answer_len})
-    eval_bs = max(1, cfg.batch_size // run.dist.world)
+class SquadRecipe(Recipe):
+    """``task: squad``."""
 
-    def evaluate(m: nn.Module) -> dict[str, float]:
-        qs = test_q[: data.eval_questions] if data.eval_questions else test_q
-        return evaluate_questions(m, qs, run.tok, data, model_cfg.seq_len, run.dist.device,
-                                  eval_bs)[0]
+    metrics = {
+        "test_f1": (("test", "f1"), "test F1", False),
+        "test_em": (("test", "em"), "test exact match", False),
+    }
 
-    report = run.train(model, model_cfg, task, batches, out, progress=progress,
-                       evaluate=evaluate if test_q else None)
-    report.extra["skipped_training_answers"] = len(windows.skipped)
-    if run.dist.is_main and test_q:
-        model.eval()
-        report.test, answers = evaluate_questions(model, test_q, run.tok, data, model_cfg.seq_len,
-                                                  run.dist.device, eval_bs)
-        (run.run_dir / "predictions.json").write_text(
-            json.dumps({q.id: a for q, a in zip(test_q, answers)}, indent=0), encoding="utf-8")
+    def setup(self, run: Run) -> Setup:
+        exp: SquadExperiment = run.exp
+        data, cfg = exp.data, exp.train
+        tok = run.tokenizer(None)
+        model_cfg = run.model_config(tok)
+        train_q, test_q = squad_parts(data)
+        windows = make_windows(train_q, tok, max_seq_len=model_cfg.seq_len,
+                               doc_stride=data.doc_stride, training=True)
+        batches = span_batches(windows, pad_id=tok.pad_id, batch_size=cfg.batch_size,
+                               seed=cfg.seed, name=data.train)
+        with_answer = int(np.count_nonzero(windows.starts))
+        articles = len({q.article for q in train_q}), len({q.article for q in test_q})
+        self.test_q, self.skipped = test_q, len(windows.skipped)
+        self.eval_bs = max(1, cfg.batch_size // run.dist.world)
+        seq_len = model_cfg.seq_len
+
+        def validate(m: nn.Module) -> dict[str, float]:
+            qs = test_q[: data.eval_questions] if data.eval_questions else test_q
+            return evaluate_questions(m, qs, tok, data, seq_len, run.dist.device,
+                                      self.eval_bs)[0]
+
+        return Setup(
+            model_config=model_cfg, tokenizer=tok, batches=batches, loss=SpanExtraction(),
+            data_line=(f"data: {len(train_q):,} training questions from {articles[0]} articles "
+                       f"({len(windows.skipped)} left out: answer not on token boundaries) → "
+                       f"{len(windows):,} windows ({with_answer:,} holding the answer), "
+                       f"{len(batches):,} batches of {cfg.batch_size} per epoch; "
+                       f"{len(test_q):,} test questions from {articles[1]} articles; "
+                       f"doc_stride {data.doc_stride}"),
+            vocabulary=f"{tok.kind} vocabulary of {tok.vocab_size}",
+            per_rank=cfg.batch_size // run.dist.world, unit="windows",
+            validate=validate if test_q else None,
+            meta={"squad": {"doc_stride": data.doc_stride, "n_best": data.n_best,
+                            "max_answer_len": data.max_answer_len}})
+
+    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
+        exp: SquadExperiment = run.exp
+        report.extra["skipped_training_answers"] = self.skipped
+        if not self.test_q:
+            return
+        report.test, answers = evaluate_questions(model, self.test_q, setup.tokenizer, exp.data,
+                                                  setup.model_config.seq_len, run.dist.device,
+                                                  self.eval_bs)
+        predictions = run.run_dir / "predictions.json"
+        predictions.write_text(json.dumps({q.id: a for q, a in zip(self.test_q, answers)},
+                                          indent=0), encoding="utf-8")
         run.say(f"test: EM {report.test['em']:.2f} · F1 {report.test['f1']:.2f} on "
-                f"{report.test['questions']:,} questions ({run.run_dir / 'predictions.json'})")
-    if run.dist.is_main:
-        run.finish(report)
-    return report
+                f"{report.test['questions']:,} questions ({predictions})")
+
+    def plan_model(self, exp: SquadExperiment, out: Path, cache: dict[str, Any],
+                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+        if base is not None:
+            return planned_config(exp, 0, base), []
+        data = exp.data
+        vocab = exp.model.get("vocab_size") or (
+            Tokenizer.load(data.path(data.tokenizer_file)).vocab_size if data.tokenizer_file
+            else None)
+        if vocab is None:
+            raise ConfigError("a sweep point of task 'squad' needs train.init_from (another "
+                              "point, or a checkpoint), data.tokenizer_file or model.vocab_size "
+                              "to be counted before training")
+        return planned_config(exp, vocab, None), []
 
 
 def answer_one(model: nn.Module, tok: Tokenizer, context: str, question: str, *, seq_len: int,

@@ -1,109 +1,166 @@
-"""Sweep files: a base experiment, axes, arms, seeds and a parameter-matching rule → points.
+"""Sweep files: base experiments, axes, arms, seeds and a parameter-matching rule → points.
 
 A sweep file (``configs/sweeps/*.yaml``) names
 
-- ``base``: an experiment file (relative to the sweep file);
+- ``base``: an experiment file (relative to the sweep file), of any task;
 - ``axes``: dotted keys → lists of values, crossed with each other (``model.n_heads: [1, 2, 4]``);
 - ``arms``: name → dotted overrides (``fixed: {model.d_head: 32}``); an arm may carry its own
-  ``axes`` (added to, or replacing, the sweep's);
+  ``axes`` (added to, or replacing, the sweep's), its own ``base`` experiment file and ``seeds``,
+  and ``init_from: ARM``: each of its points starts from the checkpoint of ARM's point at the same
+  coordinates (and seed, or ARM's first seed), trained first — pre-training, then fine-tuning;
 - ``seeds`` (``train.seed`` of each repetition), ``steps`` (``train.steps`` of every point) and
   ``set`` (overrides of every point);
 - ``match``: hold each point's parameter count to a ``target`` (an arm's count at the same
   coordinates, or a number) within ``tolerance`` by solving for one model key (``solve_for``),
   counting ``total`` or ``non_embedding`` parameters ([B20] §4 compares at matched counts);
-- ``reference``: optional figures to print beside an arm's results (a paper's numbers).
+- ``ensemble``: also score the seeds of each row together, where the task can (parsing): ``true``
+  for all of them, or a list of sizes (the first k seeds);
+- ``reference`` (figures to print beside an arm's results) and ``plots``.
 
-Each point (arm × coordinates × seed) is an ordinary run: the base experiment file with the
-point's overrides, trained by ``fullrank train``; its command line is what :func:`plan`
-counted. The vocabulary comes from the tokenizer, trained once for the sweep
-(:func:`prepare_vocab`), so the closed-form counts are those of the models that train.
+The file is read as experiment files are (:func:`fullrank.recipes.config.read_file`: a
+repeated key is an error, ``1e-3`` a number) and validated by pydantic (:class:`SweepFile`).
+Each point (arm × coordinates × seed) is an ordinary run: the arm's base experiment with the
+point's overrides, trained by ``fullrank train``. Its model is counted before training by its
+task's recipe (:meth:`fullrank.recipes.run.Recipe.plan_model`), which trains the tokenizer the
+run would train once for the sweep, so the closed-form counts are those of the models that
+train.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import re
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import AfterValidator, TypeAdapter, ValidationError
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, FullrankError, closest
 from fullrank.models import ModelConfig
-from fullrank.models.budget import COUNTS, count_params, solve_for
+from fullrank.models.budget import count_params, solve_for
 from fullrank.paths import check_output_dir
-from fullrank.recipes.config import (TASK_MODELS, DataConfig, DecodeConfig, ExperimentConfig,
-                                     SampleConfig, apply_overrides, parse_experiment, read_file)
-from fullrank.training.config import TrainConfig
+from fullrank.recipes.config import (EXPERIMENTS, TASK_MODELS, Experiment, apply_overrides,
+                                     parse_experiment, read_file)
+from fullrank.recipes.run import recipe_of
+from fullrank.validation import (Bool, NonNegativeInt, PositiveInt, Probability, Str,
+                                 config_dataclass, describe)
 
 MANIFEST = "sweep.json"
 FORMAT = "fullrank-sweep-v1"
-SWEEP_KEYS = ("name", "base", "axes", "arms", "seeds", "steps", "set", "match", "reference", "out",
-              "plots")
-MATCH_KEYS = ("target", "solve_for", "tolerance", "count", "multiple", "arms")
 # keys a sweep sets itself: a point's run directory is OUT/POINT
 RESERVED = ("name", "out_dir")
+# keys of an arm that are not overrides
+ARM_KEYS = ("axes", "base", "seeds", "init_from")
 
 
 # ------------------------------------------------------------------------------- the file
-@dataclass(frozen=True)
+def _plain_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise ValueError(f"name '{name}' may hold letters, digits, '.', '_' and '-' only")
+    return name
+
+
+PlainName = Annotated[Str, AfterValidator(_plain_name)]
+Seeds = tuple[NonNegativeInt, ...]
+
+
+@config_dataclass
 class MatchRule:
     """Hold a point's parameter count to ``target`` within ``tolerance`` by solving for
-    ``solve_for``. ``target``: an arm's name (its count at the same coordinates) or a number."""
+    ``solve_for``. ``target``: an arm's name (its count at the same coordinates) or a number;
+    ``arms``: the arms matched (default: every arm but the target)."""
 
-    target: str | int
-    solve_for: str
-    tolerance: float = 0.01
-    count: str = "total"
-    multiple: int = 1
-    arms: tuple[str, ...] = ()  # the arms matched (default: every arm but the target)
+    target: Str | PositiveInt
+    solve_for: Str
+    tolerance: Probability = 0.01
+    count: Literal["total", "non_embedding"] = "total"
+    multiple: PositiveInt = 1
+    arms: tuple[Str, ...] = ()
 
 
-@dataclass(frozen=True)
+@config_dataclass
 class PlotSpec:
     """One figure: ``metric`` against ``x`` (an axis key, ``params``, ``non_embedding``,
     ``d_head`` or ``flops``), one line per value of ``series`` (``arm`` or an axis key)."""
 
-    x: str
-    metric: str = "auto"
-    series: str = "arm"
-    logx: bool | None = None  # None: log2 when every x is a power of two
+    x: Str
+    metric: Str = "auto"
+    series: Str = "arm"
+    logx: Bool | None = None  # None: log2 when every x is a power of two
+
+
+@config_dataclass
+class SweepFile:
+    """A sweep file as written (the module docstring says what each key does)."""
+
+    name: PlainName
+    base: Str
+    axes: dict[Str, list[Any]] = field(default_factory=dict)
+    arms: dict[PlainName, dict[Str, Any] | None] = field(default_factory=dict)
+    seeds: Seeds = (0,)
+    steps: PositiveInt | None = None
+    set: dict[Str, Any] = field(default_factory=dict)
+    match: MatchRule | None = None
+    ensemble: Bool | tuple[PositiveInt, ...] = False
+    reference: dict[Str, dict[Str, Any]] = field(default_factory=dict)
+    out: Str | None = None
+    plots: tuple[PlotSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: its experiment file, overrides, axes and seeds, and the arm whose checkpoints
+    its points start from."""
+
+    name: str
+    base: Path
+    task: str
+    set: dict[str, Any]
+    axes: dict[str, list[Any]]
+    seeds: tuple[int, ...]
+    init_from: str | None = None
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """A parsed, checked sweep file."""
+    """A parsed, checked sweep file (and the command line's overrides, which win)."""
 
     path: Path
     name: str
-    base: Path
-    task: str
-    axes: dict[str, list[Any]]
-    arms: dict[str, dict[str, Any]]  # arm → {"set": {...}, "axes": {...}}
-    seeds: tuple[int, ...]
+    arms: dict[str, Arm]
     steps: int | None
     common: dict[str, Any]
     match: MatchRule | None
+    ensemble: tuple[int, ...] | bool
     reference: dict[str, dict[str, Any]]
     out: str | None
     plots: tuple[PlotSpec, ...]
+    cli: dict[str, Any] = field(default_factory=dict)
 
-    def arm_axes(self, arm: str) -> dict[str, list[Any]]:
-        return {**self.axes, **self.arms[arm]["axes"]}
+    @property
+    def base(self) -> Path:
+        """The experiment file of the first arm."""
+        return next(iter(self.arms.values())).base
+
+    @property
+    def task(self) -> str:
+        return next(iter(self.arms.values())).task
 
     def coordinates(self, arm: str) -> list[dict[str, Any]]:
         """Every point of ``arm`` as dotted key → value: the axes crossed, a tied axis (values
         that are mappings) setting its keys together."""
+        axes = self.arms[arm].axes
         out = []
-        for values in itertools.product(*self.arm_axes(arm).values()):
+        for values in itertools.product(*axes.values()):
             coords: dict[str, Any] = {}
-            for key, value in zip(self.arm_axes(arm), values):
+            for key, value in zip(axes, values):
                 coords.update(value if isinstance(value, dict) else {key: value})
             out.append(coords)
         return out
@@ -115,32 +172,27 @@ class Sweep:
     def default_out(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / "sweeps" / self.name
 
+    def with_overrides(self, overrides: dict[str, Any]) -> Sweep:
+        """This sweep with ``key=value`` overrides of the command line, which every point takes
+        last (each checked against every arm's task)."""
+        for key in overrides:
+            for arm in self.arms.values():
+                check_key(self.path, "overrides", key, arm.task)
+        return dataclasses.replace(self, cli={**self.cli, **overrides})
+
 
 def _fail(path: Path, message: str) -> ConfigError:
     return ConfigError(f"{path}: {message}")
 
 
-def _mapping(path: Path, where: str, value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _fail(path, f"{where} must be a mapping of dotted keys to values, got "
-                          f"{type(value).__name__}")
-    return dict(value)
-
-
-def _axes(path: Path, where: str, value: Any) -> dict[str, list[Any]]:
-    axes = _mapping(path, where, value)
+def _check_axes(path: Path, where: str, axes: dict[str, list[Any]]) -> None:
     for key, values in axes.items():
-        if not isinstance(values, list):
-            raise _fail(path, f"{where}: '{key}' must be a list of values, got {values!r}")
         if not values:
             raise _fail(path, f"{where}: '{key}' is empty; give it at least one value")
         tied = [isinstance(v, dict) for v in values]
         if any(tied) and not all(tied):
             raise _fail(path, f"{where}: '{key}' mixes mappings (keys set together) with plain "
                               f"values; make every value a mapping or none")
-    return axes
 
 
 def _axis_keys(axes: dict[str, list[Any]]) -> list[str]:
@@ -152,18 +204,21 @@ def _axis_keys(axes: dict[str, list[Any]]) -> list[str]:
 
 
 def _schema(task: str) -> dict[str, list[str]]:
-    """Section → the keys an experiment file accepts there."""
-    def names(cls: type) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-    return {"model": [*names(TASK_MODELS.get(task, TASK_MODELS["lm"])), "preset"],
-            "data": names(DataConfig), "train": names(TrainConfig),
-            "sample": names(SampleConfig), "decode": names(DecodeConfig)}
+    """Section → the keys an experiment file of ``task`` accepts there."""
+    exp = EXPERIMENTS[task]
+    hints = typing.get_type_hints(exp)
+    out = {"model": [*(f.name for f in dataclasses.fields(TASK_MODELS[task])), "preset"]}
+    for f in dataclasses.fields(exp):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out[f.name] = [g.name for g in dataclasses.fields(hints[f.name])]
+    return out
 
 
 def check_key(path: Path, where: str, key: str, task: str) -> None:
-    """A dotted key that an experiment file accepts, or one line with the closest key."""
+    """A dotted key that an experiment file of ``task`` accepts, or one line with the closest
+    key."""
     schema = _schema(task)
-    top = [f.name for f in dataclasses.fields(ExperimentConfig)]
+    top = [f.name for f in dataclasses.fields(EXPERIMENTS[task])]
     section, _, rest = key.partition(".")
     if not rest:
         if key in RESERVED:
@@ -174,7 +229,7 @@ def check_key(path: Path, where: str, key: str, task: str) -> None:
             raise _fail(path, f"{where}: unknown key '{key}'{closest(key, keys)}")
         return
     if section not in schema:
-        raise _fail(path, f"{where}: unknown section '{section}' in '{key}'"
+        raise _fail(path, f"{where}: unknown section '{section}' in '{key}' for task '{task}'"
                           f"{closest(section, list(schema))}")
     if rest not in schema[section] and "." not in rest:
         full = [f"{section}.{k}" for k in schema[section]]
@@ -186,129 +241,100 @@ def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep file")
+    raw = read_file(path, kind="sweep",
+                    what="keys (name, base, axes, arms, seeds, match, …)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise _fail(path, f"not valid YAML ({' '.join(str(e).split())})") from None
-    if not isinstance(raw, dict):
-        raise _fail(path, "expected a mapping (name, base, axes, arms, seeds, match)")
-    for key in raw:
-        if key not in SWEEP_KEYS:
-            raise _fail(path, f"unknown key '{key}'{closest(str(key), SWEEP_KEYS)}; a sweep file "
-                              f"has {', '.join(SWEEP_KEYS)}")
-    for key in ("name", "base"):
-        if not isinstance(raw.get(key), str) or not raw[key]:
-            raise _fail(path, f"'{key}' must be given as a string")
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", raw["name"]):
-        raise _fail(path, f"name '{raw['name']}' may hold letters, digits, '.', '_' and '-' only")
-    base = (path.parent / raw["base"]).resolve()
-    base_data = read_file(base)
-    task = str(base_data.get("task", "lm"))
-
-    seeds = raw.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(
-            isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise _fail(path, f"seeds must be a non-empty list of integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise _fail(path, f"seeds {seeds} repeat a seed; list each once")
-    steps = raw.get("steps")
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
-        raise _fail(path, f"steps must be a positive integer (train.steps of every point), "
-                          f"got {steps!r}")
-
-    axes = _axes(path, "axes", raw.get("axes"))
-    common = _mapping(path, "set", raw.get("set"))
-    arms_raw = _mapping(path, "arms", raw.get("arms")) or {"base": {}}
-    arms: dict[str, dict[str, Any]] = {}
-    for name, body in arms_raw.items():
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", str(name)):
-            raise _fail(path, f"arm '{name}': names may hold letters, digits, '.', '_' and '-'")
-        body = _mapping(path, f"arms.{name}", body)
-        arm_axes = _axes(path, f"arms.{name}.axes", body.pop("axes", None))
-        arms[str(name)] = {"set": body, "axes": arm_axes}
-    for where, keys in [("axes", _axis_keys(axes)), ("set", common),
-                        *((f"arms.{a}", [*b["set"], *_axis_keys(b["axes"])])
-                          for a, b in arms.items())]:
-        for key in keys:
-            check_key(path, where, str(key), task)
-
-    match = _match_rule(path, raw.get("match"), arms, task)
-    reference = _mapping(path, "reference", raw.get("reference"))
-    for arm in reference:
+        spec = TypeAdapter(SweepFile).validate_python(raw)
+    except ValidationError as e:
+        raise _fail(path, describe(e, SweepFile)) from None
+    if len(set(spec.seeds)) != len(spec.seeds) or not spec.seeds:
+        raise _fail(path, f"seeds {list(spec.seeds)} must be a non-empty list of distinct "
+                          f"integers")
+    _check_axes(path, "axes", spec.axes)
+    arms: dict[str, Arm] = {}
+    for name, body in (spec.arms or {"base": {}}).items():
+        arms[name] = _arm(path, spec, name, dict(body or {}), arms)
+    for arm in arms.values():
+        for key in [*spec.set, *arm.set, *_axis_keys(arm.axes)]:
+            where = "set" if key in spec.set else f"arms.{arm.name}"
+            check_key(path, where, str(key), arm.task)
+    match = spec.match
+    if match is not None:
+        match = _check_match(path, match, arms)
+    for arm in spec.reference:
         if arm not in arms:
             raise _fail(path, f"reference names arm '{arm}', which is not an arm"
                               f"{closest(str(arm), arms)}")
-    plots = tuple(_plot(path, p, axes, arms) for p in (raw.get("plots") or []))
-    out = raw.get("out")
-    return Sweep(path=path, name=raw["name"], base=base, task=task, axes=axes, arms=arms,
-                 seeds=tuple(seeds), steps=steps, common=common, match=match,
-                 reference={str(k): dict(v or {}) for k, v in reference.items()},
-                 out=str(out) if out else None, plots=plots)
+    for p in spec.plots:
+        _check_plot(path, p, arms)
+    ensemble = spec.ensemble
+    if ensemble and not any(recipe_of(a.task).ensembles for a in arms.values()):
+        raise _fail(path, f"ensemble: no arm's task ({', '.join(sorted({a.task for a in arms.values()}))}) "
+                          f"scores ensembles (parse does); leave ensemble out")
+    return Sweep(path=path, name=spec.name, arms=arms, steps=spec.steps, common=dict(spec.set),
+                 match=match, ensemble=ensemble, reference=dict(spec.reference), out=spec.out,
+                 plots=spec.plots)
 
 
-def _match_rule(path: Path, raw: Any, arms: dict[str, Any], task: str) -> MatchRule | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise _fail(path, "match must be a mapping (target, solve_for, tolerance, count)")
-    for key in raw:
-        if key not in MATCH_KEYS:
-            raise _fail(path, f"match: unknown key '{key}'{closest(str(key), MATCH_KEYS)}")
-    target = raw.get("target")
-    if isinstance(target, str):
-        if target not in arms:
-            raise _fail(path, f"match.target '{target}' is not an arm{closest(target, arms)} "
-                              f"nor a number of parameters")
-    elif not isinstance(target, (int, float)) or isinstance(target, bool) or target <= 0:
-        raise _fail(path, f"match.target must be an arm's name or a positive number of "
-                          f"parameters, got {target!r}")
-    solve = raw.get("solve_for")
-    if not isinstance(solve, str) or not solve.startswith("model."):
-        raise _fail(path, f"match.solve_for must be a model key such as model.d_ff, got {solve!r}")
-    check_key(path, "match.solve_for", solve, task)
-    tolerance = raw.get("tolerance", 0.01)
-    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
-        raise _fail(path, f"match.tolerance must be a fraction in [0, 1) (0.01 = 1%), "
-                          f"got {tolerance!r}")
-    count = raw.get("count", "total")
-    if count not in COUNTS:
-        raise _fail(path, f"match.count must be one of {', '.join(COUNTS)}, got {count!r}")
-    multiple = raw.get("multiple", 1)
-    if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
-        raise _fail(path, f"match.multiple must be a positive integer, got {multiple!r}")
-    matched = raw.get("arms") or [a for a in arms if a != target]
+def _arm(path: Path, spec: SweepFile, name: str, body: dict[str, Any],
+         before: dict[str, Arm]) -> Arm:
+    """Arm ``name`` of the file: ``body``'s overrides and its own keys (:data:`ARM_KEYS`)."""
+    axes = body.pop("axes", None) or {}
+    seeds = body.pop("seeds", None)
+    base_name = body.pop("base", spec.base)
+    init_from = body.pop("init_from", None)
+    if not isinstance(axes, dict) or not all(isinstance(v, list) for v in axes.values()):
+        raise _fail(path, f"arms.{name}.axes must map dotted keys to lists of values")
+    _check_axes(path, f"arms.{name}.axes", axes)
+    if seeds is not None:
+        try:
+            seeds = TypeAdapter(Seeds).validate_python(seeds)
+        except ValidationError as e:
+            raise _fail(path, describe(e, prefix=f"arms.{name}.seeds")) from None
+    if not isinstance(base_name, str):
+        raise _fail(path, f"arms.{name}.base must be an experiment file, got {base_name!r}")
+    if init_from is not None and init_from not in before:
+        raise _fail(path, f"arms.{name}.init_from names '{init_from}', which is not an arm "
+                          f"listed before it{closest(str(init_from), before)}")
+    base = (path.parent / base_name).resolve()
+    task = str(read_file(base).get("task", "lm"))
+    if task not in EXPERIMENTS:
+        raise _fail(path, f"arms.{name}: {base} has task '{task}', not one of "
+                          f"{', '.join(EXPERIMENTS)}")
+    return Arm(name=name, base=base, task=task, set=body, axes={**spec.axes, **axes},
+               seeds=tuple(seeds or spec.seeds), init_from=init_from)
+
+
+def _check_match(path: Path, rule: MatchRule, arms: dict[str, Arm]) -> MatchRule:
+    if isinstance(rule.target, str) and rule.target not in arms:
+        raise _fail(path, f"match.target '{rule.target}' is not an arm{closest(rule.target, arms)} "
+                          f"nor a number of parameters")
+    if not rule.solve_for.startswith("model."):
+        raise _fail(path, f"match.solve_for must be a model key such as model.d_ff, got "
+                          f"{rule.solve_for!r}")
+    for arm in arms.values():
+        check_key(path, "match.solve_for", rule.solve_for, arm.task)
+    matched = rule.arms or tuple(a for a in arms if a != rule.target)
     for arm in matched:
         if arm not in arms:
-            raise _fail(path, f"match.arms names '{arm}', which is not an arm{closest(str(arm), arms)}")
-        if arm == target:
+            raise _fail(path, f"match.arms names '{arm}', which is not an arm{closest(arm, arms)}")
+        if arm == rule.target:
             raise _fail(path, f"match.arms holds the target arm '{arm}' itself")
-    return MatchRule(target=target if isinstance(target, str) else int(target), solve_for=solve,
-                     tolerance=float(tolerance), count=count, multiple=multiple,
-                     arms=tuple(matched))
+    return dataclasses.replace(rule, arms=matched)
 
 
-def _plot(path: Path, raw: Any, axes: dict[str, Any], arms: dict[str, Any]) -> PlotSpec:
-    if not isinstance(raw, dict) or "x" not in raw:
-        raise _fail(path, f"plots: each entry needs x (an axis key, params, non_embedding, "
-                          f"d_head or flops), got {raw!r}")
-    unknown = set(raw) - {f.name for f in dataclasses.fields(PlotSpec)}
-    if unknown:
-        raise _fail(path, f"plots: unknown key '{sorted(unknown)[0]}'; an entry has x, metric, "
-                          f"series, logx")
-    keys = set(_axis_keys(axes)) | {k for a in arms.values() for k in _axis_keys(a["axes"])}
+def _check_plot(path: Path, spec: PlotSpec, arms: dict[str, Arm]) -> None:
+    keys = {k for a in arms.values() for k in _axis_keys(a.axes)}
     xs = [*keys, *DERIVED]
-    if raw["x"] not in xs:
-        raise _fail(path, f"plots: x '{raw['x']}' is not one of {', '.join(xs)}"
-                          f"{closest(str(raw['x']), xs)}")
-    series = raw.get("series", "arm")
-    if series != "arm" and series not in keys:
-        raise _fail(path, f"plots: series '{series}' must be 'arm' or an axis key")
-    return PlotSpec(x=raw["x"], metric=str(raw.get("metric", "auto")), series=series,
-                    logx=raw.get("logx"))
+    if spec.x not in xs:
+        raise _fail(path, f"plots: x '{spec.x}' is not one of {', '.join(xs)}"
+                          f"{closest(spec.x, xs)}")
+    if spec.series != "arm" and spec.series not in keys:
+        raise _fail(path, f"plots: series '{spec.series}' must be 'arm' or an axis key")
 
 
 # x values a plot can use besides the axes, read off each point's model config
-DERIVED: dict[str, Callable[["Point"], float]] = {
+DERIVED: dict[str, Callable[[Point], float]] = {
     "params": lambda p: p.params,
     "non_embedding": lambda p: p.non_embedding,
     "d_head": lambda p: p.model.head_sizes[0],
@@ -352,10 +378,13 @@ class Point:
     flops: int
     match: str  # "target", "matched: d_ff=1088 (+0.004%)", "—", or why it is not matched
     matched: bool = True
-    experiment: ExperimentConfig | None = field(default=None, repr=False)
+    experiment: Experiment | None = field(default=None, repr=False)
+    base: Path = field(default_factory=Path)
+    task: str = "lm"
+    after: str | None = None  # the point whose checkpoint train.init_from names
 
 
-def coordinate(point: "Point", key: str) -> Any:
+def coordinate(point: Point, key: str) -> Any:
     """``point``'s value of a dotted key: its coordinate, else (for ``model.*``) its model's."""
     if key in point.coords:
         return point.coords[key]
@@ -369,7 +398,7 @@ class Plan:
 
     sweep: Sweep
     points: list[Point]
-    tokenizers: dict[str, Tokenizer]  # file name under OUT → the tokenizer the points share
+    cache: dict[str, Any]  # what the counts prepared: tokenizers (saved under OUT) and sizes
 
     @property
     def unmatched(self) -> list[Point]:
@@ -381,119 +410,112 @@ class Plan:
             out.setdefault(p.group, []).append(p)
         return out
 
-
-def _tokenizer_files(exp: ExperimentConfig) -> list[Path]:
-    """The files the task's recipe trains its tokenizer on (see ``recipes/lm.py``, ``mt.py``)."""
-    if exp.task == "lm":
-        return [exp.data.path(exp.data.train)]
-    if exp.task == "mt":
-        from fullrank.recipes.mt import pair_files
-
-        return list(pair_files(exp.data, exp.data.train))
-    raise ConfigError(f"a sweep over task '{exp.task}' cannot count parameters before training: "
-                      f"set data.tokenizer_file (or model.vocab_size) in the base experiment")
+    @property
+    def tokenizers(self) -> dict[str, Tokenizer]:
+        """The tokenizers the points load (file name under OUT → tokenizer)."""
+        return {k: v for k, v in self.cache.items() if isinstance(v, Tokenizer)}
 
 
-def tokenizer_key(exp: ExperimentConfig) -> str:
-    """Which points share a tokenizer: those whose tokenizer settings and files agree."""
-    d = exp.data
-    parts = [exp.task, d.tokenizer, str(d.vocab_size), str(d.lowercase),
-             *(str(f.resolve()) for f in _tokenizer_files(exp))]
-    return "tokenizer-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
-
-
-def prepare_vocab(exp: ExperimentConfig, out: Path,
-                  cache: dict[str, Tokenizer]) -> tuple[int, str | None]:
-    """The vocabulary size a point's model will have, and the tokenizer file the point should
-    load (``None`` where the experiment already names one or fixes ``model.vocab_size``).
-
-    The tokenizer is trained once per distinct setting (the same way the recipe would) and kept
-    in ``cache``; :func:`save_tokenizers` writes it under ``OUT`` for the points to share."""
-    if exp.model.get("vocab_size"):
-        return int(exp.model["vocab_size"]), None
-    if exp.data.tokenizer_file:
-        return Tokenizer.load(exp.data.path(exp.data.tokenizer_file)).vocab_size, None
-    key = tokenizer_key(exp)
-    if key not in cache:
-        saved = out / key
-        cache[key] = (Tokenizer.load(saved) if saved.is_file() else
-                      Tokenizer.train(exp.data.tokenizer, _tokenizer_files(exp), exp.data.vocab_size,
-                                      lowercase=exp.data.lowercase))
-    return cache[key].vocab_size, str((out / key).resolve())
-
-
-def _experiment(sweep: Sweep, overrides: list[str], label: str) -> ExperimentConfig:
+def _experiment(sweep: Sweep, base: Path, overrides: list[str], label: str) -> Experiment:
     try:
-        return parse_experiment(apply_overrides(read_file(sweep.base), overrides), str(sweep.base))
+        return parse_experiment(apply_overrides(read_file(base), overrides), str(base))
     except FullrankError as e:
         raise ConfigError(f"{sweep.path}: point {label}: {e}") from None
+
+
+def _label(arm: str, coords: dict[str, Any]) -> str:
+    return f"{arm} ({', '.join(f'{k}={value_text(v)}' for k, v in coords.items()) or 'no axes'})"
 
 
 def plan(sweep: Sweep, out: Path | None = None) -> Plan:
     """Every point of ``sweep`` with its overrides and counts, parameters matched where the sweep
     says so. A point whose config is invalid raises one line naming it and its coordinates; a
     point that cannot be matched is kept with ``matched=False`` and the reason."""
-    out = out or sweep.default_out()
-    tokenizers: dict[str, Tokenizer] = {}
+    out = (out or sweep.default_out()).resolve()
+    cache: dict[str, Any] = {}
     keys = sweep.coordinate_keys()
-    counted: dict[tuple[str, tuple], tuple[ModelConfig, list[str]]] = {}
+    counted: dict[tuple[str, tuple[Any, ...]], tuple[ModelConfig, list[str], str | None]] = {}
 
-    def base_overrides(arm: str, coords: dict[str, Any]) -> list[str]:
-        items = {**sweep.common, **sweep.arms[arm]["set"], **coords}
+    def upstream(arm: Arm, coords: dict[str, Any]) -> dict[str, Any]:
+        """The coordinates of the ``init_from`` arm's point that ``arm``'s point at ``coords``
+        starts from."""
+        assert arm.init_from is not None
+        found = next((c for c in sweep.coordinates(arm.init_from)
+                      if all(k in coords and coords[k] == v for k, v in c.items())), None)
+        if found is None:
+            raise _fail(sweep.path, f"point {_label(arm.name, coords)}: arm '{arm.init_from}' "
+                                    f"(its init_from) has no point at these coordinates")
+        return found
+
+    def upstream_name(arm: Arm, coords: dict[str, Any], seed: int) -> str:
+        assert arm.init_from is not None
+        source = sweep.arms[arm.init_from]
+        return point_name(source.name, upstream(arm, coords),
+                          seed if seed in source.seeds else source.seeds[0], keys)
+
+    def base_overrides(arm: Arm, coords: dict[str, Any]) -> list[str]:
+        items = {**sweep.common, **arm.set, **coords}
         if sweep.steps is not None:
             items["train.steps"] = sweep.steps
+        items.update(sweep.cli)
         return [f"{k}={value_text(v)}" for k, v in items.items()]
 
-    def count(arm: str, coords: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
-        """The model config of ``arm`` at ``coords`` before matching, and its overrides."""
-        key = (arm, tuple(coords.items()))
+    def count(arm_name: str, coords: dict[str, Any]) -> tuple[ModelConfig, list[str], str | None]:
+        """The model config of ``arm`` at ``coords`` before matching, its overrides, and the
+        point (without seed) it starts from."""
+        key = (arm_name, tuple(coords.items()))
         if key not in counted:
+            arm = sweep.arms[arm_name]
             overrides = base_overrides(arm, coords)
-            label = f"{arm} ({', '.join(f'{k}={value_text(v)}' for k, v in coords.items()) or 'no axes'})"
-            exp = _experiment(sweep, overrides, label)
-            vocab, tok_file = prepare_vocab(exp, out, tokenizers)
-            if tok_file is not None:
-                overrides.append(f"data.tokenizer_file={tok_file}")
+            label = _label(arm_name, coords)
+            exp = _experiment(sweep, arm.base, overrides, label)
+            base_model, after = None, None
+            if arm.init_from is not None:
+                base_model = count(arm.init_from, upstream(arm, coords))[0]
+                after = arm.init_from
             try:
-                model = exp.model_config(vocab)
+                model, extra = recipe_of(exp.task).plan_model(exp, out, cache, base_model)
             except FullrankError as e:
                 raise ConfigError(f"{sweep.path}: point {label}: {e}") from None
-            counted[key] = (model, overrides)
+            counted[key] = (model, overrides + extra, after)
         return counted[key]
 
     points: list[Point] = []
-    for arm in sweep.arms:
-        for coords in sweep.coordinates(arm):
-            model, overrides = count(arm, coords)
+    for arm in sweep.arms.values():
+        for coords in sweep.coordinates(arm.name):
+            model, overrides, after = count(arm.name, coords)
             status, ok = "—", True
             rule = sweep.match
-            if rule is not None and rule.target == arm:
+            if rule is not None and rule.target == arm.name:
                 status = "target"
-            elif rule is not None and arm in rule.arms:
-                model, overrides, status, ok = _match(sweep, rule, arm, coords, model, overrides,
-                                                      count)
-            label = f"{arm} ({', '.join(f'{k}={value_text(v)}' for k, v in coords.items()) or 'no axes'})"
-            for seed in sweep.seeds:
-                name = point_name(arm, coords, seed, keys)
+            elif rule is not None and arm.name in rule.arms:
+                model, overrides, status, ok = _match(sweep, rule, arm.name, coords, model,
+                                                      overrides, count)
+            for seed in arm.seeds:
+                name = point_name(arm.name, coords, seed, keys)
                 point_overrides = [*overrides, f"train.seed={seed}"]
-                exp = _experiment(sweep, point_overrides, label)
+                source = upstream_name(arm, coords, seed) if after else None
+                if source is not None:
+                    point_overrides.append(f"train.init_from={out / source}")
+                exp = _experiment(sweep, arm.base, point_overrides, _label(arm.name, coords))
                 points.append(Point(
-                    name=name, group=point_name(arm, coords, None, keys), arm=arm, coords=coords,
-                    seed=seed, overrides=point_overrides, model=model,
+                    name=name, group=point_name(arm.name, coords, None, keys), arm=arm.name,
+                    coords=coords, seed=seed, overrides=point_overrides, model=model,
                     params=count_params(model, "total"),
                     non_embedding=count_params(model, "non_embedding"),
                     flops=model.flops_per_token()["forward"], match=status, matched=ok,
-                    experiment=exp))
+                    experiment=exp, base=arm.base, task=exp.task, after=source))
     names = [p.name for p in points]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise _fail(sweep.path, f"two points are both named '{dup}'; give the arms or axis values "
                                 f"distinct names")
-    return Plan(sweep, points, tokenizers)
+    return Plan(sweep, points, cache)
 
 
 def _match(sweep: Sweep, rule: MatchRule, arm: str, coords: dict[str, Any], model: ModelConfig,
-           overrides: list[str], count: Callable) -> tuple[ModelConfig, list[str], str, bool]:
+           overrides: list[str], count: Callable[..., tuple[ModelConfig, list[str], str | None]]
+           ) -> tuple[ModelConfig, list[str], str, bool]:
     """``model`` with ``rule.solve_for`` set to hold the target count, or why it cannot be."""
     field_name = rule.solve_for.split(".", 1)[1]
     if rule.solve_for in coords:
@@ -505,11 +527,10 @@ def _match(sweep: Sweep, rule: MatchRule, arm: str, coords: dict[str, Any], mode
         if at is None:
             return model, overrides, (f"unmatched: arm '{rule.target}' has no point at these "
                                       f"coordinates"), False
-        target = count_params(count(rule.target, at)[0], rule.count)  # type: ignore[arg-type]
+        target = count_params(count(rule.target, at)[0], rule.count)
     else:
         target = rule.target
-    found = solve_for(model, field_name, target, which=rule.count,  # type: ignore[arg-type]
-                      multiple=rule.multiple)
+    found = solve_for(model, field_name, target, which=rule.count, multiple=rule.multiple)
     if found is None:
         return model, overrides, (f"unmatched: no valid {rule.solve_for} gives "
                                   f"{target:,} parameters"), False
@@ -518,7 +539,8 @@ def _match(sweep: Sweep, rule: MatchRule, arm: str, coords: dict[str, Any], mode
         return model, overrides, (f"unmatched: the nearest, {field_name}={value}, gives "
                                   f"{found.params:,} against {target:,} ({100 * found.gap:+.2f}%, "
                                   f"tolerance {100 * rule.tolerance:g}%)"), False
-    return (found.config, [*overrides, f"{rule.solve_for}={value}"],
+    config = typing.cast(ModelConfig, found.config)
+    return (config, [*overrides, f"{rule.solve_for}={value}"],
             f"matched: {field_name}={value} ({100 * found.gap:+.3f}%)", True)
 
 
@@ -527,7 +549,7 @@ def manifest(plan_: Plan) -> dict[str, Any]:
     return {"format": FORMAT, "sweep": plan_.sweep.name, "file": str(plan_.sweep.path),
             "base": str(plan_.sweep.base),
             "points": {p.name: {"group": p.group, "arm": p.arm, "coords": p.coords,
-                                "seed": p.seed, "overrides": p.overrides}
+                                "seed": p.seed, "base": str(p.base), "overrides": p.overrides}
                        for p in plan_.points}}
 
 
@@ -549,7 +571,7 @@ def claim_output(plan_: Plan, out: Path) -> None:
     output, or a point already trained there with other settings, is never touched."""
     check_output_dir(out, option="--out", overwrite=True,
                      replaceable=lambda p: (p / MANIFEST).exists(),
-                     inputs=[plan_.sweep.path, plan_.sweep.base],
+                     inputs=[plan_.sweep.path, *(a.base for a in plan_.sweep.arms.values())],
                      kind=f"a sweep's output folder (no {MANIFEST})", new="choose another --out")
     known = read_manifest(out) if out.is_dir() else None
     if known is not None and known.get("sweep") != plan_.sweep.name:
@@ -578,10 +600,10 @@ def finished(out: Path, point: Point) -> bool:
     return (out / point.name / "results.json").is_file()
 
 
-def train_command(point: Point, sweep: Sweep, out: Path, *, threads: int | None = None,
+def train_command(point: Point, out: Path, *, threads: int | None = None,
                   quiet: bool = True) -> list[str]:
     """``fullrank train BASE OVERRIDES… name=POINT out_dir=OUT resume=auto``: one point, as
     anyone could run it by hand (or under ``torchrun``)."""
     extra = [f"train.threads={threads}"] if threads else []
-    return ["fullrank", "train", str(sweep.base), *point.overrides, *extra,
+    return ["fullrank", "train", str(point.base), *point.overrides, *extra,
             f"name={point.name}", f"out_dir={out}", "resume=auto", *(["--quiet"] if quiet else [])]

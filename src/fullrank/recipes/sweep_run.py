@@ -1,12 +1,14 @@
 """Running a sweep's points: side by side on this machine, or as cluster jobs through submitit.
 
 Each point is a separate ``fullrank train`` process (``resume=auto``: a killed point continues
-from its last checkpoint; a point with a ``results.json`` is not started again). Locally,
-:func:`run_local` keeps ``jobs`` processes going with the cores divided between them
-(``train.threads``), one progress line per running point read from its ``metrics.jsonl``, its
-output in ``OUT/POINT/train.log``. :func:`run_submitit` hands each point to submitit — one
-SLURM job per point (``cluster="slurm"``) or submitit's local executor — a plain
-``fullrank train`` in each, or ``torchrun`` for a point on several GPUs.
+from its last checkpoint; a point with a ``results.json`` is not started again). A point that
+starts from another point's checkpoint (``init_from``) starts once that one has finished, and is
+skipped when it failed. Locally, :func:`run_local` keeps ``jobs`` processes going with the cores
+divided between them (``train.threads``), one progress line per running point read from its
+``metrics.jsonl``, its output in ``OUT/POINT/train.log``. :func:`run_submitit` hands each point
+to submitit — one SLURM job per point (``cluster="slurm"``) or submitit's local executor — a
+plain ``fullrank train`` in each, or ``torchrun`` for a point on several GPUs.
+:func:`run_ensembles` then scores the ensembles the sweep asks for.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fullrank.recipes.run import recipe_of
 from fullrank.recipes.sweep import Plan, Point, finished, train_command
+from fullrank.recipes.sweep_report import ensemble_file, ensemble_sizes, figures, label
 
 POLL_S = 1.0
 
@@ -40,7 +44,7 @@ class Outcome:
 def python_command(point: Point, plan: Plan, out: Path, *, threads: int | None = None,
                    gpus: int = 1) -> list[str]:
     """The point's ``fullrank train`` through this Python (``torchrun`` for several GPUs)."""
-    cmd = train_command(point, plan.sweep, out, threads=threads)[1:]  # without "fullrank"
+    cmd = train_command(point, out, threads=threads)[1:]  # without "fullrank"
     if gpus > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc_per_node={gpus}", "-m", "fullrank", *cmd]
@@ -79,10 +83,11 @@ def _progress_of(run_dir: Path) -> tuple[int, float | None]:
     return step, loss
 
 
-def _summary_line(run_dir: Path) -> str:
+def _summary_line(point: Point, run_dir: Path) -> str:
+    """The point's own figures (its task's first two) and minutes, for the ``done`` line."""
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    parts = [f"{split} ppl {results[split]['ppl']:.2f}" for split in ("valid", "test")
-             if results.get(split)]
+    found = figures(point.task, results)
+    parts = [f"{label(point.task, m)} {v:.2f}" for m, v in list(found.items())[:2]]
     return ", ".join(parts + [f"{results.get('seconds', 0) / 60:.1f} min"])
 
 
@@ -93,6 +98,18 @@ def _to_train(plan: Plan, out: Path) -> tuple[Outcome, list[Point]]:
     for p in plan.points:
         (outcome.skipped if finished(out, p) else pending).append(p)
     return outcome, pending
+
+
+def _ready(pending: list[Point], out: Path, outcome: Outcome, console: Console) -> list[Point]:
+    """The pending points whose ``init_from`` point has finished (those whose one failed are
+    moved to ``outcome.failed``)."""
+    for p in [p for p in pending if p.after in outcome.failed]:
+        pending.remove(p)
+        outcome.failed[p.name] = f"starts from {p.after}, which failed"
+        console.print(f"skipped {p.name}: it starts from {p.after}, which failed")
+    names = {p.name for p in pending}
+    return [p for p in pending if p.after is None
+            or (p.after not in names and (out / p.after / "results.json").is_file())]
 
 
 def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
@@ -120,8 +137,14 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
     try:
         with bars:
             while pending or running:
-                while pending and free:
-                    slot, point = free.pop(0), pending.pop(0)
+                ready = _ready(pending, out, outcome, console)
+                if not ready and not running:  # left: points whose init_from never finished
+                    for p in pending:
+                        outcome.failed[p.name] = f"starts from {p.after}, which did not finish"
+                    break
+                while ready and free:
+                    slot, point = free.pop(0), ready.pop(0)
+                    pending.remove(point)
                     run_dir = out / point.name
                     run_dir.mkdir(parents=True, exist_ok=True)
                     log = open(run_dir / "train.log", "a", encoding="utf-8")
@@ -147,7 +170,8 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
                     free.append(slot)
                     if proc.returncode == 0 and finished(out, point):
                         outcome.done.append(point.name)
-                        console.print(f"done   {point.name}: {_summary_line(out / point.name)}")
+                        console.print(f"done   {point.name}: "
+                                      f"{_summary_line(point, out / point.name)}")
                     else:
                         reason = f"exit {proc.returncode}: {last_line(out / point.name / 'train.log')}"
                         outcome.failed[point.name] = reason
@@ -173,20 +197,36 @@ def _gpu_count() -> int:
 def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, Any],
                  gpus_per_point: int = 1, console: Console | None = None,
                  wait: bool = True) -> Outcome:
-    """Submit every unfinished point as one job through submitit and wait for them.
+    """Submit every unfinished point as one job through submitit and wait for them (a point
+    that starts from another's checkpoint is submitted once that one has finished).
 
     ``cluster``: ``"slurm"`` (one SLURM job per point) or ``"local"`` (submitit's local
     executor, for trying a sweep's submission on one machine). ``parameters`` go to
     ``AutoExecutor.update_parameters`` (``timeout_min``, ``slurm_partition``,
     ``cpus_per_task``, ``gpus_per_node``, …). A job runs the point's plain ``fullrank train``
     (through ``torchrun`` when ``gpus_per_point > 1``)."""
+    console = console or Console(highlight=False)
+    outcome, pending = _to_train(plan, out)
+    while pending:  # in waves: a point goes once the point it starts from has finished
+        ready = _ready(pending, out, outcome, console)
+        if not ready:
+            for p in pending:
+                outcome.failed[p.name] = f"starts from {p.after}, which did not finish"
+            break
+        for p in ready:
+            pending.remove(p)
+        _submit(plan, out, ready, outcome, cluster=cluster, parameters=parameters,
+                gpus_per_point=gpus_per_point, console=console, wait=wait or bool(pending))
+    return outcome
+
+
+def _submit(plan: Plan, out: Path, pending: list[Point], outcome: Outcome, *, cluster: str,
+            parameters: dict[str, Any], gpus_per_point: int, console: Console,
+            wait: bool) -> None:
+    """Submit ``pending`` as one job each; with ``wait``, wait and record what they did."""
     import submitit
     from submitit.helpers import CommandFunction
 
-    console = console or Console(highlight=False)
-    outcome, pending = _to_train(plan, out)
-    if not pending:
-        return outcome
     executor = submitit.AutoExecutor(folder=out / ".submitit" / "%j", cluster=cluster)
     params = {"name": plan.sweep.name, "timeout_min": 24 * 60, **parameters}
     if gpus_per_point > 1:
@@ -204,7 +244,7 @@ def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, A
     console.print(f"submitted {len(jobs)} points through submitit ({cluster}): jobs {ids}; logs "
                   f"under {out / '.submitit'}")
     if not wait:
-        return outcome
+        return
     for job in submitit.helpers.as_completed(jobs):
         point = by_job[id(job)]
         try:
@@ -216,7 +256,27 @@ def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, A
             continue
         if finished(out, point):
             outcome.done.append(point.name)
-            console.print(f"done   {point.name}: {_summary_line(out / point.name)}")
+            console.print(f"done   {point.name}: {_summary_line(point, out / point.name)}")
         else:
             outcome.failed[point.name] = "the job ended without results.json"
-    return outcome
+
+
+def run_ensembles(plan: Plan, out: Path, console: Console | None = None) -> list[Path]:
+    """Score the ensembles the sweep asks for (``ensemble``) whose seeds have all finished and
+    that are not scored yet: ``OUT/ensembles/GROUP-kK/`` (outputs and ``results.json``)."""
+    console = console or Console(highlight=False)
+    written = []
+    for group, points in plan.groups().items():
+        for k in ensemble_sizes(plan, points):
+            record = ensemble_file(out, group, k)
+            members = points[:k]
+            if record.is_file() or not all(finished(out, p) for p in members):
+                continue
+            assert members[0].experiment is not None
+            results = recipe_of(members[0].task).ensemble(
+                members[0].experiment, [out / p.name for p in members], record.parent,
+                say=lambda line: console.print(line, markup=False))
+            record.write_text(json.dumps({"members": [p.name for p in members], **results},
+                                         indent=1), encoding="utf-8")
+            written.append(record)
+    return written

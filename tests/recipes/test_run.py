@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fullrank.recipes.common import prepare_tokenizer
+from fullrank.recipes.run import prepare_tokenizer
 from fullrank.recipes.config import load_experiment
 from fullrank.training.distributed import DistInfo
 
@@ -20,6 +20,7 @@ def test_data_lowercase_reaches_the_tokenizer(tmp_path):
     for lowercase, expected in ((None, "Ein Mann"), (True, "ein mann")):
         exp = load_experiment(cfg, [f"data.lowercase={'null' if lowercase is None else 'true'}"])
         run = tmp_path / f"run_{lowercase}"
-        tok = prepare_tokenizer(exp, [tmp_path / "train.txt"], run, ONE, resuming=False)
+        tok = prepare_tokenizer(exp.data, lambda: [tmp_path / "train.txt"], run, ONE,
+                                resuming=False)
         assert tok.decode(tok.encode("Ein Mann")) == expected
         assert (run / "tokenizer.json").is_file()
