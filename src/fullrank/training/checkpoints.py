@@ -75,16 +75,34 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------- model weights
+def _tied(model: nn.Module) -> dict[str, str]:
+    """``alias → first name`` of the parameters ``model`` holds under several names (tied
+    embeddings): what a state dict gathered from shards, whose tensors are copies, still
+    shares."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return out
+
+
 def _unique_state(model: nn.Module, state: dict[str, Tensor] | None = None
                   ) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The state dict (``model``'s, or ``state`` gathered from shards) with each shared tensor
-    once, and ``alias → kept name`` for the rest."""
+    once, and ``alias → kept name`` for the rest: the same file whether the run was sharded or
+    not."""
     tensors: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    tied = _tied(model) if state is not None else {}
     for name, t in (model.state_dict() if state is None else state).items():
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-        if key in seen:
+        if name in tied:
+            aliases[name] = tied[name]
+        elif key in seen:
             aliases[name] = seen[key]
         else:
             seen[key] = name
