@@ -303,3 +303,19 @@ def test_older_checkpoints_with_buffers_tied_copies_and_shards_import(models, tm
         "bert.embeddings.position_ids": "a buffer of the positions 0, 1, …",
         "cls.predictions.decoder.bias": "the same tensor as cls.predictions.bias",
         "cls.predictions.decoder.weight": "tied to embeddings.word_embeddings.weight"}
+
+
+def test_the_mapping_tables_of_the_docs_are_the_code_s():
+    from pathlib import Path
+
+    from fullrank.models import DecoderLMConfig, EncoderConfig, EncoderDecoderConfig
+    from fullrank.models.convert_hf import bert_layout, gpt2_layout, hf_names, marian_layout
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "import-export.md").read_text()
+    sizes = dict(vocab_size=10, d_model=8, n_heads=2, n_layers=2, max_len=8, seq_len=8)
+    layouts = [bert_layout(EncoderConfig(n_classes=3, span_head=True, **sizes)),
+               gpt2_layout(DecoderLMConfig(**sizes)),
+               marian_layout(EncoderDecoderConfig(output_bias=True, **sizes))]
+    for layout in layouts:
+        for ours, theirs in hf_names(layout):
+            assert f"| `{ours}` | `{theirs}` |" in doc, (layout.architecture, ours)

@@ -344,16 +344,24 @@ def _full(layout: Layout, name: str) -> str:
 
 
 def hf_names(layout: Layout) -> list[tuple[str, str]]:
-    """``(fullrank name, Hugging Face names)`` of every pair, layer indices written ``{i}``
-    (layer 0 only), for the mapping tables of the docs."""
-    rows = []
+    """``(fullrank name, Hugging Face names)`` of every pair, for the mapping tables of the
+    docs: layer 0 only, its index written ``{i}``; a weight and its bias on one row
+    (``….{weight,bias}``)."""
+    rows: list[tuple[str, str]] = []
     for pair in layout.pairs:
         if re.search(r"\.[1-9]\d*\.", pair.ours):
             continue
-        theirs = [_full(layout, n) for n in pair.theirs]
         how = " (transposed)" if pair.transpose else " (a (1, V) row)" if pair.row else ""
-        rows.append((re.sub(r"\.0\.", ".{i}.", pair.ours),
-                     re.sub(r"\.0\.", ".{i}.", " + ".join(theirs)) + how))
+        theirs = " + ".join(_full(layout, n) for n in pair.theirs)
+        row = (re.sub(r"\.0\.", ".{i}.", pair.ours), re.sub(r"\.0\.", ".{i}.", theirs) + how)
+        if row[0].endswith(".bias") and rows and rows[-1][0] == row[0][:-4] + "weight":
+            weight = rows[-1][1].removesuffix(" (transposed)")
+            if weight.replace(".weight", ".bias") == row[1]:
+                note = " (the weight transposed)" if rows[-1][1] != weight else ""
+                rows[-1] = (row[0][:-4] + "{weight,bias}",
+                            weight.replace(".weight", ".{weight,bias}") + note)
+                continue
+        rows.append(row)
     return rows
 
 
