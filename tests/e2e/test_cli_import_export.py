@@ -185,6 +185,9 @@ CASES: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
                                   decoder_ffn_dim=41)), "-o", str(r / "o")],
      r"'model\.encoder\.layers\.0\.fc1\.weight' is \(37, 24\) but config\.json describes "
      r"\(41, 24\)"),
+    ("a setting fullrank cannot represent", lambda hf, r: [
+        "import", str(edit_config(copy_of(hf, "marian", r), tie_word_embeddings=False)),
+        "-o", str(r / "o")], r"config\.json: tie_word_embeddings=False is not supported"),
     ("a truncated safetensors file", lambda hf, r: [
         "import", str(truncated(copy_of(hf, "gpt2", r))), "-o", str(r / "o")],
      r"model\.safetensors: not a readable safetensors file .*truncated or corrupt"),

@@ -30,6 +30,7 @@ DIRS = {**{cls: (lambda root, c=cls: bert_dir(root, c)) for cls in BERT_CLASSES}
                                                              legacy_vocab=True),
         "GPT2LMHeadModel": lambda root: gpt2_dir(root),
         "GPT2LMHeadModel (vocab.json + merges.txt)": lambda root: gpt2_dir(root, legacy_vocab=True),
+        "GPT2LMHeadModel (untied)": lambda root: gpt2_dir(root, tie_word_embeddings=False),
         "MarianMTModel": lambda root: marian_dir(root)}
 
 
@@ -95,8 +96,9 @@ def test_imported_bert_computes_what_hugging_face_computes(models, name):
                                        rtol=1e-5)
 
 
-def test_imported_gpt2_computes_what_hugging_face_computes(models):
-    hf_dir, report = models["GPT2LMHeadModel"]
+@pytest.mark.parametrize("name", ["GPT2LMHeadModel", "GPT2LMHeadModel (untied)"])
+def test_imported_gpt2_computes_what_hugging_face_computes(models, name):
+    hf_dir, report = models[name]
     ours = load_checkpoint(report.path).model
     hf = hf_model(hf_dir, "GPT2LMHeadModel")
     tokens, keep = batch(ours.config.vocab_size)
@@ -136,7 +138,7 @@ def test_import_then_export_gives_back_every_tensor(models, name, tmp_path):
         assert torch.equal(ours[key], value), key
 
 
-@pytest.mark.parametrize("name", [n for n in DIRS if n != "MarianMTModel"])
+@pytest.mark.parametrize("name", [n for n in DIRS if not n.startswith("Marian")])
 def test_the_tokenizer_gives_the_ids_of_transformers_in_and_out(models, name, tmp_path):
     hf_dir, report = models[name]
     tok = load_checkpoint(report.path).tokenizer

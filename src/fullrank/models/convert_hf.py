@@ -7,14 +7,14 @@ unpickling) and passes them in; :mod:`fullrank.interop.huggingface` does that fo
 
 Three Hugging Face families map onto the three fullrank families:
 
-========  ==================================================================  =================
-family    Hugging Face classes                                                fullrank model
-========  ==================================================================  =================
-``bert``  ``BertForPreTraining``, ``BertForMaskedLM``, ``BertModel``,         :class:`Encoder`
-          ``BertForSequenceClassification``, ``BertForQuestionAnswering``
-``gpt2``  ``GPT2LMHeadModel``, ``GPT2Model``                                  :class:`DecoderLM`
+==========  ================================================================  =====================
+family      Hugging Face classes                                              fullrank model
+==========  ================================================================  =====================
+``bert``    ``BertForPreTraining``, ``BertForMaskedLM``, ``BertModel``,       :class:`Encoder`
+            ``BertForSequenceClassification``, ``BertForQuestionAnswering``
+``gpt2``    ``GPT2LMHeadModel``, ``GPT2Model``                                :class:`DecoderLM`
 ``marian``  ``MarianMTModel``                                                 :class:`EncoderDecoder`
-========  ==================================================================  =================
+==========  ================================================================  =====================
 
 Each model's tensors are described once, as a :class:`Layout`: a list of :class:`Pair` s (one
 fullrank tensor and the Hugging Face tensors it is made of), the Hugging Face tensors that hold
@@ -150,11 +150,7 @@ def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining",
                   Pair("mlm.bias", ("cls.predictions.bias",)),
                   *_linear("nsp", "cls.seq_relationship")]
         derived[r"cls\.predictions\.decoder\.bias"] = "the same tensor as cls.predictions.bias"
-        if config.tie_embeddings:
-            derived[r"cls\.predictions\.decoder\.weight"] = (
-                "tied to embeddings.word_embeddings.weight")
-        else:
-            pairs.append(Pair("mlm.decoder.weight", ("cls.predictions.decoder.weight",)))
+        derived[r"cls\.predictions\.decoder\.weight"] = "tied to embeddings.word_embeddings.weight"
         if names and "cls.seq_relationship.weight" not in names:  # BertForMaskedLM
             why = f"{architecture} has no next-sentence head"
             new = {"nsp.weight": why, "nsp.bias": why}
@@ -214,10 +210,7 @@ def marian_layout(config: EncoderDecoderConfig) -> Layout:
     derived = {r"(encoder|decoder)\.embed_tokens\.weight": "tied to shared.weight",
                r"(encoder|decoder)\.embed_positions\.weight": "Marian's fixed sinusoid, which "
                "fullrank computes (positions=sinusoidal_halves)"}
-    if config.tie_embeddings:
-        derived[r"lm_head\.weight"] = "tied to shared.weight"
-    else:
-        pairs.append(Pair("out_proj.weight", ("lm_head.weight",)))
+    derived[r"lm_head\.weight"] = "tied to shared.weight"
     if config.output_bias:
         pairs.append(Pair("output_bias", ("final_logits_bias",), row=True))
     else:
@@ -392,6 +385,8 @@ def bert_config_from_hf(hf: Mapping[str, Any], names: Collection[str] = (),
             "fullrank's BERT has absolute learned positions")
     _refuse(hf, "is_decoder", False, (False,), "fullrank's BERT is an encoder")
     _refuse(hf, "add_cross_attention", False, (False,), "fullrank's BERT has no cross-attention")
+    _refuse(hf, "tie_word_embeddings", True, (True,), "fullrank imports BERT with its MLM "
+            "decoder tied to the token embedding")
     heads = {"pretraining_heads": "cls.predictions.bias" in names,
              "n_classes": 0, "span_head": "qa_outputs.weight" in names}
     if "classifier.weight" in names:
@@ -409,8 +404,7 @@ def bert_config_from_hf(hf: Mapping[str, Any], names: Collection[str] = (),
         norm_eps=hf.get("layer_norm_eps", 1e-12), max_len=hf["max_position_embeddings"],
         seq_len=min(128, hf["max_position_embeddings"]),
         type_vocab_size=hf.get("type_vocab_size", 2),
-        init_std=hf.get("initializer_range", 0.02),
-        tie_embeddings=hf.get("tie_word_embeddings", True), **heads,
+        init_std=hf.get("initializer_range", 0.02), **heads,
     )
     kw.update(overrides)
     return EncoderConfig(**kw)
@@ -446,6 +440,8 @@ def marian_config_from_hf(hf: Mapping[str, Any], tensors: Mapping[str, Tensor] |
                                   f"fullrank's encoder-decoder has one {ours} for both")
     _refuse(hf, "share_encoder_decoder_embeddings", True, (True,),
             "fullrank imports Marian models with one shared vocabulary")
+    _refuse(hf, "tie_word_embeddings", True, (True,), "fullrank imports Marian models with one "
+            "embedding shared by the encoder, the decoder and the output projection")
     if hf.get("decoder_vocab_size") not in (None, hf["vocab_size"]):
         raise CheckpointError(f"config.json: decoder_vocab_size={hf['decoder_vocab_size']} is "
                               f"not vocab_size={hf['vocab_size']}; fullrank imports Marian "
@@ -460,8 +456,7 @@ def marian_config_from_hf(hf: Mapping[str, Any], tensors: Mapping[str, Tensor] |
         dropout=hf.get("dropout", 0.1), attn_dropout=hf.get("attention_dropout", 0.0),
         ffn_dropout=hf.get("activation_dropout", 0.0), norm_first=False, norm_eps=1e-5,
         bias=True, positions="sinusoidal_halves", max_len=max_len, seq_len=min(256, max_len),
-        scale_embeddings=hf.get("scale_embedding", False),
-        tie_embeddings=hf.get("tie_word_embeddings", True),
+        scale_embeddings=hf.get("scale_embedding", False), tie_embeddings=True,
         output_bias=bias is not None and bool(bias.any()))
 
 
@@ -517,6 +512,8 @@ def hf_config(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, *,
              f"its heads are d_model / n_heads = {std} wide; widened or fixed-size heads have "
              f"no Hugging Face form", arch)
     _require(config.bias, "bias=False", "its projections have biases", arch)
+    _require(config.tie_embeddings or isinstance(config, DecoderLMConfig), "tie_embeddings=False",
+             "its output projection is the token embedding", arch)
     act = _ACTIVATION_NAMES[config.activation]
     if isinstance(config, EncoderConfig):
         _require(not config.norm_first, "norm_first=True", "BERT's blocks are post-LN", arch)
@@ -534,7 +531,7 @@ def hf_config(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, *,
             attention_probs_dropout_prob=config.attn_dropout,
             max_position_embeddings=config.max_len, type_vocab_size=config.type_vocab_size,
             initializer_range=config.init_std, layer_norm_eps=config.norm_eps,
-            pad_token_id=pad_id, tie_word_embeddings=config.tie_embeddings)
+            pad_token_id=pad_id)
         if config.n_classes:
             names = labels or [f"LABEL_{i}" for i in range(config.n_classes)]
             out["id2label"] = {str(i): n for i, n in enumerate(names)}
@@ -569,7 +566,7 @@ def hf_config(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, *,
                    attention_dropout=config.attn_dropout, activation_dropout=config.ffn_dropout,
                    max_position_embeddings=config.max_len,
                    scale_embedding=config.scale_embeddings, share_encoder_decoder_embeddings=True,
-                   tie_word_embeddings=config.tie_embeddings, is_encoder_decoder=True,
+                   is_encoder_decoder=True,
                    pad_token_id=pad_id, eos_token_id=eos_id, forced_eos_token_id=eos_id,
                    decoder_start_token_id=bos_id)
     return {"architectures": [arch], **out}
