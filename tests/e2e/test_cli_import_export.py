@@ -117,7 +117,8 @@ def test_an_imported_marian_translates(hf, tmp_path, capsys, monkeypatch):
     out = run(["import", str(hf["marian"]), "-o", "marian"], capsys)
     assert "checkpoint: marian (task mt)" in out
     (tmp_path / "in.txt").write_text("the king is here\nand so is the queen\n")
-    run(["translate", "marian", "-i", "in.txt", "-o", "out.txt", "--beam", "2"], capsys)
+    run(["translate", "marian", "-i", "in.txt", "-o", "out.txt", "--beam", "2", "--max-len-a", "0",
+         "--max-len-b", "4"], capsys)
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
     tokenizer = str(hf["marian"] / "tokenizer.json")
     out = run(["import", str(hf["marian_spm"]), "--tokenizer", tokenizer, "-o", "given"], capsys)
