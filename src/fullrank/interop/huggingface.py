@@ -5,9 +5,9 @@ checkpoint.
 ``model.safetensors.index.json`` names — with ``safetensors`` alone (a directory holding only a
 pickle, ``pytorch_model.bin``, is refused: fullrank never unpickles a file), and the tokenizer
 (:mod:`fullrank.data.hf_tokenizer`). Every tensor is accounted for
-(:mod:`fullrank.models.convert_hf`): mapped onto the fullrank model, dropped with the reason
-(tied copies, buffers), or new (a head the checkpoint lacks, drawn at random from a fixed
-seed). The checkpoint is written by the atomic checkpoint writer, with its tokenizer and the
+(:mod:`fullrank.models.convert_hf`): mapped onto the fullrank model, or dropped with the
+reason (tied copies, buffers); the model has no tensor that the checkpoint does not give. The
+checkpoint is written by the atomic checkpoint writer, with its tokenizer and the
 task its heads serve, so ``heads``, ``widen``, ``train.init_from``, ``classify``, ``answer``,
 ``generate`` and ``translate`` take it as they take a checkpoint of their own. Nothing is
 downloaded.
@@ -69,13 +69,12 @@ class Imported:
     converted_from: str | None  # the stored dtype, when it was not float32
 
     def lines(self) -> list[str]:
-        """The report: what was read, then every tensor mapped, dropped and new (one line
-        each), then where it went."""
+        """The report: what was read, then every tensor mapped and dropped (one line each),
+        then where it went."""
         c, conv = self.config, self.conversion
         dh = c.head_sizes[0]
         dtype = f"; stored as {self.converted_from}, now float32" if self.converted_from else ""
         dropped = _grouped(conv.dropped)
-        new = _grouped([(n, f"{why}: drawn at random") for n, why in conv.new])
         source = sum(len(theirs) for _, theirs in conv.mapped)
         layers = (f"{c.n_layers} + {c.decoder_layers} layers" if isinstance(c, EncoderDecoderConfig)
                   else f"{c.n_layers} layers")
@@ -85,7 +84,6 @@ class Imported:
                 f"mapped {source} tensors onto {len(conv.mapped)} of fullrank's "
                 f"{family_of(c)} model",
                 f"dropped ({len(conv.dropped)}): {dropped}",
-                f"new ({len(conv.new)}): {new}",
                 f"checkpoint: {self.path} (task {self.task or 'none'})"]
 
 
@@ -224,11 +222,8 @@ def import_hf(source: str | Path, output: str | Path, *, overwrite: bool = False
                               f"tokens but config.json's vocab_size is {config.vocab_size}; give "
                               f"the tokenizer saved with this model")
     _check_special_ids(hf, tok, family, source / CONFIG)
-    with torch.random.fork_rng():  # the new heads' random values: the same on every import
-        torch.manual_seed(0)
-        model = build_model(config)
-    conversion = load_from_hf(model, layout_of(config, architecture, names=names), raw,
-                              where=str(weights))
+    model = build_model(config)
+    conversion = load_from_hf(model, layout_of(config, architecture), raw, where=str(weights))
     dtypes = {str(t.dtype).removeprefix("torch.") for t in raw.values() if t.is_floating_point()}
     task, extra = _task_and_meta(config, hf)
     meta = {"task": task, **extra,
@@ -243,7 +238,7 @@ def _bert_architecture(config: ModelConfig) -> str:
     """The BERT class a checkpoint's tensors make, when config.json names none."""
     assert isinstance(config, EncoderConfig)
     if config.pretraining_heads:
-        return "BertForPreTraining"
+        return "BertForPreTraining" if config.next_sentence else "BertForMaskedLM"
     if config.n_classes:
         return "BertForSequenceClassification"
     return "BertForQuestionAnswering" if config.span_head else "BertModel"

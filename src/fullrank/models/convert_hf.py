@@ -95,7 +95,6 @@ class Layout:
         pairs: every tensor of the fullrank model (tied copies once), with its source.
         derived: Hugging Face names (regular expressions) that hold no weights of their own →
             why: read and dropped on import, not written on export.
-        new: fullrank names the Hugging Face model lacks → why: drawn at random on import.
     """
 
     architecture: str
@@ -103,7 +102,6 @@ class Layout:
     base_class: bool
     pairs: tuple[Pair, ...]
     derived: dict[str, str] = field(default_factory=dict)
-    new: dict[str, str] = field(default_factory=dict)
 
     def why_derived(self, name: str) -> str | None:
         for pattern, why in self.derived.items():
@@ -124,9 +122,8 @@ def _qkv(ours: str, q: str, k: str, v: str) -> list[Pair]:
             for p in ("weight", "bias")]
 
 
-def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining", *,
-                names: Collection[str] = ()) -> Layout:
-    """BERT's tensors; ``names`` (a checkpoint's, prefix-free) tell which heads it lacks."""
+def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining") -> Layout:
+    """BERT's tensors: the backbone and the heads of ``config``."""
     pairs = [Pair("embed.token.weight", ("embeddings.word_embeddings.weight",)),
              Pair("embed.positions.weight", ("embeddings.position_embeddings.weight",)),
              Pair("embed.segments.weight", ("embeddings.token_type_embeddings.weight",)),
@@ -143,24 +140,19 @@ def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining",
     if config.has_pooler:
         pairs += _linear("pooler", "pooler.dense")
     derived = {r"(.*\.)?position_ids": "a buffer of the positions 0, 1, …"}
-    new: dict[str, str] = {}
     if config.pretraining_heads:
         pairs += [*_linear("mlm.transform", "cls.predictions.transform.dense"),
                   *_linear("mlm.norm", "cls.predictions.transform.LayerNorm"),
-                  Pair("mlm.bias", ("cls.predictions.bias",)),
-                  *_linear("nsp", "cls.seq_relationship")]
+                  Pair("mlm.bias", ("cls.predictions.bias",))]
         derived[r"cls\.predictions\.decoder\.bias"] = "the same tensor as cls.predictions.bias"
         derived[r"cls\.predictions\.decoder\.weight"] = "tied to embeddings.word_embeddings.weight"
-        if names and "cls.seq_relationship.weight" not in names:  # BertForMaskedLM
-            why = f"{architecture} has no next-sentence head"
-            new = {"nsp.weight": why, "nsp.bias": why}
-            if "pooler.dense.weight" not in names:
-                new.update({"pooler.weight": why, "pooler.bias": why})
+    if config.has_nsp_head:
+        pairs += _linear("nsp", "cls.seq_relationship")
     if config.n_classes:
         pairs += _linear("classifier", "classifier")
     if config.span_head:
         pairs += _linear("span", "qa_outputs")
-    return Layout(architecture, "bert.", architecture == "BertModel", tuple(pairs), derived, new)
+    return Layout(architecture, "bert.", architecture == "BertModel", tuple(pairs), derived)
 
 
 def gpt2_layout(config: DecoderLMConfig, architecture: str = "GPT2LMHeadModel") -> Layout:
@@ -222,11 +214,10 @@ def marian_layout(config: EncoderDecoderConfig) -> Layout:
 @dataclass
 class Conversion:
     """What :func:`state_from_hf` did with every tensor: mapped (fullrank name ← Hugging Face
-    names), dropped (Hugging Face name, why) and new (fullrank name, why)."""
+    names) or dropped (Hugging Face name, why)."""
 
     mapped: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)
-    new: list[tuple[str, str]] = field(default_factory=list)
 
 
 def strip_prefix(tensors: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
@@ -240,8 +231,7 @@ def state_from_hf(layout: Layout, tensors: Mapping[str, Tensor],
                   ) -> tuple[dict[str, Tensor], Conversion]:
     """The fullrank state dict made of a Hugging Face checkpoint's ``tensors`` (its names with
     or without the base model's prefix), checked against ``expected`` (the fullrank model's
-    state dict: names and shapes); float32. The state holds every pair's tensor; the layout's
-    ``new`` tensors the checkpoint lacks are left out (the model keeps its own) and reported.
+    state dict: names and shapes); float32. The state holds every pair's tensor.
 
     A tensor missing, of another shape, or that the layout has no place for is one
     :class:`CheckpointError` naming it: the config and the weights do not match.
@@ -258,9 +248,6 @@ def state_from_hf(layout: Layout, tensors: Mapping[str, Tensor],
     used: set[str] = set()
     for pair in layout.pairs:
         keys = [stored(n) for n in pair.theirs]
-        if not any(keys) and pair.ours in layout.new:
-            report.new.append((pair.ours, layout.new[pair.ours]))
-            continue
         if not all(keys):
             missing = next(n for n, k in zip(pair.theirs, keys) if k is None)
             raise CheckpointError(f"{where}: no tensor '{_full(layout, missing)}', which a "
@@ -306,13 +293,11 @@ def tied_names(model: nn.Module) -> dict[str, str]:
 def load_from_hf(model: nn.Module, layout: Layout, tensors: Mapping[str, Tensor], *,
                  where: str = "the weights") -> Conversion:
     """Load a Hugging Face checkpoint's ``tensors`` into ``model``
-    (:func:`state_from_hf`); the layout's ``new`` tensors keep the model's own values."""
+    (:func:`state_from_hf`): every tensor of the model is set."""
     state, report = state_from_hf(layout, tensors, model.state_dict(), where=where)
     aliases = tied_names(model)
     state.update({alias: state[kept] for alias, kept in aliases.items() if kept in state})
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    new = {name for name, _ in report.new}
-    assert not unexpected and all(aliases.get(m, m) in new for m in missing), (missing, unexpected)
+    model.load_state_dict(state, strict=True)
     return report
 
 
@@ -378,8 +363,9 @@ def _activation(hf: Mapping[str, Any], key: str, default: str) -> str:
 def bert_config_from_hf(hf: Mapping[str, Any], names: Collection[str] = (),
                         **overrides: Any) -> EncoderConfig:
     """An :class:`EncoderConfig` from a Hugging Face ``BertConfig`` dict; ``names`` (the
-    checkpoint's tensors, prefix-free) give the heads: the pre-training heads (MLM, with the
-    next-sentence head new when it is missing), a classifier, a span head, or the pooler alone."""
+    checkpoint's tensors, prefix-free) give the heads: the masked-LM head (with the
+    next-sentence head and the pooler when it has them: ``BertForPreTraining``, not
+    ``BertForMaskedLM``), a classifier, a span head, or the pooler alone (``BertModel``)."""
     _refuse(hf, "hidden_act", "gelu", ("gelu",), "fullrank's BERT uses the exact GELU")
     _refuse(hf, "position_embedding_type", "absolute", ("absolute",),
             "fullrank's BERT has absolute learned positions")
@@ -388,6 +374,7 @@ def bert_config_from_hf(hf: Mapping[str, Any], names: Collection[str] = (),
     _refuse(hf, "tie_word_embeddings", True, (True,), "fullrank imports BERT with its MLM "
             "decoder tied to the token embedding")
     heads = {"pretraining_heads": "cls.predictions.bias" in names,
+             "next_sentence": "cls.seq_relationship.weight" in names,
              "n_classes": 0, "span_head": "qa_outputs.weight" in names}
     if "classifier.weight" in names:
         heads["n_classes"] = int(hf.get("num_labels", len(hf.get("id2label") or {}) or 2))
@@ -395,7 +382,7 @@ def bert_config_from_hf(hf: Mapping[str, Any], names: Collection[str] = (),
             raise CheckpointError("config.json: num_labels=1 is regression, which fullrank's "
                                   "classifier does not do; it needs at least 2 classes")
     heads["pooler"] = "pooler.dense.weight" in names and not (
-        heads["pretraining_heads"] or heads["n_classes"])
+        heads["next_sentence"] or heads["n_classes"])
     kw: dict[str, Any] = dict(
         vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
         d_ff=hf["intermediate_size"], n_layers=hf["num_hidden_layers"],
@@ -480,7 +467,8 @@ def hf_architecture(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConf
         return "GPT2LMHeadModel"
     if isinstance(config, EncoderDecoderConfig):
         return "MarianMTModel"
-    heads = [name for name, on in (("BertForPreTraining", config.pretraining_heads),
+    mlm = "BertForPreTraining" if config.next_sentence else "BertForMaskedLM"
+    heads = [name for name, on in ((mlm, config.pretraining_heads),
                                    ("BertForSequenceClassification", config.n_classes > 0),
                                    ("BertForQuestionAnswering", config.span_head)) if on]
     if len(heads) > 1:
@@ -573,12 +561,12 @@ def hf_config(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, *,
 
 
 def layout_of(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig,
-              architecture: str | None = None, *, names: Collection[str] = ()) -> Layout:
+              architecture: str | None = None) -> Layout:
     """The :class:`Layout` of a model of ``config`` as ``architecture`` (default: the class
-    :func:`hf_architecture` exports to); ``names``: a checkpoint's tensors, for imports."""
+    :func:`hf_architecture` exports to)."""
     arch = architecture or hf_architecture(config)
     if isinstance(config, EncoderConfig):
-        return bert_layout(config, arch, names=names)
+        return bert_layout(config, arch)
     if isinstance(config, DecoderLMConfig):
         return gpt2_layout(config, arch)
     return marian_layout(config)
