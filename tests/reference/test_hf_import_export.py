@@ -319,3 +319,18 @@ def test_the_mapping_tables_of_the_docs_are_the_code_s():
     for layout in layouts:
         for ours, theirs in hf_names(layout):
             assert f"| `{ours}` | `{theirs}` |" in doc, (layout.architecture, ours)
+
+
+@pytest.mark.parametrize("name", ["BertForSequenceClassification", "BertModel"])
+def test_a_bert_config_that_names_no_class_is_read_by_its_tensors(models, name, tmp_path):
+    import json
+    import shutil
+
+    hf_dir, _ = models[name]
+    shutil.copytree(hf_dir, tmp_path / "nameless")
+    config = json.loads((tmp_path / "nameless" / "config.json").read_text())
+    del config["architectures"]
+    (tmp_path / "nameless" / "config.json").write_text(json.dumps(config))
+    report = import_hf(tmp_path / "nameless", tmp_path / "imported")
+    assert report.architecture == name
+    assert export_hf(report.path, tmp_path / "exported").architecture == name

@@ -33,11 +33,11 @@ from torch import Tensor
 from fullrank.data.hf_tokenizer import hf_tokenizer_files, read_hf_tokenizer
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, ConfigError
-from fullrank.models import (DecoderLMConfig, EncoderConfig, EncoderDecoderConfig, ModelConfig,
-                             build_model, family_of)
+from fullrank.models import (DecoderLMConfig, EncoderDecoderConfig, ModelConfig, build_model,
+                             family_of)
 from fullrank.models.convert_hf import (ARCHITECTURES, MODEL_TYPES, Conversion, Family,
                                         bert_config_from_hf, check_marian_positions,
-                                        gpt2_config_from_hf, hf_config, layout_of,
+                                        gpt2_config_from_hf, hf_architecture, hf_config, layout_of,
                                         load_from_hf, marian_config_from_hf, state_to_hf,
                                         strip_prefix, tied_names)
 from fullrank.paths import check_output_dir
@@ -214,7 +214,7 @@ def import_hf(source: str | Path, output: str | Path, *, overwrite: bool = False
                               f"config needs; {_RESAVE}") from None
     except ConfigError as e:
         raise CheckpointError(f"{source / CONFIG}: {e}") from None
-    architecture = named or _bert_architecture(config)
+    architecture = named or hf_architecture(config)  # a BERT's by its heads
     tok, tok_source = read_hf_tokenizer(source, tokenizer_file=Path(tokenizer_file)
                                         if tokenizer_file else None)
     if tok.vocab_size != config.vocab_size:
@@ -232,16 +232,6 @@ def import_hf(source: str | Path, output: str | Path, *, overwrite: bool = False
     path = write_checkpoint(Path(output), model, config, tok, meta, replace=overwrite)
     converted = ", ".join(sorted(dtypes - {"float32"})) or None
     return Imported(path, architecture, config, task, conversion, tok_source, converted)
-
-
-def _bert_architecture(config: ModelConfig) -> str:
-    """The BERT class a checkpoint's tensors make, when config.json names none."""
-    assert isinstance(config, EncoderConfig)
-    if config.pretraining_heads:
-        return "BertForPreTraining" if config.next_sentence else "BertForMaskedLM"
-    if config.n_classes:
-        return "BertForSequenceClassification"
-    return "BertForQuestionAnswering" if config.span_head else "BertModel"
 
 
 # ---------------------------------------------------------------------------------- export
