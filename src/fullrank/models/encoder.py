@@ -41,6 +41,8 @@ class EncoderConfig(TransformerConfig):
         n_classes: build a classifier with this many classes on the pooled first token
             (dropout, then a linear layer, as ``BertForSequenceClassification``); 0 = none.
         span_head: build the start/end span head (``BertForQuestionAnswering``).
+        pooler: build the pooler even when no head uses it (Hugging Face's ``BertModel`` holds
+            one, which a classifier fine-tuned from it starts from).
         init_std: std of the normal initialisation of every weight (BERT: 0.02).
     """
 
@@ -56,6 +58,7 @@ class EncoderConfig(TransformerConfig):
     next_sentence: Bool = True
     n_classes: NonNegativeInt = 0
     span_head: Bool = False
+    pooler: Bool = False
     init_std: PositiveFloat = 0.02
 
     def __post_init__(self) -> None:
@@ -70,8 +73,9 @@ class EncoderConfig(TransformerConfig):
 
     @property
     def has_pooler(self) -> bool:
-        """The pooler serves next-sentence prediction and the classifier."""
-        return self.has_nsp_head or self.n_classes > 0
+        """The pooler serves next-sentence prediction and the classifier (or is kept as
+        ``BertModel``'s)."""
+        return self.has_nsp_head or self.n_classes > 0 or self.pooler
 
     def non_embedding_params(self) -> int:
         """Parameters outside the token, position and segment embeddings (and outside the MLM

@@ -93,7 +93,9 @@ class Translation:
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
         h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
                   hidden_only=True)  # (B, T, D)
-        return linear_cross_entropy(h, unwrap(model).output_weight, batch.tgt_out,
+        raw = unwrap(model)
+        return linear_cross_entropy(h, raw.output_weight, batch.tgt_out,
+                                    bias=getattr(raw, "output_bias", None),
                                     epsilon=self.label_smoothing, ignore_index=self.pad_id)
 
     def evaluate(self, model: nn.Module, batches: Iterable[Seq2SeqBatch], device: torch.device,
