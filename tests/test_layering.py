@@ -1,6 +1,6 @@
-"""Dependencies point one way: layers ← blocks ← models ← training/inference ← recipes ← cli
-(STYLE.md §2), and the speed engine (``fast``) stands apart from the model's code. Walks the
-package with ``ast`` and fails on an upward or forbidden import."""
+"""Dependencies point one way: layers ← blocks ← models ← training/inference ← recipes ← sweeps
+← cli (STYLE.md §2), and the speed engine (``fast``) stands apart from the model's code. Walks
+the package with ``ast`` and fails on an upward or forbidden import."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ PACKAGE = Path(fullrank.__file__).parent
 # rank of each top-level part; a module may import only parts of lower or equal rank
 RANK = {"errors": 0, "validation": 0, "paths": 0, "output": 0, "layers": 1, "blocks": 2,
         "fast": 2, "models": 3, "data": 3, "evaluation": 3, "training": 4, "inference": 4,
-        "analysis": 5, "recipes": 5, "interop": 5, "cli": 6, "__init__": 7, "__main__": 7}
+        "analysis": 5, "recipes": 5, "interop": 5, "sweeps": 6, "cli": 7, "__init__": 8,
+        "__main__": 8}
 # parts nobody may import (besides the entry points)
 LEAVES = {"cli", "analysis"}
 # The papers' model code imports nothing of the speed engine, which plugs into its seams; the
@@ -26,7 +27,8 @@ FORBIDDEN = {"layers": {"fast"}, "blocks": {"fast"}, "models": {"fast"},
              "data": {"models", "blocks", "layers", "fast"},
              "evaluation": {"models", "blocks", "layers", "fast"},
              "training": {"models", "blocks", "fast"},
-             "inference": {"models"}, "analysis": {"recipes"}, "recipes": {"analysis"}}
+             "inference": {"models"}, "analysis": {"recipes"}, "recipes": {"analysis"},
+             "sweeps": {"analysis"}}
 # The one module allowed past FORBIDDEN, and why: loading a checkpoint builds the model its
 # config describes, and writing one stores that config (the model families' own table).
 EXCEPTIONS = {("training/checkpoints.py", "models")}

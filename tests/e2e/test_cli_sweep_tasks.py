@@ -10,7 +10,7 @@ import json
 import pytest
 
 from fullrank.cli import main
-from fullrank.recipes.sweep import load_sweep, plan
+from fullrank.sweeps.plan import load_sweep, plan
 from fullrank.training.checkpoints import resolve
 from tests.e2e.bert_fixture import write_configs
 from tests.e2e.test_cli_parse import CONFIG, write_treebank

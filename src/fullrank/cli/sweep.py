@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from fullrank.recipes.sweep import Plan
+    from fullrank.sweeps.plan import Plan
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 
@@ -57,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
     from fullrank.errors import ConfigError, closest
     from fullrank.recipes.config import parse_assignment
-    from fullrank.recipes.sweep import (claim_output, finished, load_sweep, plan, read_manifest,
+    from fullrank.sweeps.plan import (claim_output, finished, load_sweep, plan, read_manifest,
                                         train_command)
-    from fullrank.recipes.sweep_run import run_ensembles, run_local, run_submitit
+    from fullrank.sweeps.run import run_ensembles, run_local, run_submitit
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
@@ -138,7 +138,7 @@ def si(n: float) -> str:
 
 
 def print_plan(the_plan: Plan, out: Path, console: Console, Table: type[Table]) -> None:
-    from fullrank.recipes.sweep import coordinate, finished, value_text
+    from fullrank.sweeps.plan import coordinate, finished, value_text
 
     keys = the_plan.sweep.coordinate_keys()
     derived = [c for c in ("d_head", "d_ff") if f"model.{c}" not in keys]
@@ -161,7 +161,7 @@ def print_plan(the_plan: Plan, out: Path, console: Console, Table: type[Table]) 
 
 
 def report(the_plan: Plan, out: Path, console: Console, Table: type[Table]) -> int:
-    from fullrank.recipes.sweep_report import markdown, write_plots, write_summary
+    from fullrank.sweeps.report import markdown, write_plots, write_summary
 
     md, csv_path, rows = write_summary(the_plan, out)
     plots = write_plots(the_plan, rows, out)

@@ -9,7 +9,7 @@ with the closest valid key, a wrong type or an out-of-range, NaN or infinite val
 key with what is expected — always one line. A YAML mapping that repeats a key is an error (not
 "the last one wins"), and ``1e-3`` is a number. The resolved config is saved with every run.
 
-The same reader loads sweep files (:mod:`fullrank.recipes.sweep`), and :func:`parse_assignment`
+The same reader loads sweep files (:mod:`fullrank.sweeps.plan`), and :func:`parse_assignment`
 is the one ``key=value`` parser: experiment overrides, a sweep's points and ``fullrank sweep``'s
 command line all go through it.
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fullrank.recipes.run import recipe_of
-from fullrank.recipes.sweep import DERIVED, Plan, PlotSpec, Point, coordinate, value_text
+from fullrank.sweeps.plan import DERIVED, Plan, PlotSpec, Point, coordinate, value_text
 
 X_LABELS = {"params": "parameters", "non_embedding": "non-embedding parameters",
             "d_head": "head size d_head", "flops": "forward FLOPs per token",

@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fullrank.recipes.run import recipe_of
-from fullrank.recipes.sweep import Plan, Point, finished, train_command
-from fullrank.recipes.sweep_report import ensemble_file, ensemble_sizes, figures, label
+from fullrank.sweeps.plan import Plan, Point, finished, train_command
+from fullrank.sweeps.report import ensemble_file, ensemble_sizes, figures, label
 
 POLL_S = 1.0
 

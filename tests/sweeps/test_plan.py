@@ -12,7 +12,7 @@ import torch
 from fullrank.cli import main
 from fullrank.errors import ConfigError
 from fullrank.models import build_model
-from fullrank.recipes.sweep import claim_output, load_sweep, plan
+from fullrank.sweeps.plan import claim_output, load_sweep, plan
 from tests.e2e.lm_fixture import tiny_experiment
 from tests.helpers import shared_data
 
