@@ -22,6 +22,8 @@ run: $(STAMP)
 	$(BIN)/fullrank train configs/lm/shakespeare_char.yaml resume=auto
 
 test: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 
 # side-by-side benchmarks against the peers (installs them first; about half an hour on 2 cores)

@@ -16,10 +16,14 @@ from typing import TYPE_CHECKING, Any
 from fullrank.errors import CheckpointError, ConfigError, DataError, FullrankError
 
 if TYPE_CHECKING:
-    from fullrank.layers.attention import MultiHeadAttention, attend
-    from fullrank.models.decoder_lm import DecoderLM, DecoderLMConfig
-    from fullrank.models.encoder import Encoder, EncoderConfig
-    from fullrank.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+    from fullrank.layers.attention import MultiHeadAttention as MultiHeadAttention
+    from fullrank.layers.attention import attend as attend
+    from fullrank.models.decoder_lm import DecoderLM as DecoderLM
+    from fullrank.models.decoder_lm import DecoderLMConfig as DecoderLMConfig
+    from fullrank.models.encoder import Encoder as Encoder
+    from fullrank.models.encoder import EncoderConfig as EncoderConfig
+    from fullrank.models.encoder_decoder import EncoderDecoder as EncoderDecoder
+    from fullrank.models.encoder_decoder import EncoderDecoderConfig as EncoderDecoderConfig
 
 __version__ = "0.1.0"
 

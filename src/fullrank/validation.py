@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 
 import pydantic.dataclasses
 from pydantic import ConfigDict, Field, Strict, ValidationError
+from typing_extensions import dataclass_transform
 
 from fullrank.errors import ConfigError, closest
 
@@ -44,6 +45,7 @@ Str = Annotated[str, Strict()]
 C = TypeVar("C")
 
 
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(dataclasses.field,))
 def config_dataclass(cls: type[C]) -> type[C]:
     """Make ``cls`` a frozen, keyword-only pydantic dataclass that rejects unknown keys and
     non-finite floats, and whose constructor raises a one-line :class:`ConfigError` (a
@@ -58,8 +60,8 @@ def config_dataclass(cls: type[C]) -> type[C]:
         except ValidationError as e:
             raise ConfigError(describe(e, made, prefix=made.__name__)) from None
 
-    made.__init__ = __init__  # type: ignore[method-assign]
-    return made
+    made.__init__ = __init__  # type: ignore[method-assign]  # pydantic's, wrapped
+    return typing.cast(type[C], made)
 
 
 def _field_type(owner: Any, name: str) -> Any:

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from fullrank.analysis.capture import capture_attention
 from fullrank.layers.attention import ScaledDotProduct, attend, attention_logits
 from fullrank.layers.masks import causal_mask, padding_mask
-from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, EncoderDecoder,
-                             EncoderDecoderConfig)
+from fullrank.models import (
+    DecoderLM,
+    DecoderLMConfig,
+    Encoder,
+    EncoderConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+)
 from tests.helpers import ODD
 
 V = 29
 
 
-def lm(**kw) -> DecoderLM:
-    return DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, seq_len=12, dropout=0.0, **ODD, **kw)).eval()
+def lm(**kw: Any) -> DecoderLM:
+    sizes: dict[str, Any] = {**ODD, **kw}
+    return DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, seq_len=12, dropout=0.0,
+                                     **sizes)).eval()
 
 
 def hooks_left(model) -> int:

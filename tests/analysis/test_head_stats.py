@@ -8,10 +8,22 @@ import pytest
 import torch
 
 from fullrank.analysis.capture import AttentionRecord
-from fullrank.analysis.head_stats import (effective_rank, head_report, head_stats, head_table,
-                                          numerical_rank, row_entropy)
-from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, EncoderDecoder,
-                             EncoderDecoderConfig)
+from fullrank.analysis.head_stats import (
+    effective_rank,
+    head_report,
+    head_stats,
+    head_table,
+    numerical_rank,
+    row_entropy,
+)
+from fullrank.models import (
+    DecoderLM,
+    DecoderLMConfig,
+    Encoder,
+    EncoderConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+)
 
 V = 23
 

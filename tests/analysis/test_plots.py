@@ -8,8 +8,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from fullrank.analysis.head_stats import HeadStats
 from fullrank.analysis.multihead import FIT_TOL, LayerFit, MultiHeadRow
-from fullrank.analysis.plots import (SCREEN_INCHES, plot_attention_lines, plot_attention_maps,
-                                     plot_head_heatmap, plot_multihead, plot_rank_experiment)
+from fullrank.analysis.plots import (
+    SCREEN_INCHES,
+    plot_attention_lines,
+    plot_attention_maps,
+    plot_head_heatmap,
+    plot_multihead,
+    plot_rank_experiment,
+)
 from fullrank.analysis.rank_fit import RankFitRow
 
 

@@ -6,8 +6,14 @@ import csv
 
 import torch
 
-from fullrank.analysis.rank_fit import (attention_errors, fit_heads, random_instance,
-                                        rank_experiment, summarise, write_csv)
+from fullrank.analysis.rank_fit import (
+    attention_errors,
+    fit_heads,
+    random_instance,
+    rank_experiment,
+    summarise,
+    write_csv,
+)
 from fullrank.analysis.theorem1 import head_attention
 
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fullrank.analysis.theorem1 import (centred_log, counterexample, head_attention,
-                                        low_rank_construction, theorem1_construction)
 from fullrank.analysis.rank_fit import random_instance
+from fullrank.analysis.theorem1 import (
+    centred_log,
+    counterexample,
+    head_attention,
+    low_rank_construction,
+    theorem1_construction,
+)
 from fullrank.errors import ConfigError
 
 

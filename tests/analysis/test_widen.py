@@ -7,8 +7,14 @@ import torch
 
 from fullrank.analysis.widen import widen
 from fullrank.errors import ConfigError
-from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, EncoderDecoder,
-                             EncoderDecoderConfig)
+from fullrank.models import (
+    DecoderLM,
+    DecoderLMConfig,
+    Encoder,
+    EncoderConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+)
 
 V = 31
 STANDARD = dict(vocab_size=V, d_model=24, n_heads=3, d_ff=37, n_layers=2, dropout=0.0)  # Dh = 8

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fullrank.data.bert_pretraining import (MaskingRule, PretrainingBatches, make_instances,
-                                            n_predictions)
+from fullrank.data.bert_pretraining import MaskingRule, PretrainingBatches, make_instances, n_predictions
 from fullrank.data.document_cache import TokenizedCorpus
 from fullrank.data.documents import read_documents, split_sentences
 from fullrank.errors import DataError
@@ -61,9 +60,10 @@ def test_a_corpus_without_document_boundaries_is_one_line_error(tmp_path):
 
 
 def test_a_one_sentence_document_is_an_error_or_skipped():
+    import tokenizers
+
     from fullrank.data.document_cache import tokenize_documents
     from fullrank.data.tokenizers import Tokenizer
-    import tokenizers
 
     hf = tokenizers.Tokenizer(tokenizers.models.WordPiece(
         {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "."])},
@@ -82,7 +82,9 @@ def test_pairs_fit_and_random_next_segments_come_from_other_documents():
     c = corpus(n_docs=9, sentences=30)
     instances = make_instances(c, max_seq_len=40, seed=1)
     assert len(instances) > 80
-    doc_of = lambda t: int(t) // 100  # noqa: E731
+    def doc_of(t):
+        return int(t) // 100
+
     for inst in instances:
         assert len(inst.a) >= 1 and len(inst.b) >= 1 and len(inst.a) + len(inst.b) + 3 <= 40
         a_doc = {doc_of(t) for t in inst.a}

@@ -7,9 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from fullrank.data.finetuning import (SquadQuestion, detokenize, encode_texts, label_ids,
-                                      make_windows, read_examples, read_squad, split_articles,
-                                      window_starts)
+from fullrank.data.finetuning import (
+    SquadQuestion,
+    detokenize,
+    encode_texts,
+    label_ids,
+    make_windows,
+    read_examples,
+    read_squad,
+    split_articles,
+    window_starts,
+)
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import DataError
 from tests.helpers import shared_data
@@ -81,7 +89,7 @@ def squad_sample(n_articles: int = 5) -> dict:
     rng = np.random.default_rng(1)
     data = []
     for a in range(n_articles):
-        paragraphs = []
+        paragraphs: list[dict] = []
         for _ in range(2):
             words = list(rng.choice(WORDS, 70))
             context = " ".join(words)

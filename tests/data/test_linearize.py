@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from fullrank.data.linearize import (PLACEHOLDER, REPAIRS, delinearize, linearize, placeholders,
-                                     top_down, with_placeholder_tags)
+from fullrank.data.linearize import (
+    PLACEHOLDER,
+    REPAIRS,
+    delinearize,
+    linearize,
+    placeholders,
+    top_down,
+    with_placeholder_tags,
+)
 from fullrank.data.treebank import Tree, load_treebank, read_tree_line, read_trees
 from fullrank.evaluation.parse_eval import score_trees
 from tests.helpers import shared_data
@@ -18,7 +25,9 @@ TINY = Path(__file__).parent / "treebank"
 
 
 def tree(text: str) -> Tree:
-    return read_tree_line(text, source="test", line_number=1)
+    found = read_tree_line(text, source="test", line_number=1)
+    assert found is not None
+    return found
 
 
 def test_the_scheme_of_vinyals_et_al():

@@ -7,7 +7,7 @@ import json
 import pytest
 import tokenizers
 
-from fullrank.data.tokenizers import Tokenizer, ensure_vocab_matches
+from fullrank.data.tokenizers import Tokenizer, TokenizerKind, ensure_vocab_matches
 from fullrank.errors import ConfigError, DataError
 
 SHAKESPEARE = (
@@ -46,7 +46,7 @@ def corpora(tmp_path):
     }
 
 
-def trained(kind: str, corpora) -> Tokenizer:
+def trained(kind: TokenizerKind, corpora) -> Tokenizer:
     return Tokenizer.train(kind, [corpora[kind]], vocab_size=300 if kind in ("bpe", "wordpiece") else None)
 
 
@@ -181,7 +181,7 @@ def test_fingerprint_changes_with_the_training_data(corpora):
 
 def test_train_rejects_bad_settings(corpora):
     with pytest.raises(ConfigError, match="did you mean 'bpe'"):
-        Tokenizer.train("bpee", [corpora["bpe"]], vocab_size=100)  # type: ignore[arg-type]
+        Tokenizer.train("bpee", [corpora["bpe"]], vocab_size=100)
     with pytest.raises(ConfigError, match="needs a vocab_size"):
         Tokenizer.train("bpe", [corpora["bpe"]])
     with pytest.raises(ConfigError, match="vocab_size = 4"):

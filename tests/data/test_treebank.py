@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from fullrank.data.treebank import (Tree, clean, load_treebank, read_tree_file, read_tree_line,
-                                    read_trees, strip_function_tags, treebank_files)
+from fullrank.data.treebank import (
+    Tree,
+    clean,
+    load_treebank,
+    read_tree_file,
+    read_tree_line,
+    read_trees,
+    strip_function_tags,
+    treebank_files,
+)
 from fullrank.errors import ConfigError, DataError
 
 TINY = Path(__file__).parent / "treebank" / "tiny.mrg"

@@ -12,8 +12,7 @@ import pytest
 from fullrank.data.linearize import linearize
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import load_treebank
-from fullrank.data.unknown_words import (SignatureDropout, known_word, rare_to_signatures,
-                                         signature)
+from fullrank.data.unknown_words import SignatureDropout, known_word, rare_to_signatures, signature
 from fullrank.errors import ConfigError, DataError
 
 TINY = Path(__file__).parent / "treebank"

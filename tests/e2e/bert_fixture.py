@@ -30,19 +30,19 @@ def write_corpus(tmp: Path) -> None:
     for name, part in (("pairs_train.jsonl", rows[:128]), ("pairs_valid.jsonl", rows[128:])):
         (tmp / name).write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
     articles = []
-    for a in range(8):
+    for art in range(8):
         paragraphs = []
         for p in range(2):
-            words = " ".join(LINES[a * 20 + p * 10: a * 20 + p * 10 + 4]).split()
+            words = " ".join(LINES[art * 20 + p * 10: art * 20 + p * 10 + 4]).split()
             context = " ".join(words)
             qas = []
             for k in range(3):
                 i = int(rng.integers(1, len(words) - 2))
                 start = len(" ".join(words[:i])) + 1
-                qas.append({"id": f"{a}.{p}.{k}", "question": f"what comes after {words[i - 1]}?",
+                qas.append({"id": f"{art}.{p}.{k}", "question": f"what comes after {words[i - 1]}?",
                             "answers": [{"text": words[i], "answer_start": start}]})
             paragraphs.append({"context": context, "qas": qas})
-        articles.append({"title": str(a), "paragraphs": paragraphs})
+        articles.append({"title": str(art), "paragraphs": paragraphs})
     (tmp / "squad.json").write_text(json.dumps({"version": "1.1", "data": articles}), encoding="utf-8")
 
 

@@ -64,8 +64,9 @@ def assert_trees_over_the_words(run, n: int | None = None) -> None:
     parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
     assert len(gold) == len(parsed) == (n or len(gold))
     for g, p in zip(gold, parsed):
-        assert read_tree_line(p, source="out", line_number=1).leaves() == \
-            read_tree_line(g, source="gold", line_number=1).leaves()
+        ours, theirs = (read_tree_line(x, source=w, line_number=1)
+                        for x, w in ((p, "out"), (g, "gold")))
+        assert ours is not None and theirs is not None and ours.leaves() == theirs.leaves()
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,13 @@ import pytest
 
 from fullrank.data.treebank import Tree, read_tree_line
 from fullrank.errors import DataError
-from fullrank.evaluation.parse_eval import (format_report, score_sentence, score_trees)
+from fullrank.evaluation.parse_eval import format_report, score_sentence, score_trees
 
 
 def tree(text: str) -> Tree:
-    return read_tree_line(text, source="test", line_number=1)
+    found = read_tree_line(text, source="test", line_number=1)
+    assert found is not None
+    return found
 
 
 def counts(hyp: str, ref: str) -> tuple[int, int, int, int]:
@@ -135,13 +137,15 @@ def random_tree(rng: random.Random, words: list[str]) -> Tree:
         j = rng.randint(i + 1, min(len(nodes), i + 3))
         nodes[i:j] = [Tree(rng.choice(LABELS), nodes[i:j])]
     root = nodes[0]
+    assert isinstance(root, Tree)
     return root if not root.is_preterminal else Tree("S", [root])
 
 
 def spans(t: Tree) -> list[tuple[int, int, str]]:
     out, pos = [], 0
 
-    def walk(n: Tree) -> None:
+    def walk(n: Tree | str) -> None:
+        assert isinstance(n, Tree)
         nonlocal pos
         if n.is_preterminal:
             pos += 1

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from fullrank.fast import attention, precision
-from fullrank.fast.attention import (CPU_EXACT_MAX_QUERIES, CPU_WRITTEN_OUT_MAX_BLOCK,
-                                     cpu_attention)
+from fullrank.fast.attention import CPU_EXACT_MAX_QUERIES, CPU_WRITTEN_OUT_MAX_BLOCK, cpu_attention
 from fullrank.layers.attention import ScaledDotProduct, attend
 
 HAS_SETTING = precision.current_setting() is not None

@@ -8,8 +8,14 @@ import torch
 
 from fullrank.errors import ConfigError
 from fullrank.fast import BeamDecoder, argmax_rows, topk_rows
-from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search,
-                                compiled_decode, greedy_search, max_output_len)
+from fullrank.inference import (
+    Seq2SeqDecoder,
+    UncachedSeq2SeqDecoder,
+    beam_search,
+    compiled_decode,
+    greedy_search,
+    max_output_len,
+)
 from tests.inference.test_search import tokens
 from tests.inference.toy import BOS, EOS, brute_force, padded_sources, translation_model
 

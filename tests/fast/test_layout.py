@@ -12,15 +12,14 @@ from fullrank.fast import BeamDecoder, layout
 from fullrank.fast.decoders import Projection
 from fullrank.fast.layout import decoding_layout, transposed
 from fullrank.fast.packed import PackedProduct, packing_available
-from fullrank.inference import (LMDecoder, Seq2SeqDecoder, beam_search, greedy_search,
-                                max_output_len, sample)
+from fullrank.inference import LMDecoder, Seq2SeqDecoder, beam_search, greedy_search, max_output_len, sample
 from fullrank.layers.linear import Linear
 from tests.inference.toy import BOS, EOS, language_model, padded_sources, translation_model
 
 V = 13
 
 
-def linear_weights(model: nn.Module) -> list[nn.Parameter]:
+def linear_weights(model: nn.Module) -> list[torch.Tensor]:
     return [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
 
 

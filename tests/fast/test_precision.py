@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from fullrank.fast import precision
-from fullrank.fast.precision import (FLOAT32_LEVEL, onednn_available, onednn_matmul,
-                                     run_exact)
+from fullrank.fast.precision import FLOAT32_LEVEL, onednn_available, onednn_matmul, run_exact
 from fullrank.models import DecoderLM, DecoderLMConfig
 
 HAS_SETTING = precision.current_setting() is not None
@@ -124,13 +123,13 @@ def test_run_exact_switches_precision_for_its_node_forward_and_backward():
 
     class Probe(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, name):  # type: ignore[override]
+        def forward(ctx, x, name):
             ctx.name = name
             seen.append((name, torch.backends.mkldnn.matmul.fp32_precision))
             return x * 2
 
         @staticmethod
-        def backward(ctx, grad):  # type: ignore[override]
+        def backward(ctx, grad):
             seen.append((ctx.name + ".grad", torch.backends.mkldnn.matmul.fp32_precision))
             return grad * 2, None
 
@@ -151,11 +150,11 @@ def test_run_exact_survives_a_second_backward_of_the_same_graph():
 
     class Probe(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x):  # type: ignore[override]
+        def forward(ctx, x):
             return x * 3
 
         @staticmethod
-        def backward(ctx, grad):  # type: ignore[override]
+        def backward(ctx, grad):
             seen.append(torch.backends.mkldnn.matmul.fp32_precision)
             return grad * 3
 

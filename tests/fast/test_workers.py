@@ -13,8 +13,7 @@ import torch
 
 from fullrank.errors import ConfigError
 from fullrank.fast import BeamDecoder
-from fullrank.fast.workers import (map_batches, num_threads, plan_batches, processes_available,
-                                   worker_threads)
+from fullrank.fast.workers import map_batches, num_threads, plan_batches, processes_available, worker_threads
 from fullrank.inference import beam_search, max_output_len
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 

@@ -15,8 +15,13 @@ from safetensors.torch import load_file
 
 from fullrank.cli import main
 from fullrank.fast import BeamDecoder
-from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search,
-                                max_output_len)
+from fullrank.inference import (
+    Seq2SeqDecoder,
+    UncachedSeq2SeqDecoder,
+    beam_search,
+    greedy_search,
+    max_output_len,
+)
 from fullrank.layers.attention import FUSED_MAX_HEAD, MultiHeadAttention, attend, chunked_attention
 from fullrank.layers.masks import causal_mask, padding_mask
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from fullrank.errors import ConfigError
-from fullrank.inference import (EnsembleDecoder, Seq2SeqDecoder, beam_search, greedy_search,
-                                max_output_len)
+from fullrank.inference import EnsembleDecoder, Seq2SeqDecoder, beam_search, greedy_search, max_output_len
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
 
 V = 13

@@ -9,10 +9,15 @@ import pytest
 import torch
 
 from fullrank.errors import ConfigError
-from fullrank.inference import (Seq2SeqDecoder, UncachedSeq2SeqDecoder, beam_search, greedy_search,
-                                length_penalty, max_output_len)
-from tests.inference.toy import (BOS, EOS, ScriptedDecoder, brute_force, padded_sources,
-                                 translation_model)
+from fullrank.inference import (
+    Seq2SeqDecoder,
+    UncachedSeq2SeqDecoder,
+    beam_search,
+    greedy_search,
+    length_penalty,
+    max_output_len,
+)
+from tests.inference.toy import BOS, EOS, ScriptedDecoder, brute_force, padded_sources, translation_model
 
 V = 13
 
@@ -188,15 +193,15 @@ def test_bad_settings_are_one_line_errors():
     from fullrank.inference.translate import translate  # checked before the model is touched
 
     with pytest.raises(ConfigError, match=r"n_best must be between 1 and beam \(1\), got 2"):
-        translate(model.eval(), None, ["a"], beam=1, n_best=2)  # type: ignore[arg-type]
+        translate(model.eval(), None, ["a"], beam=1, n_best=2)
     with pytest.raises(ConfigError, match=r"batch_size must be >= 1, got 0"):
-        translate(model.eval(), None, ["a"], batch_size=0)  # type: ignore[arg-type]
+        translate(model.eval(), None, ["a"], batch_size=0)
     with pytest.raises(ConfigError, match=r"^b must be >= 1"):
-        translate(model.eval(), None, ["a"], b=0)  # type: ignore[arg-type]
+        translate(model.eval(), None, ["a"], b=0)
     with pytest.raises(ConfigError, match=r"^workers must be >= 1"):
-        translate(model.eval(), None, ["a"], workers=0)  # type: ignore[arg-type]
+        translate(model.eval(), None, ["a"], workers=0)
     with pytest.raises(ConfigError, match=r"compiled decoding runs one batch at a time"):
-        translate(model.eval(), None, ["a"], workers=2, compile=True)  # type: ignore[arg-type]
+        translate(model.eval(), None, ["a"], workers=2, compile=True)
 
 
 def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():
@@ -257,7 +262,9 @@ def test_beam_search_writes_log_probabilities_over_float_logits_and_beside_low_p
     """Float32 logits are overwritten with their log-probabilities (a step's logits are the
     search's); bfloat16 logits, whose log-probabilities are kept in float32, are left alone. The
     search is the same either way."""
-    table = lambda p: [0.1, 0.3, 0.25, 0.2, 0.15] if len(p) < 4 else [0.6, 0.1, 0.1, 0.1, 0.1]
+    def table(p):
+        return [0.1, 0.3, 0.25, 0.2, 0.15] if len(p) < 4 else [0.6, 0.1, 0.1, 0.1, 0.1]
+
     kw = dict(batch_size=2, beam_size=3, alpha=0.6, bos_id=1, eos_id=0, max_len=6)
     results = {}
     for dtype in (torch.float32, torch.bfloat16):

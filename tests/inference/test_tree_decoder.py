@@ -9,10 +9,9 @@ import random
 import pytest
 import torch
 
-from fullrank.data.linearize import (PLACEHOLDER, delinearize, is_bracket, linearize,
-                                     placeholders, top_down)
-from fullrank.data.treebank import read_tree_line
+from fullrank.data.linearize import PLACEHOLDER, delinearize, is_bracket, linearize, placeholders, top_down
 from fullrank.data.tokenizers import Tokenizer
+from fullrank.data.treebank import read_tree_line
 from fullrank.inference import beam_search, greedy_search
 from fullrank.inference.parse import InOrderTreeDecoder, TreeDecoder
 from tests.inference.toy import ScriptedDecoder
@@ -29,7 +28,7 @@ def trees(tmp_path_factory) -> Tokenizer:
 
 def slots(trees: Tokenizer, words: list[str], leaves: str) -> list[int]:
     if leaves == "placeholder":
-        return [trees.token_to_id(PLACEHOLDER)] * len(words)
+        return [trees.token_to_id(PLACEHOLDER) or trees.unk_id] * len(words)
     return [trees.token_to_id(w) or trees.unk_id for w in words]
 
 

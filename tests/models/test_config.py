@@ -36,7 +36,8 @@ def test_bad_values_name_the_field(field, value, pattern):
 
 
 def test_standard_rule_with_indivisible_d_model_suggests_d_head():
-    with pytest.raises(ConfigError, match=r"EncoderConfig: n_heads=7 does not divide d_model=256.*set d_head"):
+    with pytest.raises(ConfigError,
+                       match=r"EncoderConfig: n_heads=7 does not divide d_model=256.*set d_head"):
         EncoderConfig(vocab_size=50, d_model=256, n_heads=7)
     assert EncoderConfig(vocab_size=50, d_model=256, n_heads=7, d_head=32).head_sizes == (32, 32)
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from fullrank import fast
-from fullrank.inference.decoders import (EnsembleDecoder, Seq2SeqDecoder,
-                                         UncachedSeq2SeqDecoder)
+from fullrank.inference.decoders import EnsembleDecoder, Seq2SeqDecoder, UncachedSeq2SeqDecoder
 from fullrank.models import EncoderDecoder
 from tests.inference.toy import padded_sources, translation_model
 

@@ -10,8 +10,15 @@ import torch
 
 from fullrank.errors import DataError
 from fullrank.layers.embeddings import sinusoidal_table
-from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig, EncoderDecoder,
-                             EncoderDecoderConfig, build_model)
+from fullrank.models import (
+    DecoderLM,
+    DecoderLMConfig,
+    Encoder,
+    EncoderConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    build_model,
+)
 from tests.helpers import ODD
 
 V = 31

@@ -7,9 +7,21 @@ import torch
 
 from fullrank.errors import ConfigError
 from fullrank.models import build_model
-from fullrank.models.presets import (B20_TABLE1, B20_TABLE2A, B20_TABLE2B, B20_TABLE3A, PRESETS,
-                                     TABLE3, aiayn_base, aiayn_big, aiayn_table3, b20_bert,
-                                     b20_lm_baseline, b20_lm_fixed, preset)
+from fullrank.models.presets import (
+    B20_TABLE1,
+    B20_TABLE2A,
+    B20_TABLE2B,
+    B20_TABLE3A,
+    PRESETS,
+    TABLE3,
+    aiayn_base,
+    aiayn_big,
+    aiayn_table3,
+    b20_bert,
+    b20_lm_baseline,
+    b20_lm_fixed,
+    preset,
+)
 
 
 def millions(n: int) -> float:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from fullrank.recipes.run import prepare_tokenizer
 from fullrank.recipes.config import load_experiment
+from fullrank.recipes.run import prepare_tokenizer
 from fullrank.training.distributed import DistInfo
 
 ONE = DistInfo(rank=0, world=1, local_rank=0, device=torch.device("cpu"))

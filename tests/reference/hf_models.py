@@ -11,9 +11,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from tokenizers import ByteLevelBPETokenizer  # noqa: E402
-from tokenizers import Tokenizer as HFTokenizer  # noqa: E402
-from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import (  # noqa: E402  # after importorskip
+    ByteLevelBPETokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    trainers,
+)
+from tokenizers import Tokenizer as HFTokenizer  # noqa: E402  # after importorskip
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = (REPO / "data" / "tinyshakespeare" / "valid.txt").read_text(encoding="utf-8").splitlines()[:400]
@@ -60,7 +65,7 @@ def bert_dir(root: Path, cls: str = "BertForPreTraining", *, legacy_vocab: bool 
     perturb(model)
     model.save_pretrained(out)
     if legacy_vocab:
-        by_id = sorted(vocab, key=vocab.get)
+        by_id = sorted(vocab, key=lambda piece: vocab[piece])
         (out / "vocab.txt").write_text("\n".join(by_id) + "\n", encoding="utf-8")
         (out / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
     else:

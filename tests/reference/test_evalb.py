@@ -54,7 +54,7 @@ def perturb(tree: Tree, rng: random.Random) -> Tree:
             inner = [i for i, c in enumerate(kids) if isinstance(c, Tree) and not c.is_preterminal]
             if inner:
                 i = rng.choice(inner)
-                kids[i:i + 1] = kids[i].children  # type: ignore[union-attr]
+                kids[i:i + 1] = kids[i].children  # type: ignore[union-attr]  # a tree
         elif op == 1 and len(kids) >= 2:  # a new bracket over some of n's children
             a = rng.randrange(len(kids))
             b = rng.randrange(a, len(kids)) + 1

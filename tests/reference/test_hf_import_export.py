@@ -13,6 +13,10 @@ models built offline and written with ``save_pretrained`` (:mod:`tests.reference
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -20,18 +24,18 @@ from fullrank.analysis.widen import widen
 from fullrank.errors import CheckpointError
 from fullrank.interop.huggingface import export_hf, import_hf
 from fullrank.training.checkpoints import load_checkpoint
-from tests.reference.hf_models import (BERT_CLASSES, SAMPLES, bert_dir, gpt2_dir, marian_dir,
-                                       transformers)
+from tests.reference.hf_models import BERT_CLASSES, SAMPLES, bert_dir, gpt2_dir, marian_dir, transformers
 
 pytestmark = pytest.mark.reference
 
-DIRS = {**{cls: (lambda root, c=cls: bert_dir(root, c)) for cls in BERT_CLASSES},
-        "BertForMaskedLM (vocab.txt)": lambda root: bert_dir(root, "BertForMaskedLM",
-                                                             legacy_vocab=True),
-        "GPT2LMHeadModel": lambda root: gpt2_dir(root),
-        "GPT2LMHeadModel (vocab.json + merges.txt)": lambda root: gpt2_dir(root, legacy_vocab=True),
-        "GPT2LMHeadModel (untied)": lambda root: gpt2_dir(root, tie_word_embeddings=False),
-        "MarianMTModel": lambda root: marian_dir(root)}
+DIRS: dict[str, Callable[[Path], Path]] = {
+    **{cls: functools.partial(bert_dir, cls=cls) for cls in BERT_CLASSES},
+    "BertForMaskedLM (vocab.txt)": lambda root: bert_dir(root, "BertForMaskedLM",
+                                                         legacy_vocab=True),
+    "GPT2LMHeadModel": lambda root: gpt2_dir(root),
+    "GPT2LMHeadModel (vocab.json + merges.txt)": lambda root: gpt2_dir(root, legacy_vocab=True),
+    "GPT2LMHeadModel (untied)": lambda root: gpt2_dir(root, tie_word_embeddings=False),
+    "MarianMTModel": lambda root: marian_dir(root)}
 
 
 @pytest.fixture(scope="module")
@@ -196,14 +200,20 @@ def test_a_widened_model_is_refused_in_one_line(models, tmp_path):
 def _native(tmp_path, family: str, **fields):
     """A fullrank model of ``family`` with a tokenizer of fullrank's own, written as a
     checkpoint: (path, model)."""
-    from fullrank.data.tokenizers import Tokenizer
-    from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig,
-                                 EncoderDecoder, EncoderDecoderConfig)
+    from fullrank.data.tokenizers import Tokenizer, TokenizerKind
+    from fullrank.models import (
+        DecoderLM,
+        DecoderLMConfig,
+        Encoder,
+        EncoderConfig,
+        EncoderDecoder,
+        EncoderDecoderConfig,
+    )
     from fullrank.training.checkpoints import write_checkpoint
     from tests.reference.hf_models import TEXT
 
     (tmp_path / "text.txt").write_text("\n".join(TEXT), encoding="utf-8")
-    kind = "wordpiece" if family == "encoder" else "bpe"
+    kind: TokenizerKind = "wordpiece" if family == "encoder" else "bpe"
     tok = Tokenizer.train(kind, [tmp_path / "text.txt"], 83)
     sizes = dict(vocab_size=tok.vocab_size, d_model=24, n_heads=4, d_ff=37, n_layers=2,
                  max_len=40, seq_len=16, dropout=0.0, **fields)
@@ -215,7 +225,7 @@ def _native(tmp_path, family: str, **fields):
         for name, p in model.named_parameters():
             if "norm" in name or "bias" in name:
                 p.uniform_(-0.5, 0.5)
-    write_checkpoint(tmp_path / family, model, model.config, tok, {"task": None})
+    write_checkpoint(tmp_path / family, model, getattr(model, "config"), tok, {"task": None})
     return tmp_path / family, model.eval()
 
 

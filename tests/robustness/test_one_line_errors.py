@@ -20,10 +20,19 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_save
 
 from fullrank.cli import main
-from tests.recipes.test_sweep import toy_sweep
 from tests.robustness.conftest import Sandbox, assert_kept, assert_one_line_error, snapshot
-from tests.robustness.damage import (META, MODEL, STATE, TOKENIZER, edit_meta, flip_byte,
-                                     rewrite, safetensors_bytes, truncate)
+from tests.robustness.damage import (
+    META,
+    MODEL,
+    STATE,
+    TOKENIZER,
+    edit_meta,
+    flip_byte,
+    rewrite,
+    safetensors_bytes,
+    truncate,
+)
+from tests.sweeps.test_plan import toy_sweep
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,11 @@ def meta_edit(edit: Callable[[dict], object]) -> Callable[[Sandbox], list[str]]:
     return argv
 
 
+def garbage_weights(sb: Sandbox) -> None:
+    edit_meta(sb.newest, lambda m: m.pop("files"))
+    (sb.newest / MODEL).write_bytes(b"\x00garbage" * 50)
+
+
 def damaged(damage: Callable[[Sandbox], object], *command: str) -> Callable[[Sandbox], list[str]]:
     """Damage the sandbox, then run ``command`` (``RUN`` and ``CKPT`` are replaced)."""
     def argv(sb: Sandbox) -> list[str]:
@@ -176,9 +190,7 @@ CHECKPOINTS = [
     Case("a flipped bit in the tensor data", damaged(lambda sb: flip_byte(sb.newest / MODEL),
                                                      *GENERATE),
          r"model\.safetensors: SHA-256 does not match"),
-    Case("garbage weights without checksums", damaged(lambda sb: (
-        edit_meta(sb.newest, lambda m: m.pop("files")),
-        (sb.newest / MODEL).write_bytes(b"\x00garbage" * 50)), *GENERATE),
+    Case("garbage weights without checksums", damaged(garbage_weights, *GENERATE),
         r"not a readable safetensors file"),
     Case("truncated meta.json", damaged(lambda sb: truncate(sb.newest / META), *GENERATE),
          r"meta\.json: not valid JSON"),
@@ -321,7 +333,7 @@ CONFIGS = [
     Case("a learning rate that makes the loss NaN", config_override(
         "train.lr=1e30", "train.schedule=constant", "train.warmup=0", "train.save_every=1"),
         r"step 2: the training loss is not a finite number; stopped without saving"),
-    Case("info on a bad config", lambda sb: ["info", s(config_text(sb, b"name: x\nname: y\n")[1])],
+    Case("info on a bad config", lambda sb: ["info", config_text(sb, b"name: x\nname: y\n")[1]],
          r"appears twice"),
 ]
 

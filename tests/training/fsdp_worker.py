@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -26,7 +27,8 @@ CONFIG = DecoderLMConfig(vocab_size=23, d_model=24, n_heads=3, d_head=10, d_ff=3
 
 
 def main(argv: list[str]) -> None:
-    out, steps, parallel = Path(argv[0]), int(argv[1]), argv[2]
+    out, steps = Path(argv[0]), int(argv[1])
+    parallel: Literal["ddp", "fsdp"] = "fsdp" if argv[2] == "fsdp" else "ddp"
     stop_at = int(argv[3]) if len(argv) > 3 and not argv[3].startswith("--") else None
     dist = setup("cpu")
     torch.manual_seed(0)
@@ -43,6 +45,7 @@ def main(argv: list[str]) -> None:
                    resume_from=resume, stop_at=stop_at,
                    evaluate=lambda m: LanguageModeling().evaluate(
                        m, data.eval_batches(2), dist.device, limit=2))
+    assert result.optimizer is not None
     states = [t for s in result.optimizer.state.values() for t in s.values()
               if isinstance(t, torch.Tensor) and t.ndim > 0]
     (out / f"bytes-rank{dist.rank}.json").write_text(json.dumps({

@@ -10,8 +10,7 @@ import torch
 from fullrank.errors import CheckpointError
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
 from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
-from fullrank.training.checkpoints import (load_checkpoint, save_training_checkpoint,
-                                           write_checkpoint)
+from fullrank.training.checkpoints import load_checkpoint, save_training_checkpoint, write_checkpoint
 
 CFG = EncoderDecoderConfig(vocab_size=19, d_model=12, n_heads=3, d_head=5, d_ff=20, n_layers=1,
                            max_len=16, seq_len=8)

@@ -18,11 +18,22 @@ from safetensors.torch import save as save
 
 from fullrank.errors import CheckpointError
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
-from fullrank.training.checkpoints import (META_FILE, MODEL_FILE, check_readable,
-                                           latest_checkpoint, load_checkpoint,
-                                           load_training_state, load_weights, newest_readable,
-                                           read_meta, resolve, save_training_checkpoint,
-                                           save_weights, step_dirs, write_checkpoint)
+from fullrank.training.checkpoints import (
+    META_FILE,
+    MODEL_FILE,
+    check_readable,
+    latest_checkpoint,
+    load_checkpoint,
+    load_training_state,
+    load_weights,
+    newest_readable,
+    read_meta,
+    resolve,
+    save_training_checkpoint,
+    save_weights,
+    step_dirs,
+    write_checkpoint,
+)
 from fullrank.training.config import TrainConfig
 from fullrank.training.optim import make_optimizer
 

@@ -34,7 +34,9 @@ def launch(out: Path, *args: str, processes: int = 1) -> None:
 
 
 def weights(run: Path) -> dict:
-    return load_file(str(latest_checkpoint(run / "checkpoints") / "model.safetensors"))
+    latest = latest_checkpoint(run / "checkpoints")
+    assert latest is not None
+    return load_file(str(latest / "model.safetensors"))
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fullrank.data.lm import LMBlocks
-from fullrank.models import DecoderLM, DecoderLMConfig
 from fullrank.errors import TrainingError
+from fullrank.models import DecoderLM, DecoderLMConfig
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint, step_dirs
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo

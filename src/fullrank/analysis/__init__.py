@@ -21,8 +21,12 @@ from fullrank.analysis.capture import AttentionRecord, AttentionRecorder, captur
 from fullrank.analysis.head_stats import HeadStats, head_report, head_stats, head_table
 from fullrank.analysis.multihead import multihead_experiment
 from fullrank.analysis.rank_fit import RankFitRow, rank_experiment
-from fullrank.analysis.theorem1 import (counterexample, head_attention, low_rank_construction,
-                                        theorem1_construction)
+from fullrank.analysis.theorem1 import (
+                                        counterexample,
+                                        head_attention,
+                                        low_rank_construction,
+                                        theorem1_construction,
+)
 from fullrank.analysis.theorem2 import theorem2_experiment, witness
 from fullrank.analysis.widen import widen
 

@@ -15,6 +15,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fullrank.errors import ConfigError
 from fullrank.models.budget import solve_for
@@ -49,15 +50,16 @@ def base_config(family: str, *, d_model: int, seq_len: int, n_layers: int,
     """The family's config at these sizes (``n_heads=1``, ``d_ff=64``; :func:`advise` varies
     them). Vocabularies default to BERT's 30,522 (encoder), LM1B's 32k (decoder LM) and
     [V17]'s shared 37k (encoder-decoder); ``max_len`` is at least ``seq_len``."""
-    common = dict(d_model=d_model, n_heads=1, d_ff=FF_MULTIPLE, n_layers=n_layers, seq_len=seq_len)
+    common: dict[str, Any] = dict(d_model=d_model, n_heads=1, d_ff=FF_MULTIPLE,
+                                  n_layers=n_layers, seq_len=seq_len)
     if family == "encoder":
         return EncoderConfig(vocab_size=vocab_size or BERT_VOCAB, max_len=max(512, seq_len),
-                             **common)  # type: ignore[arg-type]
+                             **common)
     if family == "decoder_lm":
-        return DecoderLMConfig(vocab_size=vocab_size or LM1B_VOCAB, **common)  # type: ignore[arg-type]
+        return DecoderLMConfig(vocab_size=vocab_size or LM1B_VOCAB, **common)
     if family == "encoder_decoder":
         return EncoderDecoderConfig(vocab_size=vocab_size or AIAYN_VOCAB,
-                                    max_len=max(1024, seq_len), **common)  # type: ignore[arg-type]
+                                    max_len=max(1024, seq_len), **common)
     raise ConfigError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
 
 

@@ -108,7 +108,7 @@ def capture_attention(model: nn.Module, *, to_cpu: bool = True) -> Iterator[Atte
     calls: dict[str, int] = {}
     handles = []
 
-    def make_hook(name: str):  # noqa: ANN202
+    def make_hook(name: str):
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                  output: Tensor) -> None:
             bound = _CORE_SIGNATURE.bind(module, *args, **kwargs)
@@ -130,7 +130,7 @@ def capture_attention(model: nn.Module, *, to_cpu: bool = True) -> Iterator[Atte
                 tensors = [None if x is None else x.cpu() for x in tensors]
             call = calls.get(name, 0)
             calls[name] = call + 1
-            recorder.records.append(AttentionRecord(name, call, *tensors))  # type: ignore[arg-type]
+            recorder.records.append(AttentionRecord(name, call, *tensors))
         return hook
 
     try:

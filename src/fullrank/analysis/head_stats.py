@@ -209,7 +209,7 @@ def head_table(stats: Sequence[HeadStats]) -> Table:
                          ("n (keys)", "right"), ("logit rank", "right"),
                          ("eff. rank P", "right"), ("entropy", "right"), ("max entropy", "right"),
                          ("d_head < n", "center")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]  # left or right
     for st in stats:
         table.add_row(st.name, str(st.head), str(st.d_head), f"{st.n_keys:.1f}",
                       f"{st.logit_rank:.1f} (max {st.logit_rank_max})", f"{st.effective_rank:.2f}",

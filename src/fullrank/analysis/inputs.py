@@ -15,8 +15,14 @@ from fullrank.data.batch import pad_sequences
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import Tree
 from fullrank.errors import CheckpointError, DataError
-from fullrank.inference.parse import (parse, teacher_forced, tell_words, tree_leaves,
-                                      tree_order, tree_vocabulary)
+from fullrank.inference.parse import (
+    parse,
+    teacher_forced,
+    tell_words,
+    tree_leaves,
+    tree_order,
+    tree_vocabulary,
+)
 from fullrank.training.checkpoints import Checkpoint
 
 

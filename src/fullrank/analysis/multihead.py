@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -300,11 +301,11 @@ def _multihead_row(h: int, *, d_model: int, n: int, samples_per_param: float, n_
     x = torch.randn(n_train, d_model, n, generator=gen, dtype=torch.float64)
     x_test = torch.randn(n_test, d_model, n, generator=gen, dtype=torch.float64)
     y, y_test = layer_output(target, x), layer_output(target, x_test)
-    common = dict(restarts=restarts, method="adam_lbfgs", max_iter=max_iter, generator=gen)
+    common: dict[str, Any] = dict(restarts=restarts, method="adam_lbfgs", max_iter=max_iter,
+                                  generator=gen)
     standard = None
     if d_model % h == 0:
-        standard = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d_model // h,
-                             **common)  # type: ignore[arg-type]
-    fixed = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=n, **common)  # type: ignore[arg-type]
+        standard = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d_model // h, **common)
+    fixed = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=n, **common)
     return MultiHeadRow(n_heads=h, d_model=d_model, n=n, n_train=n_train, standard=standard,
                         fixed=fixed)

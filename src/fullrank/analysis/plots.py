@@ -14,14 +14,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from torch import Tensor  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+from torch import Tensor
 
-from fullrank.analysis.head_stats import HeadStats, mean_keys  # noqa: E402
-from fullrank.analysis.multihead import FIT_TOL, MultiHeadRow  # noqa: E402
-from fullrank.analysis.rank_fit import RankFitRow  # noqa: E402
+from fullrank.analysis.head_stats import HeadStats, mean_keys
+from fullrank.analysis.multihead import FIT_TOL, MultiHeadRow
+from fullrank.analysis.rank_fit import RankFitRow
 
 FLOOR = 1e-17  # exact zeros are drawn here on log axes
 
@@ -236,6 +236,7 @@ def plot_attention_maps(probs: Tensor, query_tokens: Sequence[str], key_tokens: 
         ax.set_xticklabels(key_tokens, rotation=90, fontsize=font)
         ax.set_yticks(range(t))
         ax.set_yticklabels(query_tokens, fontsize=font)
+    assert image is not None  # at least one head is drawn
     fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / (panel * rows)), aspect=30,
                  label="attention weight (each row sums to 1)")
     heading = "; ".join(x for x in (title, shown) if x)

@@ -32,8 +32,13 @@ import torch
 from torch import Tensor
 
 from fullrank.analysis.multihead import single_thread
-from fullrank.analysis.theorem1 import (centred_log, factor_logits, head_attention, left_inverse,
-                                        low_rank_construction)
+from fullrank.analysis.theorem1 import (
+    centred_log,
+    factor_logits,
+    head_attention,
+    left_inverse,
+    low_rank_construction,
+)
 from fullrank.errors import ConfigError
 
 ZERO_TOL = 1e-8  # max-abs error counted as numerical zero

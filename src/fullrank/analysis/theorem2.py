@@ -108,10 +108,10 @@ def theorem2_experiment(configs: tuple[tuple[int, int, int], ...] = ((8, 4, 4), 
         x = torch.randn(n_train, d, n, generator=gen, dtype=torch.float64)
         x_test = torch.randn(n_test, d, n, generator=gen, dtype=torch.float64)
         y, y_test = layer_output(wit.weights, x), layer_output(wit.weights, x_test)
-        common = dict(restarts=restarts, max_iter=max_iter, generator=gen)
         with single_thread():
-            standard = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d // h, **common)
-            fixed = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d_p, **common)
+            standard, fixed = (fit_layer(x, y, x_test, y_test, n_heads=h, d_head=size,
+                                         restarts=restarts, max_iter=max_iter, generator=gen)
+                               for size in (d // h, d_p))
         rows.append(Theorem2Row(d=d, d_p=d_p, n_heads=h, n=n, rank_u=wit.rank_u,
                                 rank_v_o=wit.rank_v_o, standard=standard, fixed=fixed))
     return rows

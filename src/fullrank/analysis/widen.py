@@ -26,6 +26,7 @@ with wider heads.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -91,8 +92,8 @@ def widen(model: nn.Module, d_head: int, d_value: int | None = None, *, zero_ini
         ConfigError: ``d_head`` or ``d_value`` smaller than the current sizes (widening only),
             or a model without a fullrank ``config``.
     """
-    config = getattr(model, "config", None)
-    if config is None or not dataclasses.is_dataclass(config):
+    config: Any = getattr(model, "config", None)
+    if not dataclasses.is_dataclass(getattr(model, "config", None)):
         raise ConfigError(f"widen needs a fullrank model with a config, got {type(model).__name__}")
     old_dh, old_dv = config.head_sizes
     if d_value is None:

@@ -76,7 +76,7 @@ def load_command(name: str) -> ModuleType:
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line like every other error (exit status 2)."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]  # raises, never returns
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     for col, justify in (("rule", "left"), ("n_heads", "right"), ("d_head", "right"),
                          ("d_ff", "right"), ("params", "right"), ("FLOPs/token", "right"),
                          ("d_head < n", "center")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]  # left or right
     for c in candidates:
         table.add_row(c.rule, str(c.n_heads), str(c.d_head), str(c.d_ff),
                       human(c.params), human(c.flops_per_token),

@@ -61,12 +61,14 @@ def run(args: argparse.Namespace) -> int:
             gold = None if args.target is None else [read_clean_tree_line(
                 args.target, source="--target", line_number=1)]
             batch, symbols = parse_batch(ckpt, [args.text], gold, where=["--target"])
+            assert batch.tgt is not None  # a parser's batch has its target
             target = " ".join(token_strings(symbols, batch.tgt[0, 1:].tolist()))
-        n_layers = cfg.n_layers if args.view == "encoder" else cfg.decoder_layers
+        n_layers = cfg.n_layers if args.view == "encoder" else getattr(cfg, "decoder_layers")
         prefix = {"encoder": "encoder.{}.self_attn", "decoder": "decoder.{}.self_attn",
                   "cross": "decoder.{}.cross_attn"}[args.view]
         src_strings = token_strings(tok, batch.tokens[0].tolist())
-        tgt_strings = token_strings(symbols, batch.tgt[0].tolist())  # type: ignore[index]
+        assert batch.tgt is not None  # an encoder-decoder's batch has its target
+        tgt_strings = token_strings(symbols, batch.tgt[0].tolist())
         queries = src_strings if args.view == "encoder" else tgt_strings
         keys = tgt_strings if args.view == "decoder" else src_strings
     else:

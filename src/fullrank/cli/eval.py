@@ -22,8 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.data.corpus import tokenize_file
     from fullrank.data.lm import LMBlocks
     from fullrank.data.tokenizers import ensure_vocab_matches
-    from fullrank.training.checkpoints import load_checkpoint
     from fullrank.output import console
+    from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
     from fullrank.training.tasks import LanguageModeling
 

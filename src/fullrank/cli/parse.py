@@ -56,13 +56,17 @@ def run(args: argparse.Namespace) -> int:
     first = ckpts[0]
     trees = tree_vocabulary(first.meta, str(first.path))
     leaves = tree_leaves(first.meta, str(first.path))
+    words = first.tokenizer
+    if words is None:
+        raise CheckpointError(f"{first.path}: the checkpoint has no tokenizer.json (its word "
+                              f"vocabulary); use a checkpoint written by a parsing run")
     order = tree_order(first.meta, str(first.path))
     for ckpt in ckpts:
         if ckpt.tokenizer is None:
             raise CheckpointError(f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
                                   f"vocabulary); use a checkpoint written by a parsing run")
         same = (tree_vocabulary(ckpt.meta, str(ckpt.path)).fingerprint() == trees.fingerprint()
-                and ckpt.tokenizer.fingerprint() == first.tokenizer.fingerprint()  # type: ignore[union-attr]
+                and ckpt.tokenizer.fingerprint() == words.fingerprint()
                 and tree_leaves(ckpt.meta, str(ckpt.path)) == leaves
                 and tree_order(ckpt.meta, str(ckpt.path)) == order)
         if not same:
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                                   f"tree settings; an ensemble needs parsers trained on the "
                                   f"same training trees with the same data settings")
     lines = read_lines(args.input, allow_blank=True) if args.input else read_stdin_lines()
-    parsed = parse([c.model for c in ckpts], first.tokenizer, trees, lines,  # type: ignore[arg-type]
+    parsed = parse([c.model for c in ckpts], words, trees, lines,
                    beam=args.beam, alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
                    batch_size=args.batch_size, progress=args.input is not None,
                    workers=args.workers, processes=args.processes, leaves=leaves,

@@ -57,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fullrank.errors import ConfigError, closest
     from fullrank.recipes.config import parse_assignment
-    from fullrank.sweeps.plan import (claim_output, finished, load_sweep, plan, read_manifest,
-                                        train_command)
+    from fullrank.sweeps.plan import claim_output, finished, load_sweep, plan, read_manifest, train_command
     from fullrank.sweeps.run import run_ensembles, run_local, run_submitit
 
     console = Console(highlight=False)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import Literal
 
 from fullrank.errors import ConfigError
 
-RESUME_WORDS = {"auto": "auto", "true": "always", "always": "always", "false": "never",
+Resume = Literal["never", "auto", "always"]
+RESUME_WORDS: dict[str, Resume] = {"auto": "auto", "true": "always", "always": "always", "false": "never",
                 "never": "never"}
 
 
@@ -24,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.recipes.config import load_experiment
     from fullrank.recipes.run import run as run_experiment
 
-    resume = "always" if args.resume else "never"
+    resume: Resume = "always" if args.resume else "never"
     overrides = []
     for item in args.overrides:
         if item.startswith("resume="):

@@ -66,15 +66,17 @@ def run(args: argparse.Namespace) -> int:
                                   f"checkpoint with its tokenizer (this one has "
                                   f"task={ckpt.task!r})")
     first = ckpts[0]
+    tok = first.tokenizer
+    assert tok is not None  # checked above
     for ckpt in ckpts[1:]:
-        if ckpt.tokenizer.fingerprint() != first.tokenizer.fingerprint():  # type: ignore[union-attr]
+        if ckpt.tokenizer is None or ckpt.tokenizer.fingerprint() != tok.fingerprint():
             raise CheckpointError(f"{ckpt.path} and {first.path} have different tokenizers; an "
                                   f"ensemble needs models trained with one shared vocabulary")
     if args.input:
         lines = read_lines(args.input, allow_blank=True)
     else:
         lines = read_stdin_lines()
-    outputs = translate([c.model for c in ckpts], first.tokenizer, lines, beam=args.beam,
+    outputs = translate([c.model for c in ckpts], tok, lines, beam=args.beam,
                         alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
                         batch_size=args.batch_size, n_best=args.n_best,
                         progress=args.input is not None, compile=args.compile,

@@ -7,6 +7,8 @@ Nothing is built or loaded into a model, and nothing is changed.
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,9 +20,10 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.training.checkpoints import check_pointer, check_readable, checkpoints_in
 
     found, root = checkpoints_in(args.path)
-    checks = [(str(ckpt), lambda c=ckpt: check_readable(c)) for ckpt in found]
+    checks: list[tuple[str, Callable[[], str]]] = [
+        (str(ckpt), functools.partial(check_readable, ckpt)) for ckpt in found]
     if root is not None:
-        checks.append((str(root / "latest"), lambda: check_pointer(root)))
+        checks.append((str(root / "latest"), functools.partial(check_pointer, root)))
     failed = 0
     for name, check in checks:
         try:

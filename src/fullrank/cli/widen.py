@@ -11,6 +11,8 @@ from fullrank.paths import check_output_dir
 if TYPE_CHECKING:
     from torch import nn
 
+    from fullrank.models import ModelConfig
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
@@ -38,19 +40,20 @@ def run(args: argparse.Namespace) -> int:
                      inputs=[args.checkpoint, ckpt.path], within=[ckpt.path],
                      replaceable=is_checkpoint_dir, kind="a fullrank checkpoint")
     model = widen(ckpt.model, args.d_head, args.d_value, zero_init=args.zero_init)
+    config: ModelConfig = getattr(model, "config")
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "model", "optimizer", "loop")}
     if "experiment" in meta:  # keep the stored experiment consistent with the new model
         meta["experiment"] = copy.deepcopy(meta["experiment"])
-        model_fields = config_to_dict(model.config)
+        model_fields = config_to_dict(config)
         model_fields.pop("family")
         meta["experiment"]["model"] = model_fields
     meta["widened_from"] = str(ckpt.path)
-    out = write_checkpoint(args.output, model, model.config, ckpt.tokenizer, meta,
+    out = write_checkpoint(args.output, model, config, ckpt.tokenizer, meta,
                            replace=args.overwrite)
     check = _max_difference(ckpt.model, model)
-    old, new = ckpt.config.head_sizes, model.config.head_sizes
+    old, new = ckpt.config.head_sizes, config.head_sizes
     print(f"widened heads d_head/d_value {old[0]}/{old[1]} → {new[0]}/{new[1]}: "
-          f"{ckpt.config.num_params():,} → {model.config.num_params():,} parameters; "
+          f"{ckpt.config.num_params():,} → {config.num_params():,} parameters; "
           f"max |output difference| on a random batch {check:.2e}; written to {out}")
     return 0
 
@@ -59,7 +62,7 @@ def _max_difference(old: nn.Module, new: nn.Module) -> float:
     """Largest output difference of the two models on one random batch."""
     import torch
 
-    cfg = old.config
+    cfg: ModelConfig = getattr(old, "config")
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (2, min(cfg.seq_len, 16)), generator=gen)
     with torch.no_grad():

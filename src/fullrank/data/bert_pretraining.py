@@ -293,7 +293,8 @@ class PretrainingBatches:
             self._order = (epoch, rng.permutation(len(self.instances)))
         return self._order[1]
 
-    def collate(self, ids: Sequence[int], epoch: int, nsp_weight: float | None = None) -> PretrainingBatch:
+    def collate(self, ids: Sequence[int] | np.ndarray, epoch: int,
+                nsp_weight: float | None = None) -> PretrainingBatch:
         """The batch of instances ``ids`` masked as in ``epoch``."""
         rows, segs, index, labels = [], [], [], []
         for i in ids:
@@ -307,7 +308,8 @@ class PretrainingBatches:
         flat = np.concatenate([p + r * width for r, p in enumerate(index)])
         nsp = None
         if self.paired:
-            nsp = torch.from_numpy(self.instances.random_next[np.asarray(ids, dtype=np.int64)].astype(np.int64))
+            picked = np.asarray(ids, dtype=np.int64)
+            nsp = torch.from_numpy(self.instances.random_next[picked].astype(np.int64))
         if nsp_weight is None:
             nsp_weight = len(flat) / max(len(ids), 1)
         return PretrainingBatch(inputs, torch.from_numpy(flat.astype(np.int64)),

@@ -66,7 +66,7 @@ class BPEDropout:
 
     def __init__(self, tokenizer: Tokenizer, texts: Sequence[str], p: float, *, seed: int = 0,
                  variants: int = VARIANTS, max_len: int | None = None,
-                 standard: Sequence[np.ndarray] | None = None) -> None:
+                 standard: Sequence[Sequence[int] | np.ndarray] | None = None) -> None:
         if tokenizer.kind != "bpe":
             raise ConfigError(f"BPE-dropout needs a bpe tokenizer, not {tokenizer.kind}; set "
                               "data.tokenizer: bpe or leave data.bpe_dropout at 0")
@@ -77,8 +77,9 @@ class BPEDropout:
         self.p, self.seed, self.variants, self.max_len = p, seed, variants, max_len
         hf = tokenizer.hf
         model = json.loads(hf.to_str())["model"]
-        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-        ranks = {pair: r for r, pair in enumerate(merges)}
+        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
+                  for m in model["merges"]]
+        ranks: dict[tuple[str, str], int] = {(a, b): r for r, (a, b) in enumerate(merges)}
         vocab: dict[str, int] = model["vocab"]
         unk = tokenizer.unk_id
         specials = [t.content for t in hf.get_added_tokens_decoder().values()]

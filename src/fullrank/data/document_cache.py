@@ -238,7 +238,7 @@ def cached_documents(spec: str | Path, corpus_format: CorpusFormat, tok: Tokeniz
     if say:
         say(f"{spec}: {corpus.n_docs:,} documents, {corpus.n_sentences:,} sentences, "
             f"{len(corpus.ids):,} tokens — tokenized in {seconds:.0f} s, cache "
-            f"{int(info['bytes']) / 2**20:.0f} MB in {final}")  # type: ignore[call-overload]
+            f"{int(info['bytes']) / 2**20:.0f} MB in {final}")  # type: ignore[call-overload]  # a number
     return corpus
 
 

@@ -157,8 +157,8 @@ def read_examples(path: str | Path, *, text_fields: Sequence[str] | None = None,
     for record, where in _records(path):
         if fields is None:
             fields = _pick(record, text_fields, TEXT_FIELDS, "text_fields", where)
-            found = [f for f in ([label_field] if label_field else LABEL_FIELDS) if f in record]
-            label = found[0] if found else None
+            named = [f for f in ([label_field] if label_field else LABEL_FIELDS) if f in record]
+            label = named[0] if named else None
             if label_field and label is None:
                 raise DataError(f"{where}: no field '{label_field}' (fields: "
                                 f"{', '.join(record)}); check data.label_field")

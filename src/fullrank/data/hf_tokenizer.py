@@ -102,7 +102,7 @@ def byte_level_bpe_from_files(vocab_file: Path, merges_file: Path,
         read_bytes(path)  # a missing or unreadable file: one line naming it
     try:
         vocab, merges = models.BPE.read_file(str(vocab_file), str(merges_file))
-    except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception)
+    except Exception as e:
         raise DataError(f"{vocab_file.parent}: vocab.json and merges.txt are not a BPE "
                         f"vocabulary ({str(e).splitlines()[0]}); re-save the tokenizer with "
                         f"transformers' save_pretrained") from None

@@ -80,12 +80,12 @@ def linearize(tree: Tree, leaves: Leaves = "placeholder", order: Order = "top_do
 
 def _linearize(tree: Tree, out: list[str], words: bool, in_order: bool) -> None:
     if tree.is_preterminal:
-        out.append(tree.children[0] if words else PLACEHOLDER)  # type: ignore[arg-type]
+        out.append(tree.children[0] if words else PLACEHOLDER)  # type: ignore[arg-type]  # the word
         return
     for i, child in enumerate(tree.children):
         if i == (1 if in_order else 0):
             out.append("(" + tree.label)
-        _linearize(child, out, words, in_order)  # type: ignore[arg-type]
+        _linearize(child, out, words, in_order)  # type: ignore[arg-type]  # a phrase's child: a tree
     if in_order and len(tree.children) == 1:
         out.append("(" + tree.label)
     out.append(")" + tree.label)
@@ -111,6 +111,7 @@ def top_down(tokens: Sequence[str]) -> list[str]:
                 stack.append((None, [tok]))
                 continue
             label, first = stack[at]
+            assert label is not None  # stack[at] is an open constituent
             rest = [t for _, piece in stack[at + 1:] for t in piece]
             del stack[at:]
             stack.append((None, ["(" + label, *first, *rest, tok]))
@@ -144,7 +145,7 @@ def with_placeholder_tags(tree: Tree) -> Tree:
     ``delinearize(linearize(tree), tree.leaves())`` gives back."""
     if tree.is_preterminal:
         return Tree(PLACEHOLDER, list(tree.children))
-    return Tree(tree.label, [with_placeholder_tags(c) for c in tree.children])  # type: ignore[arg-type]
+    return Tree(tree.label, [with_placeholder_tags(c) for c in tree.children])  # type: ignore[arg-type]  # trees
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ def delinearize(tokens: Sequence[str], words: Sequence[str]) -> Delinearized:
     if len(pieces) == 1 and not pieces[0].is_preterminal:
         root = pieces[0]
     else:
-        root = Tree(ROOT_LABEL, pieces)  # type: ignore[arg-type]
+        root = Tree(ROOT_LABEL, pieces)  # type: ignore[arg-type]  # trees and words
         repairs["roots"] = None
     leaves = root.preterminals()
     if len(leaves) > len(words):
@@ -216,8 +217,8 @@ def _pruned(tree: Tree) -> Tree | None:
     """``tree`` without its constituents over no word; ``None`` if it is one."""
     if tree.is_preterminal:
         return tree
-    kids = [k for k in (_pruned(c) for c in tree.children) if k is not None]  # type: ignore[arg-type]
-    return Tree(tree.label, kids) if kids else None  # type: ignore[arg-type]
+    kids = [k for k in (_pruned(c) for c in tree.children) if k is not None]  # type: ignore[arg-type]  # trees
+    return Tree(tree.label, kids) if kids else None  # type: ignore[arg-type]  # trees
 
 
 def _drop_last_leaves(root: Tree, n: int) -> Tree:

@@ -61,7 +61,6 @@ IMPORTED_SPECIALS: tuple[tuple[str, ...], ...] = (
     ("<pad>", "<unk>", "<pad>", "</s>"),
 )
 _CHAR_PATTERN = r"[\s\S]"  # any single character, newlines included
-_METASPACE = {"replacement": "▁", "prepend_scheme": "always", "split": True}
 _UNLIMITED = 2**31 - 1  # "no limit" for WordLevel's vocab_size
 _TRAIN_CHUNK = 1 << 16  # characters per piece fed to the char counter
 
@@ -78,9 +77,9 @@ def _hf_pipeline(kind: str, *, lowercase: bool) -> HFTokenizer:
         # split BPE spends vocabulary on "▁hat." beside "▁hat" (1,537 of a 10k Multi30k
         # vocabulary). Lossless: the Metaspace decoder joins pieces without "▁" to the previous.
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Metaspace(**_METASPACE),
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
             pre_tokenizers.Punctuation(behavior="isolated")])
-        tok.decoder = decoders.Metaspace(**_METASPACE)
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
     elif kind == "wordpiece":
         tok = HFTokenizer(models.WordPiece(unk_token=unk))
         tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
@@ -202,6 +201,7 @@ class Tokenizer:
             if kind in ("bpe", "wordpiece") and vocab_size is None:
                 raise ConfigError(f"a {kind} tokenizer needs a vocab_size (e.g. 8000 for Multi30k, "
                                   "37000 for [V17]'s WMT En-De)")
+            size = vocab_size or _UNLIMITED  # unbounded: word-level only (checked above)
 
             def lines() -> Iterator[str]:
                 for f in files:
@@ -209,18 +209,18 @@ class Tokenizer:
 
             if kind == "word":
                 hf = _word_level("word", {})
-                trainer = trainers.WordLevelTrainer(
-                    vocab_size=vocab_size or _UNLIMITED, min_frequency=min_frequency,
+                trainer: trainers.Trainer = trainers.WordLevelTrainer(
+                    vocab_size=size, min_frequency=min_frequency,
                     special_tokens=list(specials), show_progress=False)
             elif kind == "bpe":
                 hf = _hf_pipeline("bpe", lowercase=lowercase)
                 trainer = trainers.BpeTrainer(
-                    vocab_size=vocab_size, min_frequency=min_frequency,
+                    vocab_size=size, min_frequency=min_frequency,
                     special_tokens=list(specials), show_progress=False)
             else:
                 hf = _hf_pipeline("wordpiece", lowercase=lowercase)
                 trainer = trainers.WordPieceTrainer(
-                    vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(specials),
+                    vocab_size=size, min_frequency=min_frequency, special_tokens=list(specials),
                     continuing_subword_prefix="##", show_progress=False)
             hf.train_from_iterator(lines(), trainer)
         # specials are matched before pre-tokenization, so "<unk>" in a PTB line is one token
@@ -232,11 +232,11 @@ class Tokenizer:
         """Rebuild a tokenizer from the JSON of :meth:`to_str` (e.g. stored in a checkpoint)."""
         try:
             hf = HFTokenizer.from_str(json_str)
-        except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception on bad JSON)
+        except Exception as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise DataError(f"{where}: not a valid tokenizer.json ({reason}); "
                             "use the tokenizer.json saved with the checkpoint") from None
-        return cls(hf, _kind_of(hf, where), where=where)  # type: ignore[arg-type]
+        return cls(hf, _kind_of(hf, where), where=where)  # type: ignore[arg-type]  # one of KINDS, checked there
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:

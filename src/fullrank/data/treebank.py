@@ -62,7 +62,7 @@ class Tree:
 
     def leaves(self) -> list[str]:
         """The words, left to right."""
-        return [t.children[0] for t in self.preterminals()]  # type: ignore[misc]
+        return [t.children[0] for t in self.preterminals()]  # type: ignore[misc]  # a preterminal's child is its word
 
     def to_string(self) -> str:
         """The tree on one line: ``(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays)) (. .))``; a
@@ -198,9 +198,9 @@ def clean(tree: Tree) -> Tree | None:
 def _clean(tree: Tree) -> Tree | None:
     if tree.is_preterminal:
         return None if tree.label == TRACE else Tree(tree.label, list(tree.children))
-    kids = [c for c in (_clean(child) for child in tree.children  # type: ignore[arg-type]
+    kids = [c for c in (_clean(child) for child in tree.children  # type: ignore[arg-type]  # a phrase's: trees
                         ) if c is not None]
-    return Tree(strip_function_tags(tree.label), kids) if kids else None  # type: ignore[arg-type]
+    return Tree(strip_function_tags(tree.label), kids) if kids else None  # type: ignore[arg-type]  # trees are children
 
 
 def _unwrap(tree: Tree) -> Tree:

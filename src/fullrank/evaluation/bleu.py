@@ -128,7 +128,8 @@ def paired_bootstrap(hypotheses: Sequence[str], baseline: Sequence[str],
         # results under sacrebleu's own metric name (e.g. "chrF2"), beside the "System" column
         (name, signature), = signatures.items()
         base, system = scores[name]
-        p_value = 1.0 if system.score == base.score else system.p_value
-        out.append(PairedResult(label, system.score, base.score, float(system.ci), p_value,
-                                str(signature)))
+        assert not isinstance(base, str) and not isinstance(system, str)  # results, not names
+        p_value = 1.0 if system.score == base.score else float(system.p_value or 0.0)
+        out.append(PairedResult(label, system.score, base.score, float(system.ci or 0.0),
+                                p_value, str(signature)))
     return out

@@ -87,7 +87,7 @@ def brackets(tree: Tree, kept: Sequence[bool]) -> list[tuple[int, int, str]]:
             return
         start = position
         for child in node.children:
-            walk(child)  # type: ignore[arg-type]
+            walk(child)  # type: ignore[arg-type]  # a phrase's children are trees
         label = _label(node.label)
         if position > start and label not in DELETE_LABELS:
             out.append((start, position, label))

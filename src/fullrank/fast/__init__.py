@@ -22,12 +22,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fullrank.fast.decoders import BeamDecoder
-    from fullrank.fast.engine import cpu
-    from fullrank.fast.memory import keep_freed_memory, memory_summary
-    from fullrank.fast.precision import matmul_summary
-    from fullrank.fast.topk import argmax_rows, topk_rows
-    from fullrank.fast.workers import map_batches, plan_batches
+    from fullrank.fast.decoders import BeamDecoder as BeamDecoder
+    from fullrank.fast.engine import cpu as cpu
+    from fullrank.fast.memory import keep_freed_memory as keep_freed_memory
+    from fullrank.fast.memory import memory_summary as memory_summary
+    from fullrank.fast.precision import matmul_summary as matmul_summary
+    from fullrank.fast.topk import argmax_rows as argmax_rows
+    from fullrank.fast.topk import topk_rows as topk_rows
+    from fullrank.fast.workers import map_batches as map_batches
+    from fullrank.fast.workers import plan_batches as plan_batches
 
 # name → the module that defines it
 _LAZY = {

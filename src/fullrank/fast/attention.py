@@ -25,6 +25,9 @@ Shapes: ``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -53,7 +56,8 @@ def cpu_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                          is_causal=is_causal)
     if t <= CPU_EXACT_MAX_QUERIES and not (q.requires_grad or k.requires_grad
                                            or v.requires_grad):
-        return run_exact(attend, q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
+        exact = cast(Callable[..., Tensor], attend)  # without return_probs: a Tensor
+        return run_exact(exact, q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
     out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
     assert isinstance(out, Tensor)
     return out

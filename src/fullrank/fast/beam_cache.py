@@ -177,7 +177,7 @@ class BeamKVCache(KVCache):
         names, for ``j`` up to its own position."""
         if self._slots is None or self.group == 1:
             return None
-        n, g, length = self._k.shape[0], self.group, self.length  # type: ignore[union-attr]
+        n, g, length = self._k.shape[0], self.group, self.length  # type: ignore[union-attr]  # filled
         slots = self._slots[:, :length].view(n, g, length, 1)
         seen = (slots == torch.arange(g, device=slots.device)).view(n, g, 1, length * g)
         if t > 1:  # the newest t positions: causality among them
@@ -254,10 +254,10 @@ class BeamKVCache(KVCache):
 
     def _own_slots(self) -> Tensor:
         """``(B,)``: the slot of each row within its group, ``0 … g−1`` for every group."""
-        n, g = self._k.shape[0], self.group  # type: ignore[union-attr]
+        n, g = self._k.shape[0], self.group  # type: ignore[union-attr]  # filled by now
         own = self._own
-        if own is None or own.numel() != n * g or own.device != self._k.device:  # type: ignore[union-attr]
-            own = self._own = torch.arange(g, device=self._k.device).repeat(n)  # type: ignore[union-attr]
+        if own is None or own.numel() != n * g or own.device != self._k.device:  # type: ignore[union-attr]  # filled
+            own = self._own = torch.arange(g, device=self._k.device).repeat(n)  # type: ignore[union-attr]  # filled
         return own
 
 

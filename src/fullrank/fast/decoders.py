@@ -108,7 +108,7 @@ class BeamDecoder:
         """Keep target rows ``index (B',)`` and source rows ``sources (N',)`` (see
         :meth:`fullrank.inference.Decoder.reorder`)."""
         for c in self.cache.self_attn:
-            c.reorder(index, sources=sources)  # type: ignore[call-arg]
+            c.reorder(index, sources=sources)  # type: ignore[call-arg]  # BeamKVCache's
         self.cache.reorder_rows(index)
         if sources is None:
             return

@@ -73,7 +73,7 @@ def decoding_layout(model: nn.Module) -> Iterator[nn.Module]:
     Yields ``model`` itself.
     """
     packing = onednn_active() and packing_available()
-    swapped: list[tuple[nn.Parameter, Tensor]] = []
+    swapped: list[tuple[Tensor, Tensor]] = []
     products: list[Linear] = []
     kept: int | None = None  # the id of the output weight whose transpose this block keeps
     try:
@@ -107,7 +107,7 @@ def _pack(model: nn.Module, products: list[Linear]) -> None:
             products.append(module)
 
 
-def _column_major(model: nn.Module, swapped: list[tuple[nn.Parameter, Tensor]],
+def _column_major(model: nn.Module, swapped: list[tuple[Tensor, Tensor]],
                   packing: bool) -> None:
     """Make the CPU weights of ``model``'s ``nn.Linear`` layers column-major, recording each
     parameter and its original tensor in ``swapped``; with ``packing``, only those of layers that

@@ -44,7 +44,7 @@ def current_setting() -> str | None:
 
 
 def _set(value: str) -> None:
-    torch.backends.mkldnn.matmul.fp32_precision = value
+    torch.backends.mkldnn.matmul.fp32_precision = value  # type: ignore[attr-defined]  # torch ≥ 2.9 only
     _last[0] = value
 
 

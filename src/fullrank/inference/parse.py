@@ -9,14 +9,25 @@ its ``meta.json`` the tree symbols (target) under :data:`TREE_VOCABULARY`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
-from fullrank.data.linearize import (LEAVES, ORDERS, PLACEHOLDER, Delinearized, Leaves, Order,
-                                     delinearize, is_bracket, linearize, placeholders,
-                                     top_down, word_tokens)
+from fullrank.data.linearize import (
+    LEAVES,
+    ORDERS,
+    PLACEHOLDER,
+    Delinearized,
+    Leaves,
+    Order,
+    delinearize,
+    is_bracket,
+    linearize,
+    placeholders,
+    top_down,
+    word_tokens,
+)
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.treebank import ESCAPES, Tree
 from fullrank.data.unknown_words import known_word
@@ -47,13 +58,13 @@ def tree_vocabulary(meta: dict[str, Any], where: str) -> Tokenizer:
 def tree_leaves(meta: dict[str, Any], where: str) -> Leaves:
     """What stands for each word in a parsing checkpoint's trees (``placeholder`` when its
     ``meta`` does not say)."""
-    return _setting(meta, TREE_LEAVES, LEAVES, where)  # type: ignore[return-value]
+    return cast(Leaves, _setting(meta, TREE_LEAVES, LEAVES, where))
 
 
 def tree_order(meta: dict[str, Any], where: str) -> Order:
     """Where a parsing checkpoint's trees open each constituent (``top_down`` when its
     ``meta`` does not say)."""
-    return _setting(meta, TREE_ORDER, ORDERS, where)  # type: ignore[return-value]
+    return cast(Order, _setting(meta, TREE_ORDER, ORDERS, where))
 
 
 def _setting(meta: dict[str, Any], key: str, choices: Sequence[str], where: str) -> str:
@@ -61,7 +72,7 @@ def _setting(meta: dict[str, Any], key: str, choices: Sequence[str], where: str)
     if value not in choices:
         raise CheckpointError(f"{where}: meta.json has {key}={value!r}, not one of "
                               f"{', '.join(choices)}; use a checkpoint written by a parsing run")
-    return value  # type: ignore[no-any-return]
+    return str(value)
 
 
 def tell_words(model: nn.Module, trees: Tokenizer) -> nn.Module:
@@ -108,13 +119,16 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
         slots = [[trees.token_to_id(w) or unk for w in line.split()] for line in inputs]
     else:
         xx = trees.token_to_id(PLACEHOLDER)
+        if xx is None:
+            raise CheckpointError(f"the tree vocabulary has no {PLACEHOLDER}; these trees have "
+                                  f"the words as leaves (leaves='word')")
         slots = [[xx] * len(line.split()) for line in lines]
 
     models = [model] if isinstance(model, nn.Module) else list(model)
     for m in models:
         tell_words(m, trees)
 
-    def constrain(decoder: Decoder, batch: list[int], max_len: Tensor) -> Decoder:
+    def constrain(decoder: Decoder, batch: Sequence[int], max_len: Tensor) -> Decoder:
         kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
         return kind(decoder, trees, [slots[i] for i in batch], max_len)
 

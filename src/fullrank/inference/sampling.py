@@ -6,7 +6,6 @@ Shapes: ``B`` rows, ``T0`` prompt length, ``V`` vocabulary.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 
 import torch

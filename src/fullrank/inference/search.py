@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +70,10 @@ class Hypothesis:
     log_prob: float
 
 
+@overload
+def length_penalty(length: Tensor, alpha: float) -> Tensor: ...
+@overload
+def length_penalty(length: float, alpha: float) -> float: ...
 def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
     """GNMT length penalty ``((5 + |Y|) / 6)^α`` (Wu et al. 2016, eq. 14; [V17] §6.1)."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -213,7 +218,7 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
 
     logp_buf = None  # log-probabilities of logits that cannot hold them (no fresh pages each step)
     among_k = torch.arange(2 * k, device=dev) < k                 # (2K,) the K best candidates
-    limit_lp = None                                               # (N,) lp(maximum length)
+    limit_lp = torch.empty(0)                                     # (N,) lp(maximum length)
     for t in range(total):
         logits = decoder.step(tokens)[:, -1]                      # (N·Kc, V)
         vocab = logits.shape[-1]

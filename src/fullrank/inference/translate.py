@@ -28,7 +28,7 @@ from fullrank.output import progress as progress_bar
 log = logging.getLogger(__name__)
 
 # wraps a batch's decoder: (decoder, indices of its rows' lines, (B,) output-length limits)
-Constrain = Callable[[Decoder, list[int], Tensor], Decoder]
+Constrain = Callable[[Decoder, Sequence[int], Tensor], Decoder]
 
 
 def too_long(encoded: Sequence[Sequence[int]], max_len: int) -> list[tuple[int, int]]:
@@ -136,7 +136,7 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
                lines: Sequence[str], *, beam: int, alpha: float, a: float, b: int,
                batch_size: int, n_best: int, progress: bool, compile: bool, workers: int,
                processes: bool, strict: bool, constrain: Constrain | None) -> list[list[str]]:
-    max_len = min(m.config.max_len for m in models)  # type: ignore[union-attr]
+    max_len: int = min(getattr(m, "config").max_len for m in models)  # each model's own
     device = next(models[0].parameters()).device
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
     results: list[list[str]] = [[""] * n_best for _ in lines]
@@ -151,10 +151,10 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
         log.warning(f"line {i + 1}: {n} source tokens (with EOS), more than the model's "
                     f"max_len={max_len}: only its first {max_len - 1} are translated")
     todo.sort(key=lambda i: -len(encoded[i]))
-    decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]
+    decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]  # encoder-decoders
     batches = fast.plan_batches(todo, batch_size, workers)
 
-    def run(batch: list[int]) -> list[list[str]]:
+    def run(batch: Sequence[int]) -> list[list[str]]:
         """The ``n_best`` translations of each line of ``batch`` (indices into ``lines``)."""
         seqs = [encoded[i] + [tokenizer.eos_id] for i in batch]
         width = max(len(s) for s in seqs)

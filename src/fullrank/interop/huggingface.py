@@ -33,17 +33,33 @@ from torch import Tensor
 from fullrank.data.hf_tokenizer import hf_tokenizer_files, read_hf_tokenizer
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, ConfigError
-from fullrank.models import (DecoderLMConfig, EncoderDecoderConfig, ModelConfig, build_model,
-                             family_of)
-from fullrank.models.convert_hf import (ARCHITECTURES, MODEL_TYPES, Conversion, Family,
-                                        bert_config_from_hf, check_marian_positions,
-                                        gpt2_config_from_hf, hf_architecture, hf_config, layout_of,
-                                        load_from_hf, marian_config_from_hf, state_to_hf,
-                                        strip_prefix, tied_names)
+from fullrank.models import DecoderLMConfig, EncoderDecoderConfig, ModelConfig, build_model, family_of
+from fullrank.models.convert_hf import (
+    ARCHITECTURES,
+    MODEL_TYPES,
+    Conversion,
+    Family,
+    bert_config_from_hf,
+    check_marian_positions,
+    gpt2_config_from_hf,
+    hf_architecture,
+    hf_config,
+    layout_of,
+    load_from_hf,
+    marian_config_from_hf,
+    state_to_hf,
+    strip_prefix,
+    tied_names,
+)
 from fullrank.paths import check_output_dir
-from fullrank.training.checkpoints import (install_directory, is_checkpoint_dir,
-                                           load_checkpoint, read_safetensors,
-                                           temporary_directory, write_checkpoint)
+from fullrank.training.checkpoints import (
+    install_directory,
+    is_checkpoint_dir,
+    load_checkpoint,
+    read_safetensors,
+    temporary_directory,
+    write_checkpoint,
+)
 from fullrank.training.integrity import read_json
 
 CONFIG, WEIGHTS, WEIGHTS_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"

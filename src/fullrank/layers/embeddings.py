@@ -85,7 +85,7 @@ class Positions(nn.Module):
                 f"sequence of {offset + length} positions exceeds max_len={self.max_len} of the "
                 f"model's positional table; shorten the input or build the model with a larger max_len"
             )
-        table = self.weight if self.kind == "learned" else self.table
+        table = self.weight if self.kind == "learned" else self.get_buffer("table")
         return table[offset : offset + length]
 
 

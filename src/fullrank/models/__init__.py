@@ -10,10 +10,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fullrank.models.families import (FAMILIES, DecoderLM, DecoderLMConfig, Encoder,
-                                          EncoderConfig, EncoderDecoder, EncoderDecoderConfig,
-                                          ModelConfig, build_model, config_from_dict,
-                                          config_to_dict, family_of)
+    from fullrank.models.families import (
+        FAMILIES,
+        DecoderLM,
+        DecoderLMConfig,
+        Encoder,
+        EncoderConfig,
+        EncoderDecoder,
+        EncoderDecoderConfig,
+        ModelConfig,
+        build_model,
+        config_from_dict,
+        config_to_dict,
+        family_of,
+    )
 
 __all__ = ["FAMILIES", "DecoderLM", "DecoderLMConfig", "Encoder", "EncoderConfig",
            "EncoderDecoder", "EncoderDecoderConfig", "ModelConfig", "build_model",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Literal
+from typing import Any, Literal
 
 from fullrank.errors import ConfigError
 from fullrank.models.config import TransformerConfig
@@ -73,8 +73,9 @@ def solve_for(config: TransformerConfig, field: str, target: int, *, which: Coun
 
     def at(k: int) -> tuple[TransformerConfig, int] | None:
         """The config and its count with ``field = k·multiple``; ``None`` if that is invalid."""
+        changes: dict[str, Any] = {field: k * multiple}
         try:
-            cfg = dataclasses.replace(config, **{field: k * multiple})
+            cfg = dataclasses.replace(config, **changes)
         except ConfigError:
             return None
         return cfg, count_params(cfg, which)

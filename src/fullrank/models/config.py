@@ -34,6 +34,10 @@ def norm_params(d_model: int) -> int:
     return 2 * d_model
 
 
+# the default training sequence length (a decoder-only model's max_len too, when not given)
+SEQ_LEN = 256
+
+
 @config_dataclass
 class TransformerConfig:
     """Fields shared by all families. Names follow STYLE.md: ``d_model``, ``n_heads``, ``d_head``…
@@ -82,7 +86,7 @@ class TransformerConfig:
     bias: Bool = True
     positions: PositionKind = "sinusoidal"
     max_len: PositiveInt = 1024
-    seq_len: PositiveInt = 256
+    seq_len: PositiveInt = SEQ_LEN
     scale_embeddings: Bool = True
     tie_embeddings: Bool = True
     fused_attention: Bool = True

@@ -253,13 +253,13 @@ def state_from_hf(layout: Layout, tensors: Mapping[str, Tensor],
             raise CheckpointError(f"{where}: no tensor '{_full(layout, missing)}', which a "
                                   f"{layout.architecture} with this config.json has; "
                                   f"config.json and the weights do not match")
-        parts = [tensors[k].t() if pair.transpose else tensors[k] for k in keys]  # type: ignore[index]
+        parts = [tensors[k].t() if pair.transpose else tensors[k] for k in keys]  # type: ignore[index]  # names, not None
         if pair.row:
             parts = [p.reshape(-1) for p in parts]
         value = torch.cat(parts) if len(parts) > 1 else parts[0]
         want = tuple(expected[pair.ours].shape)
         if tuple(value.shape) != want:
-            got = " + ".join(str(tuple(tensors[k].shape)) for k in keys)  # type: ignore[index]
+            got = " + ".join(str(tuple(tensors[k].shape)) for k in keys)  # type: ignore[index]  # names
             raise CheckpointError(f"{where}: '{keys[0]}' is {got} but config.json describes "
                                   f"{want} (fullrank '{pair.ours}'); config.json and the "
                                   f"weights do not match")
@@ -408,7 +408,7 @@ def gpt2_config_from_hf(hf: Mapping[str, Any]) -> DecoderLMConfig:
     return DecoderLMConfig(
         vocab_size=hf["vocab_size"], d_model=d, n_heads=hf["n_head"],
         d_ff=hf.get("n_inner") or 4 * d, n_layers=hf["n_layer"],
-        activation=_activation(hf, "activation_function", "gelu_new"),  # type: ignore[arg-type]
+        activation=_activation(hf, "activation_function", "gelu_new"),  # type: ignore[arg-type]  # checked
         dropout=hf.get("resid_pdrop", 0.1), attn_dropout=hf.get("attn_pdrop", 0.1),
         norm_first=True, norm_eps=hf.get("layer_norm_epsilon", 1e-5), bias=True,
         positions="learned", max_len=hf["n_positions"], seq_len=hf["n_positions"],
@@ -439,7 +439,7 @@ def marian_config_from_hf(hf: Mapping[str, Any], tensors: Mapping[str, Tensor] |
         vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"],
         d_ff=hf["encoder_ffn_dim"], n_layers=hf["encoder_layers"],
         n_decoder_layers=hf["decoder_layers"],
-        activation=_activation(hf, "activation_function", "gelu"),  # type: ignore[arg-type]
+        activation=_activation(hf, "activation_function", "gelu"),  # type: ignore[arg-type]  # checked
         dropout=hf.get("dropout", 0.1), attn_dropout=hf.get("attention_dropout", 0.0),
         ffn_dropout=hf.get("activation_dropout", 0.0), norm_first=False, norm_eps=1e-5,
         bias=True, positions="sinusoidal_halves", max_len=max_len, seq_len=min(256, max_len),

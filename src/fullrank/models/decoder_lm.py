@@ -8,7 +8,6 @@ Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch.nn.functional as F
@@ -20,7 +19,7 @@ from fullrank.blocks import EncoderBlock
 from fullrank.layers.embeddings import InputEmbedding, TokenEmbedding
 from fullrank.layers.kv_cache import DecoderCache
 from fullrank.layers.masks import padding_mask
-from fullrank.models.config import TransformerConfig, norm_params
+from fullrank.models.config import SEQ_LEN, TransformerConfig, norm_params
 from fullrank.validation import PositiveInt, config_dataclass
 
 
@@ -29,7 +28,7 @@ class DecoderLMConfig(TransformerConfig):
     """A decoder-only LM. ``seq_len`` is the training block size; ``max_len`` (the positions the
     model accepts) defaults to it when not given."""
 
-    max_len: PositiveInt  # given, or seq_len (below)
+    max_len: PositiveInt = SEQ_LEN  # given, or seq_len (below)
 
     @model_validator(mode="before")
     @classmethod
@@ -39,10 +38,10 @@ class DecoderLMConfig(TransformerConfig):
         if isinstance(data, ArgsKwargs):
             kwargs = dict(data.kwargs or {})
             if "max_len" not in kwargs:
-                kwargs["max_len"] = kwargs.get("seq_len", _SEQ_LEN_DEFAULT)
+                kwargs["max_len"] = kwargs.get("seq_len", SEQ_LEN)
             return ArgsKwargs(data.args, kwargs)
         if isinstance(data, dict) and "max_len" not in data:
-            return {**data, "max_len": data.get("seq_len", _SEQ_LEN_DEFAULT)}
+            return {**data, "max_len": data.get("seq_len", SEQ_LEN)}
         return data
 
     def param_breakdown(self) -> dict[str, int]:
@@ -60,9 +59,6 @@ class DecoderLMConfig(TransformerConfig):
             + self.vocab_size * self.d_model
         fwd = 2 * matmul + self.n_layers * self.attention_flops_per_token(self.seq_len)
         return {"forward": fwd, "train": 3 * fwd}
-
-
-_SEQ_LEN_DEFAULT = next(f.default for f in dataclasses.fields(DecoderLMConfig) if f.name == "seq_len")
 
 
 class DecoderLM(nn.Module):

@@ -24,8 +24,14 @@ from fullrank.layers.embeddings import InputEmbedding, PositionKind, TokenEmbedd
 from fullrank.layers.feedforward import Activation
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
-from fullrank.validation import (Bool, NonNegativeInt, PositiveFloat, PositiveInt, Probability,
-                                 config_dataclass)
+from fullrank.validation import (
+    Bool,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    config_dataclass,
+)
 
 
 @config_dataclass

@@ -59,7 +59,7 @@ class EncoderDecoderConfig(TransformerConfig):
 
     def param_breakdown(self) -> dict[str, int]:
         d, ne, nd = self.d_model, self.n_layers, self.decoder_layers
-        tokens = self.vocab_size * d + (0 if self.shared_vocab else self.src_vocab_size * d)
+        tokens = (self.vocab_size + (self.src_vocab_size or 0)) * d  # a source table if separate
         return {
             "embeddings": tokens + 2 * self.position_params(),
             "attention": (ne + 2 * nd) * self.attention_params(),
@@ -86,11 +86,11 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         self.config = c = config
         tgt_token = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings)
-        src_token = tgt_token if c.shared_vocab else TokenEmbedding(
-            c.src_vocab_size, c.d_model, scale=c.scale_embeddings)  # type: ignore[arg-type]
-        kw = dict(d_model=c.d_model, max_len=c.max_len, positions=c.positions, dropout=c.dropout)
-        self.src_embed = InputEmbedding(src_token, **kw)  # type: ignore[arg-type]
-        self.tgt_embed = InputEmbedding(tgt_token, **kw)  # type: ignore[arg-type]
+        src_token = tgt_token if c.src_vocab_size is None else TokenEmbedding(
+            c.src_vocab_size, c.d_model, scale=c.scale_embeddings)
+        self.src_embed, self.tgt_embed = (
+            InputEmbedding(token, d_model=c.d_model, max_len=c.max_len, positions=c.positions,
+                           dropout=c.dropout) for token in (src_token, tgt_token))
         spec = c.block_spec()
         self.encoder = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
         self.decoder = nn.ModuleList(DecoderBlock(spec) for _ in range(c.decoder_layers))

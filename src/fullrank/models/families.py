@@ -4,7 +4,7 @@ and configs to and from their JSON form."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Union
+from typing import Any
 
 from torch import nn
 
@@ -13,7 +13,7 @@ from fullrank.models.decoder_lm import DecoderLM, DecoderLMConfig
 from fullrank.models.encoder import Encoder, EncoderConfig
 from fullrank.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 
-ModelConfig = Union[DecoderLMConfig, EncoderConfig, EncoderDecoderConfig]
+ModelConfig = DecoderLMConfig | EncoderConfig | EncoderDecoderConfig
 
 __all__ = ["FAMILIES", "DecoderLM", "DecoderLMConfig", "Encoder", "EncoderConfig",
            "EncoderDecoder", "EncoderDecoderConfig", "ModelConfig", "build_model",

@@ -10,6 +10,7 @@ looks a name up and suggests the closest one when it is unknown.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -177,17 +178,17 @@ def _table() -> dict[str, Callable[[], TransformerConfig]]:
         if row.name not in ("base", "big"):
             t[f"aiayn_table3_{row.name}"] = row.config
     for h in B20_LM_FIXED_HEADS:
-        t[f"b20_lm_fixed_h{h}"] = lambda h=h: b20_lm_fixed(h)
+        t[f"b20_lm_fixed_h{h}"] = functools.partial(b20_lm_fixed, h)
     for d, h in B20_LM_BASELINES:
-        t[f"b20_lm_baseline_d{d}_h{h}"] = lambda d=d, h=h: b20_lm_baseline(d, h)
+        t[f"b20_lm_baseline_d{d}_h{h}"] = functools.partial(b20_lm_baseline, d, h)
     for h in B20_TABLE1:
-        t[f"b20_bert_table1_h{h}"] = lambda h=h: b20_bert(1024, h)
+        t[f"b20_bert_table1_h{h}"] = functools.partial(b20_bert, 1024, h)
     for h in B20_TABLE2A:
-        t[f"b20_bert_table2a_h{h}"] = lambda h=h: b20_bert(512, h, d_head=128)
+        t[f"b20_bert_table2a_h{h}"] = functools.partial(b20_bert, 512, h, d_head=128)
     for dp in B20_TABLE2B:
-        t[f"b20_bert_table2b_dp{dp}"] = lambda dp=dp: b20_bert(512, 8, d_head=dp)
+        t[f"b20_bert_table2b_dp{dp}"] = functools.partial(b20_bert, 512, 8, d_head=dp)
     for h in B20_TABLE3A:
-        t[f"b20_bert_table3a_h{h}"] = lambda h=h: b20_bert(768, h, d_head=128)
+        t[f"b20_bert_table3a_h{h}"] = functools.partial(b20_bert, 768, h, d_head=128)
     return t
 
 

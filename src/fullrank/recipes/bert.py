@@ -47,7 +47,8 @@ def write_sentences(data: PretrainData, out: Path) -> Path:
     spread), one per line (WikiText's markup undone): the text the WordPiece vocabulary is
     trained on."""
     with open(out, "w", encoding="utf-8") as f:
-        f.writelines("".join(s + "\n" for s in doc) for doc in sample_documents(data.path(data.train), data.corpus_format, data.tokenizer_sample))
+        docs = sample_documents(data.path(data.train), data.corpus_format, data.tokenizer_sample)
+        f.writelines("".join(s + "\n" for s in doc) for doc in docs)
     return out
 
 
@@ -93,7 +94,8 @@ class PretrainingRecipe(Recipe):
                                   random_next_prob=data.random_next_prob)
 
         rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
-        ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
+        assert tok.cls_id is not None and tok.sep_id is not None  # a wordpiece tokenizer's
+        ids = {"cls_id": tok.cls_id, "sep_id": tok.sep_id, "pad_id": tok.pad_id}
         batches = PretrainingBatches(instances(data.train, cfg.seed), rule,
                                      batch_size=cfg.batch_size, seed=cfg.seed,
                                      masking=data.masking, name=data.train, **ids)

@@ -9,8 +9,13 @@ from typing import Any
 
 from torch import nn
 
-from fullrank.data.finetuning import (ExampleBatches, classification_batches, encode_texts,
-                                      label_ids, read_examples)
+from fullrank.data.finetuning import (
+    ExampleBatches,
+    classification_batches,
+    encode_texts,
+    label_ids,
+    read_examples,
+)
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.accuracy import accuracy

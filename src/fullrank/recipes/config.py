@@ -43,8 +43,16 @@ from fullrank.models.encoder_decoder import EncoderDecoderConfig
 from fullrank.models.presets import preset
 from fullrank.recipes.encoder_data import ClassifyData, PretrainData, SquadData
 from fullrank.training.config import TrainConfig
-from fullrank.validation import (Bool, NonNegativeFloat, NonNegativeInt, PositiveInt, Probability,
-                                 Str, config_dataclass, describe)
+from fullrank.validation import (
+    Bool,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    Probability,
+    Str,
+    config_dataclass,
+    describe,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,8 +16,7 @@ from fullrank.data.bert_pretraining import Masking
 from fullrank.data.documents import CorpusFormat
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.errors import ConfigError
-from fullrank.validation import (Bool, NonNegativeInt, PositiveInt, Str, UnitFloat,
-                                 config_dataclass)
+from fullrank.validation import Bool, NonNegativeInt, PositiveInt, Str, UnitFloat, config_dataclass
 
 
 @config_dataclass

@@ -23,8 +23,7 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, family_of
 from fullrank.recipes.config import TASK_MODELS, build_model_config
-from fullrank.training.checkpoints import (MODEL_FILE, TOKENIZER_FILE, read_meta,
-                                           read_safetensors, resolve)
+from fullrank.training.checkpoints import MODEL_FILE, TOKENIZER_FILE, read_meta, read_safetensors, resolve
 
 
 @dataclass

@@ -6,7 +6,7 @@ perplexity → a text sample. The run itself is :func:`fullrank.recipes.run.run`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -16,7 +16,7 @@ from fullrank import fast
 from fullrank.data.corpus import tokenize_file
 from fullrank.data.lm import LMBlocks, check_world
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.inference.decoders import LMDecoder
+from fullrank.inference.decoders import LanguageModel, LMDecoder
 from fullrank.inference.sampling import sample
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import LMExperiment
@@ -128,7 +128,8 @@ def _generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_
     while produced < max_new_tokens:
         context = tokens[-(seq_len // 2):] if len(tokens) >= seq_len else tokens
         n = min(max_new_tokens - produced, seq_len - len(context))
-        out = sample(LMDecoder(model), torch.tensor([context], device=device), max_new_tokens=n,
+        out = sample(LMDecoder(cast(LanguageModel, model)), torch.tensor([context], device=device),
+                     max_new_tokens=n,
                      temperature=temperature, top_k=top_k, generator=generator)
         tokens += out[0, len(context):].tolist()
         produced += n

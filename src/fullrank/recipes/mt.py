@@ -136,12 +136,13 @@ def pair_setup(run: Run, model_cfg: ModelConfig, tok: Tokenizer, train_pairs: En
     the data line is the caller's to set."""
     data: PairData = run.exp.data
     cfg = run.exp.train
-    ids = dict(pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id)
     batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, seed=cfg.seed,
-                              world=run.dist.world, sampler=sampler, **ids)
+                              world=run.dist.world, sampler=sampler, pad_id=tok.pad_id,
+                              bos_id=tok.bos_id, eos_id=tok.eos_id)
     loss = Translation(tok.pad_id, cfg.label_smoothing)
     valid = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, shuffle=False,
-                            **ids) if valid_pairs is not None else None
+                            pad_id=tok.pad_id, bos_id=tok.bos_id,
+                            eos_id=tok.eos_id) if valid_pairs is not None else None
 
     def validation(limit: int | None) -> Validation:
         if valid is None:

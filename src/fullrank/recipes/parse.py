@@ -30,8 +30,16 @@ from fullrank.data.treebank import TreebankSplit, load_treebank
 from fullrank.data.unknown_words import SignatureDropout, known_word, rare_to_signatures
 from fullrank.errors import ConfigError, DataError
 from fullrank.evaluation.parse_eval import CUTOFF_LEN, score_trees
-from fullrank.inference.parse import (TREE_LEAVES, TREE_ORDER, TREE_VOCABULARY, parse,
-                                      tell_words, tree_leaves, tree_order, tree_vocabulary)
+from fullrank.inference.parse import (
+    TREE_LEAVES,
+    TREE_ORDER,
+    TREE_VOCABULARY,
+    parse,
+    tell_words,
+    tree_leaves,
+    tree_order,
+    tree_vocabulary,
+)
 from fullrank.inference.translate import first_too_long
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import ParseData, ParseDecode, ParseExperiment

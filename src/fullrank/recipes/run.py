@@ -44,9 +44,16 @@ from fullrank.output import console as make_console
 from fullrank.paths import check_output_dir
 from fullrank.recipes.config import Experiment, resolved_yaml
 from fullrank.recipes.init import Start, build_initialised, find_start, start_config
-from fullrank.training.checkpoints import (check_readable, latest_checkpoint, load_checkpoint,
-                                           newest_readable, remove_temporaries, resolve)
-from fullrank.training.distributed import DistInfo, barrier, setup as join, sharded, teardown
+from fullrank.training.checkpoints import (
+    check_readable,
+    latest_checkpoint,
+    load_checkpoint,
+    newest_readable,
+    remove_temporaries,
+    resolve,
+)
+from fullrank.training.distributed import DistInfo, barrier, sharded, teardown
+from fullrank.training.distributed import setup as join
 from fullrank.training.loop import BatchSource, RunOutput, train
 from fullrank.training.metrics import plot_run
 from fullrank.training.tasks import Task
@@ -111,8 +118,9 @@ def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None 
     save): ``fullrank train`` never writes into a directory of other files."""
     main = dist is None or dist.is_main
     checkpoints = run_dir / "checkpoints"
+    found: Path | None
     if resume_from is not None:
-        found: Path | None = resolve(resume_from)
+        found = resolve(resume_from)
         check_readable(found, training=True)
     else:
         found, passed_over = newest_readable(checkpoints)
@@ -381,13 +389,14 @@ def run(exp: Experiment, *, resume: Resume = "never", progress: bool = True,
                        resume_from=r.resume_from, progress=progress,
                        d_model=s.model_config.d_model, evaluate=s.validate)
     teardown()  # every rank together; what follows is rank 0's alone
+    checkpoint = result.checkpoint or latest_checkpoint(out.checkpoints)
     if sharded(dist, cfg.parallel) and dist.is_main:
         # the trained weights were spread over the ranks, which have left: rank 0 goes on with
-        # the whole model that the last checkpoint holds
-        model = s.prepare(load_checkpoint(result.checkpoint).model.to(dist.device))
+        # the whole model that the last checkpoint holds (a sharded run saves its last step)
+        assert checkpoint is not None
+        model = s.prepare(load_checkpoint(checkpoint).model.to(dist.device))
     report = RunReport(str(r.run_dir), result.state.step, result.seconds,
-                       count_params(s.model_config),
-                       checkpoint=str(result.checkpoint or latest_checkpoint(out.checkpoints)))
+                       count_params(s.model_config), checkpoint=str(checkpoint))
     report.extra["non_embedding_params"] = count_params(s.model_config, "non_embedding")
     report.extra["parallel"] = parallel
     if dist.is_main:

@@ -13,11 +13,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from fullrank.data.finetuning import (SquadQuestion, SquadWindows, make_windows, read_squad,
-                                      span_batches, split_articles)
+from fullrank.data.finetuning import (
+    SquadQuestion,
+    SquadWindows,
+    make_windows,
+    read_squad,
+    span_batches,
+    split_articles,
+)
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.evaluation.squad import best_span, squad_scores
 from fullrank.errors import ConfigError
+from fullrank.evaluation.squad import best_span, squad_scores
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import SquadExperiment
 from fullrank.recipes.encoder_data import SquadData
@@ -43,8 +49,8 @@ def predict_answers(model: nn.Module, windows: SquadWindows, questions: Sequence
     (:func:`fullrank.evaluation.squad.best_span`)."""
     task = SpanExtraction()
     per_question: list[list[int]] = [[] for _ in questions]
-    for w, q in enumerate(windows.question):
-        per_question[q].append(w)
+    for w, i in enumerate(windows.question):
+        per_question[i].append(w)
     batches = span_batches(windows, pad_id=tok.pad_id, batch_size=batch_size)
     logits: list[np.ndarray] = []
     for batch in batches.eval_batches():

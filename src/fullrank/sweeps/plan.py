@@ -46,11 +46,24 @@ from fullrank.errors import ConfigError, FullrankError, closest
 from fullrank.models import ModelConfig
 from fullrank.models.budget import count_params, solve_for
 from fullrank.paths import check_output_dir
-from fullrank.recipes.config import (EXPERIMENTS, TASK_MODELS, Experiment, apply_overrides,
-                                     parse_experiment, read_file)
+from fullrank.recipes.config import (
+    EXPERIMENTS,
+    TASK_MODELS,
+    Experiment,
+    apply_overrides,
+    parse_experiment,
+    read_file,
+)
 from fullrank.recipes.run import recipe_of
-from fullrank.validation import (Bool, NonNegativeInt, PositiveInt, Probability, Str,
-                                 config_dataclass, describe)
+from fullrank.validation import (
+    Bool,
+    NonNegativeInt,
+    PositiveInt,
+    Probability,
+    Str,
+    config_dataclass,
+    describe,
+)
 
 MANIFEST = "sweep.json"
 FORMAT = "fullrank-sweep-v1"
@@ -261,10 +274,10 @@ def load_sweep(path: str | Path) -> Sweep:
     match = spec.match
     if match is not None:
         match = _check_match(path, match, arms)
-    for arm in spec.reference:
-        if arm not in arms:
-            raise _fail(path, f"reference names arm '{arm}', which is not an arm"
-                              f"{closest(str(arm), arms)}")
+    for name in spec.reference:
+        if name not in arms:
+            raise _fail(path, f"reference names arm '{name}', which is not an arm"
+                              f"{closest(name, arms)}")
     for p in spec.plots:
         _check_plot(path, p, arms)
     ensemble = spec.ensemble
@@ -315,11 +328,12 @@ def _check_match(path: Path, rule: MatchRule, arms: dict[str, Arm]) -> MatchRule
     for arm in arms.values():
         check_key(path, "match.solve_for", rule.solve_for, arm.task)
     matched = rule.arms or tuple(a for a in arms if a != rule.target)
-    for arm in matched:
-        if arm not in arms:
-            raise _fail(path, f"match.arms names '{arm}', which is not an arm{closest(arm, arms)}")
-        if arm == rule.target:
-            raise _fail(path, f"match.arms holds the target arm '{arm}' itself")
+    for name in matched:
+        if name not in arms:
+            raise _fail(path, f"match.arms names '{name}', which is not an arm"
+                              f"{closest(name, arms)}")
+        if name == rule.target:
+            raise _fail(path, f"match.arms holds the target arm '{name}' itself")
     return dataclasses.replace(rule, arms=matched)
 
 

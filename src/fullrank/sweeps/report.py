@@ -118,7 +118,7 @@ def ensemble_sizes(plan: Plan, points: list[Point]) -> list[int]:
     ask = plan.sweep.ensemble
     if not ask or not recipe_of(points[0].task).ensembles or len(points) < 2:
         return []
-    sizes = [len(points)] if ask is True else [k for k in ask if 2 <= k <= len(points)]
+    sizes = [len(points)] if isinstance(ask, bool) else [k for k in ask if 2 <= k <= len(points)]
     return sorted(set(sizes))
 
 

@@ -96,7 +96,10 @@ def _to_train(plan: Plan, out: Path) -> tuple[Outcome, list[Point]]:
     outcome = Outcome()
     pending: list[Point] = []
     for p in plan.points:
-        (outcome.skipped if finished(out, p) else pending).append(p)
+        if finished(out, p):
+            outcome.skipped.append(p.name)
+        else:
+            pending.append(p)
     return outcome, pending
 
 
@@ -177,7 +180,7 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
                         outcome.failed[point.name] = reason
                         console.print(f"failed {point.name} ({reason}); the others go on")
     finally:
-        for point, proc, log, _ in running.values():  # interrupted: stop what this call started
+        for _point, proc, log, _ in running.values():  # interrupted: stop what this call started
             proc.terminate()
             try:
                 proc.wait(timeout=30)

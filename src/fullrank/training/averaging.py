@@ -14,9 +14,17 @@ from pathlib import Path
 import torch
 
 from fullrank.errors import CheckpointError
-from fullrank.training.checkpoints import (META_FILE, MODEL_FILE, load_checkpoint,
-                                           read_safetensors, resolve, step_dirs, step_of,
-                                           verified_weights, write_checkpoint)
+from fullrank.training.checkpoints import (
+    META_FILE,
+    MODEL_FILE,
+    load_checkpoint,
+    read_safetensors,
+    resolve,
+    step_dirs,
+    step_of,
+    verified_weights,
+    write_checkpoint,
+)
 
 
 def last_checkpoints(run_dir: Path, k: int, *, setting: str = "--last") -> list[Path]:

@@ -38,8 +38,17 @@ from torch import Tensor, nn
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, config_to_dict
-from fullrank.training.integrity import (FORMAT, CheckpointMeta, LoopMeta, OptimizerMeta, digest,
-                                         inside, parse_meta, read_json, verify_file)
+from fullrank.training.integrity import (
+    FORMAT,
+    CheckpointMeta,
+    LoopMeta,
+    OptimizerMeta,
+    digest,
+    inside,
+    parse_meta,
+    read_json,
+    verify_file,
+)
 
 MODEL_FILE, STATE_FILE, META_FILE, TOKENIZER_FILE = (
     "model.safetensors", "optimizer.safetensors", "meta.json", "tokenizer.json")
@@ -96,10 +105,10 @@ def _unique_state(model: nn.Module, state: dict[str, Tensor] | None = None
     not."""
     tensors: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
-    seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    seen: dict[tuple[int, ...], str] = {}
     tied = _tied(model) if state is not None else {}
     for name, t in (model.state_dict() if state is None else state).items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), *t.shape)
         if name in tied:
             aliases[name] = tied[name]
         elif key in seen:

@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Literal
 
 from fullrank.errors import ConfigError
-from fullrank.validation import (Bool, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                                 Probability, Str, config_dataclass)
+from fullrank.validation import (
+    Bool,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    Str,
+    config_dataclass,
+)
 
 Schedule = Literal["noam", "rsqrt", "linear", "cosine", "constant"]
 

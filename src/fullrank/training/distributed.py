@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import gc
 import os
+import typing
 from dataclasses import dataclass
-
 from typing import Any
 
 import torch
@@ -77,7 +77,7 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def _all_reduce(t: torch.Tensor, info: DistInfo, op: dist.ReduceOp) -> torch.Tensor:
+def _all_reduce(t: torch.Tensor, info: DistInfo, op: Any) -> torch.Tensor:
     """``t`` reduced over ranks by ``op`` (a no-op in a world of one); NCCL needs it on the
     device, so it goes there and comes back."""
     if not info.distributed:
@@ -149,15 +149,15 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInf
     state dicts are already full."""
     if not sharded(info, parallel):
         return None
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
-                                                         get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
     weights = get_model_state_dict(model, options=_options(cpu_offload=True))
-    optim = get_optimizer_state_dict(model, optimizer, options=_options(cpu_offload=True))
+    optim: Any = get_optimizer_state_dict(model, optimizer, options=_options(cpu_offload=True))
     if not info.is_main:
         return None
     order = {name: i for i, name in enumerate(n for g in optim["param_groups"] for n in g["params"])}
-    return weights, {"state": {order[name]: s for name, s in optim["state"].items()},
+    return typing.cast(dict[str, torch.Tensor], weights), {
+        "state": {order[name]: s for name, s in optim["state"].items()},
                      "param_groups": [{**g, "params": [order[n] for n in g["params"]]}
                                       for g in optim["param_groups"]]}
 
@@ -176,7 +176,7 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer,
     by_name = {"state": {order[int(i)]: s for i, s in state["state"].items()},
                "param_groups": [{**g, "params": [order[i] for i in g["params"]]}
                                 for g in state["param_groups"]]}
-    set_optimizer_state_dict(model, optimizer, by_name, options=_options())
+    set_optimizer_state_dict(model, optimizer, typing.cast(Any, by_name), options=_options())
 
 
 def local_bytes(tensors: Any) -> int:

@@ -18,8 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fullrank.errors import CheckpointError
-from fullrank.validation import (Bool, Float, NonNegativeFloat, NonNegativeInt, PositiveInt, Str,
-                                 describe)
+from fullrank.validation import Bool, Float, NonNegativeFloat, NonNegativeInt, PositiveInt, Str, describe
 
 FORMAT = "fullrank-checkpoint-v1"
 _CHUNK = 1 << 22  # bytes hashed at a time

@@ -5,9 +5,9 @@ loss), a :class:`BatchSource` (global batch ``index`` of ``epoch``, a pure funct
 seed — so the loop's position is just two integers) and a :class:`TrainConfig`. It handles
 gradient accumulation, data parallelism (DDP) or sharded data parallelism (FSDP2), bf16
 autocast, ``torch.compile``, clipping, the learning-rate schedule, periodic evaluation, metrics
-and atomic checkpoints, and resumes exactly from a checkpoint. A loss that stops being a finite number stops training (a
-:class:`~fullrank.errors.TrainingError` naming the first such step) before anything more is
-saved, so ``latest`` stays the last good checkpoint.
+and atomic checkpoints, and resumes exactly from a checkpoint. A loss that stops being a finite
+number stops training (a :class:`~fullrank.errors.TrainingError` naming the first such step)
+before anything more is saved, so ``latest`` stays the last good checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import math
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +29,25 @@ from torch.nn.parallel import DistributedDataParallel
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import TrainingError
 from fullrank.output import progress as progress_bar
-from fullrank.training.checkpoints import (load_weights, read_training_state,
-                                           restore_rng, save_training_checkpoint,
-                                           verified_weights, write_text_atomic)
+from fullrank.training.checkpoints import (
+    load_weights,
+    read_training_state,
+    restore_rng,
+    save_training_checkpoint,
+    verified_weights,
+    write_text_atomic,
+)
 from fullrank.training.config import TrainConfig
-from fullrank.training.distributed import (DistInfo, all_reduce_min, all_reduce_sum, barrier,
-                                           full_state, load_optimizer_state, parallelize,
-                                           sharded)
+from fullrank.training.distributed import (
+    DistInfo,
+    all_reduce_min,
+    all_reduce_sum,
+    barrier,
+    full_state,
+    load_optimizer_state,
+    parallelize,
+    sharded,
+)
 from fullrank.training.metrics import MetricsLogger
 from fullrank.training.optim import make_optimizer
 from fullrank.training.schedules import make_schedule
@@ -166,9 +179,9 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         state = LoopState(**meta["loop"])
         start -= state.elapsed_s  # the time budget and logged times count earlier sessions
     if cfg.compile:
-        net = torch.compile(net)
+        net = typing.cast(nn.Module, torch.compile(net))
     writes = out is not None and dist.is_main
-    if writes and out.config_yaml is not None:
+    if writes and out is not None and out.config_yaml is not None:
         out.run_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out.run_dir / "config.yaml", out.config_yaml)
     metrics = MetricsLogger(out.run_dir, resume_step=state.step, enabled=writes) if out else None
@@ -247,7 +260,7 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         for i, batch in enumerate(cpu_batches):
             batch = batch.to(dist.device)
             sync = i == len(cpu_batches) - 1 or not isinstance(net, DistributedDataParallel)
-            with (contextlib.nullcontext() if sync else net.no_sync()):  # type: ignore[operator]
+            with (contextlib.nullcontext() if sync else net.no_sync()):  # type: ignore[operator]  # DDP
                 with _autocast(dist.device, cfg.precision):
                     result = task.loss(net, batch)
                 (result.loss * scale).backward()

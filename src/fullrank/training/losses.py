@@ -57,7 +57,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,  # type: ignore[override]
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
                 epsilon: float, ignore_index: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
         n, v = h.shape[0], weight.shape[0]
         grad_h = torch.empty_like(h)
@@ -101,7 +101,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return loss, nll_total, count
 
     @staticmethod
-    def backward(ctx, grad_loss: Tensor, _nll: Tensor, _count: Tensor):  # type: ignore[override]
+    def backward(ctx, grad_loss: Tensor, _nll: Tensor, _count: Tensor):
         if ctx.grads is None:
             raise RuntimeError("the fused cross-entropy's gradients were already used: it "
                                "supports one backward pass (no retain_graph=True)")

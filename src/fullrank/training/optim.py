@@ -28,9 +28,5 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, *, fused: bool = False) -
     """Adam ([V17] §5.3: β = (0.9, 0.98), ε = 1e-9) or AdamW; the rate is set each step by the
     schedule. ``fused`` uses PyTorch's fused kernel (CPU and CUDA): one pass over all tensors."""
     groups = parameter_groups(model, cfg.weight_decay if cfg.optimizer == "adamw" else 0.0)
-    kwargs = dict(lr=0.0, betas=cfg.betas, eps=cfg.eps)
-    if fused:
-        kwargs["fused"] = True
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, **kwargs)
-    return torch.optim.Adam(groups, **kwargs)
+    kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return kind(groups, lr=0.0, betas=cfg.betas, eps=cfg.eps, fused=True if fused else None)

@@ -17,19 +17,24 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import torch
-from torch import nn
-
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from fullrank.data.batch import (ClassificationBatch, EncoderInputs, LMBatch, PretrainingBatch,
-                                 Seq2SeqBatch, SpanBatch)
+from fullrank.data.batch import (
+    ClassificationBatch,
+    EncoderInputs,
+    LMBatch,
+    PretrainingBatch,
+    Seq2SeqBatch,
+    SpanBatch,
+)
 from fullrank.errors import DataError
 from fullrank.training.losses import TokenLoss, linear_cross_entropy
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    """The model inside DDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
+def unwrap(model: nn.Module) -> Any:
+    """The model inside DDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers, whose
+    heads and output weights the tasks use by their names (duck typing: ``Any``)."""
     while True:
         inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
         if not isinstance(inner, nn.Module):
@@ -146,14 +151,15 @@ class MaskedLMWithNSP:
             batch = batch.to(device)
             h = encode(model, batch.inputs)
             picked = h.reshape(-1, h.shape[-1]).index_select(0, batch.mlm_index)
-            logits = F.linear(model.mlm_hidden(picked), model.mlm.output_weight,
-                              model.mlm.bias).float()  # (N, V): the chosen positions only
+            raw = unwrap(model)
+            logits = F.linear(raw.mlm_hidden(picked), raw.mlm.output_weight,
+                              raw.mlm.bias).float()  # (N, V): the chosen positions only
             mlm_nll += float(F.cross_entropy(logits, batch.mlm_labels, reduction="sum"))
             mlm_right += int((logits.argmax(-1) == batch.mlm_labels).sum())
             n_mlm += len(batch.mlm_labels)
             if batch.nsp_labels is None:
                 continue
-            nsp = model.nsp_logits(h).float()
+            nsp = raw.nsp_logits(h).float()
             nsp_nll += float(F.cross_entropy(nsp, batch.nsp_labels, reduction="sum"))
             nsp_right += int((nsp.argmax(-1) == batch.nsp_labels).sum())
             n_nsp += len(batch.nsp_labels)
@@ -182,7 +188,8 @@ class SequenceClassification:
         probs, labels = [], []
         for batch in batches:
             batch = batch.to(device)
-            probs.append(model.class_logits(encode(model, batch.inputs)).float().softmax(-1).cpu())
+            logits = unwrap(model).class_logits(encode(model, batch.inputs))      # (B, C)
+            probs.append(logits.float().softmax(-1).cpu())
             labels.append(batch.labels.cpu())
         return torch.cat(probs), torch.cat(labels)
 
@@ -218,4 +225,4 @@ class SpanExtraction:
     def logits(self, model: nn.Module, batch: SpanBatch, device: torch.device) -> Tensor:
         """Start/end logits ``(B, T, 2)`` of a batch (on the CPU)."""
         batch = batch.to(device)
-        return model.span_logits(encode(model, batch.inputs)).float().cpu()
+        return unwrap(model).span_logits(encode(model, batch.inputs)).float().cpu()
