@@ -17,13 +17,13 @@ from fullrank.data.finetuning import (
     read_examples,
 )
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.errors import ConfigError, DataError
+from fullrank.errors import DataError
 from fullrank.evaluation.accuracy import accuracy
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import ClassifyExperiment
 from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup
+from fullrank.recipes.run import Recipe, Run, RunReport, Setup, given_vocab
 from fullrank.training.tasks import SequenceClassification
 
 
@@ -114,12 +114,4 @@ class ClassificationRecipe(Recipe):
         labels = len(label_set(exp.data))
         if base is not None:
             return planned_config(exp, 0, base, n_classes=labels), []
-        data = exp.data
-        vocab = exp.model.get("vocab_size") or (
-            Tokenizer.load(data.path(data.tokenizer_file)).vocab_size if data.tokenizer_file
-            else None)
-        if vocab is None:
-            raise ConfigError("a sweep point of task 'classify' needs train.init_from (another "
-                              "point, or a checkpoint), data.tokenizer_file or model.vocab_size "
-                              "to be counted before training")
-        return planned_config(exp, vocab, None, n_classes=labels), []
+        return planned_config(exp, given_vocab(exp), None, n_classes=labels), []

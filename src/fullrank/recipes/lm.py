@@ -30,10 +30,10 @@ class LanguageModelRecipe(Recipe):
     """``task: lm``."""
 
     metrics = {
-        "valid_ppl": (("valid", "ppl"), "validation perplexity", True),
         "test_ppl": (("test", "ppl"), "test perplexity", True),
-        "valid_loss": (("valid", "loss"), "validation loss (nats/token)", True),
+        "valid_ppl": (("valid", "ppl"), "validation perplexity", True),
         "test_loss": (("test", "loss"), "test loss (nats/token)", True),
+        "valid_loss": (("valid", "loss"), "validation loss (nats/token)", True),
     }
 
     def check(self, exp: LMExperiment, dist: DistInfo) -> None:

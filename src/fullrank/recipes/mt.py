@@ -42,8 +42,8 @@ class TranslationRecipe(Recipe):
     """``task: mt``."""
 
     metrics = {
-        "valid_bleu": (("extra", "bleu", "valid.last", "sacrebleu"), "validation BLEU", False),
         "test_bleu": (("extra", "bleu", "test.last", "sacrebleu"), "test BLEU", False),
+        "valid_bleu": (("extra", "bleu", "valid.last", "sacrebleu"), "validation BLEU", False),
         "valid_ppl": (("valid", "ppl"), "validation perplexity", True),
         "valid_loss": (("valid", "loss"), "validation loss (nats/token)", True),
     }

@@ -211,6 +211,18 @@ def planned_tokenizer(exp: Any, files: Callable[[], Sequence[Path]], out: Path,
     return cache[name], [f"data.tokenizer_file={(out / name).resolve()}"]
 
 
+def given_vocab(exp: Any) -> int:
+    """For ``fullrank sweep``: the vocabulary size of a fine-tuning run that starts from no
+    checkpoint (``model.vocab_size``, or ``data.tokenizer_file``'s), which trains no tokenizer."""
+    data = exp.data
+    if exp.model.get("vocab_size"):
+        return int(exp.model["vocab_size"])
+    if data.tokenizer_file:
+        return Tokenizer.load(data.path(data.tokenizer_file)).vocab_size
+    raise ConfigError(f"task '{exp.task}' fine-tunes a model: set train.init_from (another "
+                      f"point, or a checkpoint), data.tokenizer_file or model.vocab_size")
+
+
 # --------------------------------------------------------------------------- the lifecycle
 @dataclass
 class Run:

@@ -22,13 +22,12 @@ from fullrank.data.finetuning import (
     split_articles,
 )
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.errors import ConfigError
 from fullrank.evaluation.squad import best_span, squad_scores
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import SquadExperiment
 from fullrank.recipes.encoder_data import SquadData
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup
+from fullrank.recipes.run import Recipe, Run, RunReport, Setup, given_vocab
 from fullrank.training.tasks import SpanExtraction
 
 
@@ -136,15 +135,7 @@ class SquadRecipe(Recipe):
                    base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
         if base is not None:
             return planned_config(exp, 0, base), []
-        data = exp.data
-        vocab = exp.model.get("vocab_size") or (
-            Tokenizer.load(data.path(data.tokenizer_file)).vocab_size if data.tokenizer_file
-            else None)
-        if vocab is None:
-            raise ConfigError("a sweep point of task 'squad' needs train.init_from (another "
-                              "point, or a checkpoint), data.tokenizer_file or model.vocab_size "
-                              "to be counted before training")
-        return planned_config(exp, vocab, None), []
+        return planned_config(exp, given_vocab(exp), None), []
 
 
 def answer_one(model: nn.Module, tok: Tokenizer, context: str, question: str, *, seq_len: int,

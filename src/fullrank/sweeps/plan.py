@@ -54,6 +54,7 @@ from fullrank.recipes.config import (
     parse_experiment,
     read_file,
 )
+from fullrank.recipes.init import find_start
 from fullrank.recipes.run import recipe_of
 from fullrank.validation import (
     Bool,
@@ -484,10 +485,13 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
             label = _label(arm_name, coords)
             exp = _experiment(sweep, arm.base, overrides, label)
             base_model, after = None, None
-            if arm.init_from is not None:
-                base_model = count(arm.init_from, upstream(arm, coords))[0]
-                after = arm.init_from
             try:
+                if arm.init_from is not None:
+                    base_model = count(arm.init_from, upstream(arm, coords))[0]
+                    after = arm.init_from
+                elif exp.train.init_from:  # a checkpoint that exists: its model
+                    start = find_start(exp)
+                    base_model = start.config if start else None
                 model, extra = recipe_of(exp.task).plan_model(exp, out, cache, base_model)
             except FullrankError as e:
                 raise ConfigError(f"{sweep.path}: point {label}: {e}") from None

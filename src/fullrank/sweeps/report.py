@@ -191,6 +191,10 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _fixed(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}"
+
+
 def _stat(row: Row, metric: str) -> str:
     mean, std, n = row.stats(metric)
     if mean is None:
@@ -217,7 +221,7 @@ def markdown(plan: Plan, rows: list[Row]) -> str:
         lines = [f"## {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for rec, row in mine:
             cells = [_cell(rec.get(c)) for c in keys] + [_stat(row, m) for m in metrics]
-            cells += [_cell(row.ensemble(k, m)) for k in sizes for m in main]
+            cells += [_fixed(row.ensemble(k, m)) for k in sizes for m in main]
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
     note = ("mean ± sample standard deviation over the finished seeds (n); `seeds` = seeds "
@@ -264,14 +268,12 @@ def _power_of_two(values: list[float]) -> bool:
 
 
 def _auto_metric(rows: list[Row]) -> list[str]:
-    """Each task's own figure (its first metric present; perplexity and BLEU prefer test)."""
+    """Each task's own figure: the first of its metrics (:attr:`Recipe.metrics`) present."""
     out = []
     for task in dict.fromkeys(r.task for r in rows):
         present = metrics_present([r for r in rows if r.task == task])
-        order = [m for m in ("test_ppl", "valid_ppl", "test_bleu", "valid_bleu") if m in present]
-        pick = order[0] if order else (present[0] if present else None)
-        if pick is not None and pick not in out:
-            out.append(pick)
+        if present and present[0] not in out:
+            out.append(present[0])
     return out
 
 

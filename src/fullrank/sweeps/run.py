@@ -276,9 +276,12 @@ def run_ensembles(plan: Plan, out: Path, console: Console | None = None) -> list
             if record.is_file() or not all(finished(out, p) for p in members):
                 continue
             assert members[0].experiment is not None
+
+            def say(line: str, group: str = group) -> None:
+                console.print(f"{group}: {line}", markup=False)
+
             results = recipe_of(members[0].task).ensemble(
-                members[0].experiment, [out / p.name for p in members], record.parent,
-                say=lambda line: console.print(line, markup=False))
+                members[0].experiment, [out / p.name for p in members], record.parent, say=say)
             record.write_text(json.dumps({"members": [p.name for p in members], **results},
                                          indent=1), encoding="utf-8")
             written.append(record)
