@@ -78,21 +78,21 @@ def brackets(tree: Tree, kept: Sequence[bool]) -> list[tuple[int, int, str]]:
     out: list[tuple[int, int, str]] = []
     position = 0
     index = 0  # preterminals seen
-
-    def walk(node: Tree) -> None:
-        nonlocal position, index
+    # (node, None) on the way down; (node, the position it starts at) once its children are
+    # queued, to close it when they are done
+    stack: list[tuple[Tree, int | None]] = [(tree, None)]
+    while stack:
+        node, start = stack.pop()
         if node.is_preterminal:
             position += kept[index]
             index += 1
-            return
-        start = position
-        for child in node.children:
-            walk(child)  # type: ignore[arg-type]
-        label = _label(node.label)
-        if position > start and label not in DELETE_LABELS:
-            out.append((start, position, label))
-
-    walk(tree)
+        elif start is None:
+            stack.append((node, position))
+            stack.extend((c, None) for c in reversed(node.children))  # type: ignore[misc]
+        else:
+            label = _label(node.label)
+            if position > start and label not in DELETE_LABELS:
+                out.append((start, position, label))
     return out
 
 
