@@ -39,16 +39,12 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.analysis.capture import capture_attention
     from fullrank.analysis.inputs import lm_batch, mt_batch, parse_batch, token_strings
     from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
-    from fullrank.data.text import check_utf8
     from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
     from fullrank.training.checkpoints import load_checkpoint
 
-    check_utf8(args.text, "--text")
     if not args.text.strip():
         raise ConfigError("--text is empty; give a sentence")
-    if args.target is not None:
-        check_utf8(args.target, "--target")
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fullrank.cli.arguments import finite_float
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", nargs="+",
@@ -20,8 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", default=None, help="sentences to parse (default: stdin)")
     p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
     p.add_argument("--beam", type=int, default=21, help="beam size ([V17] §6.3: 21)")
-    p.add_argument("--alpha", type=float, default=0.3, help="GNMT length penalty α ([V17]: 0.3)")
-    p.add_argument("--max-len-a", type=float, default=1.0,
+    p.add_argument("--alpha", type=finite_float, default=0.3, help="GNMT length penalty α ([V17]: 0.3)")
+    p.add_argument("--max-len-a", type=finite_float, default=1.0,
                    help="at most a·|words| + b output tokens ([V17]: input length + 300)")
     p.add_argument("--max-len-b", type=int, default=300)
     p.add_argument("--unconstrained", action="store_true",
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.training.distributed import pick_device
 
     check_settings(beam=args.beam, batch_size=args.batch_size, a=args.max_len_a,
-                   b=args.max_len_b, workers=args.workers, name=_option)
+                   b=args.max_len_b, workers=args.workers, alpha=args.alpha, name=_option)
     ckpts = [load_checkpoint(path, device=pick_device(args.device)) for path in args.checkpoint]
     first = ckpts[0]
     trees = tree_vocabulary(first.meta, str(first.path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fullrank.cli.arguments import finite_float
 from fullrank.errors import CheckpointError
 
 
@@ -19,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", default=None, help="file to translate (default: stdin)")
     p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
     p.add_argument("--beam", type=int, default=4, help="beam size k; 1 = greedy ([V17]: 4)")
-    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty α ([V17]: 0.6)")
-    p.add_argument("--max-len-a", type=float, default=1.0, help="max output length a·|src| + b")
+    p.add_argument("--alpha", type=finite_float, default=0.6, help="GNMT length penalty α ([V17]: 0.6)")
+    p.add_argument("--max-len-a", type=finite_float, default=1.0, help="max output length a·|src| + b")
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     p.add_argument("--n-best", type=int, default=1,

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fullrank.errors import DataError
+from fullrank.errors import DataError, check_utf8
+
+__all__ = ["check_utf8", "decode_utf8", "read_bytes", "read_lines", "read_stdin_lines",
+           "read_text", "split_lines"]
 
 _BOM = "\ufeff"
 
@@ -48,20 +51,6 @@ def decode_utf8(data: bytes, path: str | Path, *, allow_blank: bool = False) -> 
     if not text.strip() and not allow_blank:
         raise DataError(f"{path}: the file holds only whitespace ({len(data)} bytes); "
                         "give a file with text in it")
-    return text
-
-
-def check_utf8(text: str, where: str) -> str:
-    """``text`` unchanged, or :class:`DataError` naming ``where`` when it holds bytes that are not
-    UTF-8 — Python hands such bytes of a command-line argument to the program as lone
-    surrogates (``\\udcff`` for byte 0xff), which no tokenizer can encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        code = ord(text[e.start])
-        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-        raise DataError(f"{where}: not valid UTF-8 ({byte} at character {e.start + 1}); "
-                        "pass UTF-8 text") from None
     return text
 
 
