@@ -73,7 +73,8 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     # each line translated alone gives the same result (batching and sorting are invisible)
     for i, line in enumerate(lines):
         (tmp_path / "one.txt").write_text(line + "\n")
-        main(["translate", str(run), "-i", str(tmp_path / "one.txt"), "-o", str(tmp_path / "o.txt")])
+        main(["translate", str(run), "-i", str(tmp_path / "one.txt"), "-o", str(tmp_path / "o.txt"),
+              "--overwrite"])
         assert (tmp_path / "o.txt").read_text() == outputs[i] + "\n"
 
     # --compile: the same translations (the decoder step traced through AOT autograd here; code

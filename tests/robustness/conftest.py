@@ -41,13 +41,12 @@ def built(tmp_path_factory) -> Built:
     import torch
 
     from fullrank.data.tokenizers import Tokenizer
-    from fullrank.models import (Encoder, EncoderConfig, EncoderDecoder,
-                                 EncoderDecoderConfig)
+    from fullrank.models import Encoder, EncoderConfig, EncoderDecoder, EncoderDecoderConfig
     from fullrank.training.checkpoints import write_checkpoint
 
     (root / "mt.txt").write_text(TEXT[:4000], encoding="utf-8")
     tok = Tokenizer.train("bpe", [root / "mt.txt"], 60)
-    small = dict(d_model=24, n_heads=3, d_ff=37, n_layers=1)
+    small = {"d_model": 24, "n_heads": 3, "d_ff": 37, "n_layers": 1}
     torch.manual_seed(0)
     cfg = EncoderDecoderConfig(vocab_size=tok.vocab_size, max_len=64, seq_len=8, **small)
     write_checkpoint(root / "mt", EncoderDecoder(cfg), cfg, tok, {"task": "mt"})

@@ -11,6 +11,7 @@ finite, and trees nested deeper than Python's recursion limit.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
@@ -19,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.robustness.conftest import LABELS, Sandbox
-from tests.robustness.damage import (META, MODEL, STATE, TOKENIZER, edit_meta, flip_byte, poison,
-                                     rewrite)
+from tests.robustness.damage import MODEL, STATE, TOKENIZER, edit_meta, flip_byte, poison, rewrite
 from tests.robustness.test_one_line_errors import Case, check_case, s
 
 
@@ -313,7 +313,7 @@ def test_the_undamaged_checkpoints_work_so_each_error_above_is_the_damage(sandbo
     for ckpt in (sandbox.mt, sandbox.parse, sandbox.classify, sandbox.squad, sandbox.run):
         assert main(["verify", s(ckpt)]) == 0, capsys.readouterr()
     capsys.readouterr()
-    monkeypatch.setattr("sys.stdin", open(os.devnull))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
     (sandbox.root / "in.txt").write_text("a\tb\nthe king\tthe queen\n")
     assert main(["classify", s(sandbox.classify), "--input", s(sandbox.root / "in.txt")]) == 0
     rows = capsys.readouterr().out.splitlines()

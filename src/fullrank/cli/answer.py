@@ -19,8 +19,8 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.errors import CheckpointError, ConfigError
     from fullrank.recipes.squad import answer_one
     from fullrank.training.checkpoints import load_checkpoint
-    from fullrank.training.integrity import SquadMeta
     from fullrank.training.distributed import pick_device
+    from fullrank.training.integrity import SquadMeta
 
     for question in args.question:
         if not question.strip():

@@ -24,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.errors import CheckpointError, DataError
     from fullrank.training.checkpoints import load_checkpoint
-    from fullrank.training.integrity import ClassifyMeta
     from fullrank.training.distributed import pick_device
+    from fullrank.training.integrity import ClassifyMeta
     from fullrank.training.tasks import SequenceClassification
 
     device = pick_device(args.device)

@@ -7,12 +7,14 @@ UTF-8 (with the line number of the first bad byte). A leading UTF-8 byte-order m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from fullrank.errors import DataError, check_utf8
 
-__all__ = ["check_utf8", "decode_utf8", "read_bytes", "read_lines", "read_stdin_lines",
-           "read_text", "split_lines"]
+__all__ = ["check_utf8", "decode_utf8", "loads_json", "read_bytes", "read_lines",
+           "read_stdin_lines", "read_text", "split_lines"]
 
 _BOM = "\ufeff"
 
@@ -83,3 +85,14 @@ def read_stdin_lines() -> list[str]:
     if isinstance(data, str):  # a text stream without a buffer (e.g. one a test put in place)
         data = data.encode("utf-8", "surrogateescape")
     return split_lines(decode_utf8(data, "<stdin>", allow_blank=True)) if data else []
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads``, with a document nested deeper than Python's recursion allows (e.g.
+    100,000 ``[``) reported as the :class:`json.JSONDecodeError` of any other invalid JSON, so
+    that every reader's one-line error covers it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", doc, 0) from None

@@ -35,9 +35,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from fullrank.data.text import loads_json
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, config_to_dict
+from fullrank.paths import write_text_atomic
 from fullrank.training.integrity import (FORMAT, CheckpointMeta, ClassifyMeta, LoopMeta,
                                          OptimizerMeta, ParseMeta, SquadMeta, digest, inside,
                                          parse_meta, read_json, verify_file)
@@ -62,17 +64,6 @@ def _fsync_dir(path: Path) -> None:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, fsync, and rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 # --------------------------------------------------------------------------- model weights
@@ -126,7 +117,7 @@ def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 def weight_aliases(metadata: dict[str, str], path: Path) -> dict[str, str]:
     """The ``alias → kept name`` table stored in a weights file's metadata, validated."""
     try:
-        aliases = json.loads(metadata.get("aliases", "{}"))
+        aliases = loads_json(metadata.get("aliases", "{}"))
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}: its 'aliases' metadata is not valid JSON ({e.msg}); the "
                               f"file is damaged — use another checkpoint") from None

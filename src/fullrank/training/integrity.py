@@ -20,6 +20,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, Stri
                       ValidationError)
 
 from fullrank.data.linearize import LEAVES, ORDERS
+from fullrank.data.text import loads_json
 from fullrank.errors import CheckpointError
 from fullrank.validation import (Bool, Float, NonNegativeFloat, NonNegativeInt, PositiveInt, Str,
                                  describe)
@@ -161,7 +162,7 @@ def read_json(path: Path, what: str) -> Any:
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror}); {what}") from None
     try:
-        return json.loads(data.decode("utf-8"))
+        return loads_json(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{path}: not UTF-8 (byte 0x{data[e.start]:02x} at offset "
                               f"{e.start}); {what}") from None
