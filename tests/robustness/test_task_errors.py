@@ -172,7 +172,7 @@ TASK_METADATA = [
         r"the tree vocabulary holds \d+ symbols but the decoder \d+", stdin=b"a b\n"),
     Case("parse a translation checkpoint", lambda sb: ["parse", s(sb.mt)],
          r"not a parsing checkpoint \(task='mt'", stdin=b"a b\n"),
-    Case("an unknown task", edited("mt", lambda m: m.update(task="translation"), "translate",
+    Case("an unknown task in meta.json", edited("mt", lambda m: m.update(task="translation"), "translate",
                                    "CKPT"),
          r"task = 'translation': should be 'lm', 'mt', 'parse'", stdin=b"a\n"),
     *(Case(f"verify: {name}", edited(ckpt, edit, *VERIFY), r"1 of 1 checks failed")

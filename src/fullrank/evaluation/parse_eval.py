@@ -123,8 +123,11 @@ def score_sentence(hyp: Tree | None, ref: Tree, *, where: str = "") -> SentenceS
     if not any(ref_kept):  # nothing but punctuation: EVALB skips the sentence
         return SentenceScore(length, 0, 0, 0, 0, skipped=True)
     matched = sum((Counter(gold) & Counter(test)).values())
-    crossing = sum(any(g0 < t0 < g1 < t1 or t0 < g0 < t1 < g1 for g0, g1, _ in gold)
-                   for t0, t1, _ in test)
+    # each test bracket that crosses a gold one, compared span by distinct span: a tree over n
+    # words has at most 2n - 1 of them, however deep its unary chains
+    gold_spans = {(g0, g1) for g0, g1, _ in gold}
+    crossing = sum(n for (t0, t1), n in Counter((t0, t1) for t0, t1, _ in test).items()
+                   if any(g0 < t0 < g1 < t1 or t0 < g0 < t1 < g1 for g0, g1 in gold_spans))
     return SentenceScore(length, len(gold), len(test), matched, crossing)
 
 
