@@ -38,7 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import machine, write  # noqa: E402
 
 from fullrank.data.bert_pretraining import (PretrainingBatches, make_instances,  # noqa: E402
-                                            masking_rule, read_documents, tokenize_documents)
+                                            masking_rule)
+from fullrank.data.document_cache import tokenize_documents  # noqa: E402
+from fullrank.data.documents import read_documents  # noqa: E402
 from fullrank.models.encoder import Encoder, EncoderConfig  # noqa: E402
 from fullrank.recipes.bert import train_wordpiece  # noqa: E402
 from fullrank.recipes.config import load_experiment  # noqa: E402

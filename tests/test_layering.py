@@ -14,7 +14,7 @@ PACKAGE = Path(fullrank.__file__).parent
 # rank of each top-level part; a module may import only parts of lower or equal rank
 RANK = {"errors": 0, "validation": 0, "paths": 0, "output": 0, "layers": 1, "blocks": 2,
         "fast": 2, "models": 3, "data": 3, "evaluation": 3, "training": 4, "inference": 4,
-        "analysis": 5, "recipes": 5, "cli": 6, "__init__": 7, "__main__": 7}
+        "analysis": 5, "recipes": 5, "interop": 5, "cli": 6, "__init__": 7, "__main__": 7}
 # parts nobody may import (besides the entry points)
 LEAVES = {"cli", "analysis"}
 # The papers' model code imports nothing of the speed engine, which plugs into its seams; the

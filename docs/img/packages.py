@@ -25,7 +25,7 @@ from tests.test_layering import PACKAGE, imported_parts, part_of  # noqa: E402
 OUT = Path(__file__).with_suffix(".png")
 
 # (x, y) of each part, rows by rank; the model's code on the left, the engine on the right
-PLACES = {"cli": (2.6, 6), "recipes": (1.6, 5), "analysis": (3.6, 5),
+PLACES = {"cli": (2.6, 6), "recipes": (1.6, 5), "analysis": (3.6, 5), "interop": (4.9, 5),
           "training": (0.9, 4), "inference": (4.5, 4),
           "models": (0.9, 3), "data": (2.3, 3), "evaluation": (3.3, 3.6),
           "blocks": (0.9, 2), "fast": (4.5, 2), "layers": (0.9, 1)}
@@ -35,7 +35,8 @@ NOTES = {"layers": "attend(), SDPA, plain KV cache",
          "fast": "the speed engine: fast.cpu(model)", "training": "one loop; no model class",
          "inference": "searches, translate, parse", "data": "tokenizers, corpora, batches",
          "evaluation": "BLEU, EVALB, SQuAD", "recipes": "experiment file → run",
-         "analysis": "[B20] theorems, ranks, plots", "cli": "the fullrank command"}
+         "analysis": "[B20] theorems, ranks, plots", "cli": "the fullrank command",
+         "interop": "Hugging Face in and out"}
 
 
 def edges() -> set[tuple[str, str]]:
@@ -64,7 +65,7 @@ def main() -> None:
                                      connectionstyle="arc3,rad=0.08", shrinkA=2, shrinkB=2))
     ax.text(0.3, 0.45, "blue: the papers' model code (imports nothing of fast)    orange: the speed "
             "engine and who enters it    every part also imports errors", fontsize=7)
-    ax.set_xlim(0.2, 5.5)
+    ax.set_xlim(0.2, 5.6)
     ax.set_ylim(0.3, 6.5)
     ax.axis("off")
     fig.tight_layout()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fullrank.data.bert_pretraining import (MaskingRule, PretrainingBatches, TokenizedCorpus,
-                                            make_instances, n_predictions, read_documents,
-                                            split_sentences)
+from fullrank.data.bert_pretraining import (MaskingRule, PretrainingBatches, make_instances,
+                                            n_predictions)
+from fullrank.data.document_cache import TokenizedCorpus
+from fullrank.data.documents import read_documents, split_sentences
 from fullrank.errors import DataError
 
 CLS, SEP, PAD, MASK = 2, 3, 0, 4
@@ -60,7 +61,7 @@ def test_a_corpus_without_document_boundaries_is_one_line_error(tmp_path):
 
 
 def test_a_one_sentence_document_is_an_error_or_skipped():
-    from fullrank.data.bert_pretraining import tokenize_documents
+    from fullrank.data.document_cache import tokenize_documents
     from fullrank.data.tokenizers import Tokenizer
     import tokenizers
 

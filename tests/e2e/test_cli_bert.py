@@ -187,3 +187,61 @@ def test_two_processes_pretrain_like_one(tmp_path):
     a, b = final_weights(tmp_path / "runs" / "one"), final_weights(tmp_path / "runs" / "two")
     for k in a:
         assert (a[k] - b[k]).abs().max() < 1e-5, k
+
+
+def test_a_wikiextractor_corpus_pretrains_without_next_sentence_from_its_cache(tmp_path, capsys):
+    import lzma
+
+    from tests.e2e.bert_fixture import LINES
+
+    def article(i: int) -> str:
+        body = "\n".join(". ".join(LINES[i * 6 + k: i * 6 + k + 2]) + "." for k in range(0, 6, 2))
+        return f'<doc id="{i}" url="u{i}" title="T{i}">\nT{i}\n\n{body}\n</doc>\n'
+
+    (tmp_path / "wiki").mkdir()
+    for part in range(2):
+        text = "".join(article(i) for i in range(part * 40, part * 40 + 40))
+        (tmp_path / "wiki" / f"train_{part}.txt.xz").write_bytes(lzma.compress(text.encode()))
+    (tmp_path / "valid.txt").write_text("".join(article(i) for i in range(80, 96)))
+    cfg = tmp_path / "wiki.yaml"
+    cfg.write_text(f"""name: wiki
+task: bert
+out_dir: {tmp_path / 'runs'}
+model: {{d_model: 24, n_heads: 3, d_head: 10, d_ff: 37, n_layers: 2, seq_len: 48, max_len: 48,
+        norm_first: true, next_sentence: false}}
+data: {{root: {tmp_path}, train: "wiki/train_*.txt.xz", valid: valid.txt, corpus_format: wikiextractor,
+        tokenizer_sample: 0.5, vocab_size: 300, mlm_prob: 0.4, max_predictions: 19,
+        short_seq_prob: 0.0, cache_dir: {tmp_path / 'cache'}}}
+train: {{steps: 4, batch_size: 8, eval_every: 2, eval_batches: 2, save_every: 4, optimizer: adamw,
+         lr: 0.003, schedule: linear, warmup: 1, log_every: 2, threads: 1}}
+""")
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "tokenized in" in out and "single segments (no next-sentence prediction)" in out
+    results = json.loads((tmp_path / "runs" / "wiki" / "results.json").read_text())
+    assert "mlm_acc" in results["valid"] and "nsp_acc" not in results["valid"]
+    assert "nsp.weight" not in final_weights(tmp_path / "runs" / "wiki")
+    # a second run with the same vocabulary reads the cache; a changed corpus is tokenized
+    # again, never read stale
+    vocab = f"data.tokenizer_file={tmp_path / 'runs' / 'wiki' / 'tokenizer.json'}"
+    assert main(["train", str(cfg), "--quiet", "name=wiki2", vocab]) == 0
+    assert "cached in" in capsys.readouterr().out
+    (tmp_path / "wiki" / "train_1.txt.xz").write_bytes(lzma.compress(article(3).encode() * 2))
+    assert main(["train", str(cfg), "--quiet", "name=wiki3", vocab]) == 0
+    assert "tokenized in" in capsys.readouterr().out
+    # broken corpora: one line each, nothing written
+    good = (tmp_path / "wiki" / "train_0.txt.xz").read_bytes()
+    cases = [
+        (good[: len(good) // 2], "train_0.txt.xz: the compressed data is damaged"),
+        (lzma.compress(article(1).encode() + b'<doc id="9" url="u" title="x">\nx\n\nA b.\n'),
+         "train_0.txt.xz: the <doc> opened at line 8 is not closed before the end of the file"),
+    ]
+    for data, message in cases:
+        (tmp_path / "wiki" / "train_0.txt.xz").write_bytes(data)
+        assert main(["train", str(cfg), "--quiet", "name=broken"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+    assert main(["train", str(cfg), "--quiet", "name=broken", "data.train=nowhere/*.xz"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nowhere/*.xz: no file matches this pattern" in err and "\n" not in err
+    assert not (tmp_path / "runs" / "broken" / "checkpoints").exists()

@@ -20,12 +20,15 @@ def scores(hyps):
     return [[h.score for h in sentence] for sentence in hyps]
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_engine_decoding_equals_plain_and_uncached_decoding(norm_first):
+@pytest.mark.parametrize("norm_first,output_bias", [(False, False), (True, False), (False, True)])
+def test_engine_decoding_equals_plain_and_uncached_decoding(norm_first, output_bias):
     """Beam search (the widening to beams, reorders within sentences, sentences leaving) and
-    greedy search give the same outputs through all three decoders."""
+    greedy search give the same outputs through all three decoders (with an output bias too)."""
     torch.manual_seed(1)
-    model = translation_model(norm_first=norm_first)
+    model = translation_model(norm_first=norm_first, output_bias=output_bias)
+    if output_bias:
+        with torch.no_grad():
+            model.output_bias.uniform_(-2, 2)
     src, keep = padded_sources([6, 2, 4, 5], V)
     kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=5))
     decoders = (BeamDecoder, Seq2SeqDecoder, UncachedSeq2SeqDecoder)

@@ -25,7 +25,7 @@ def lm(**kw):
     ("vocab_size", True, r"vocab_size = True: should be a valid integer"),
     ("dropout", float("nan"), r"dropout = nan: should be a finite number"),
     ("norm_eps", float("inf"), r"norm_eps = inf: should be a finite number"),
-    ("activation", "swish", r"activation = 'swish': should be 'relu' or 'gelu'"),
+    ("activation", "swish", r"activation = 'swish': should be 'relu', 'gelu', 'gelu_tanh' or 'silu'"),
     ("norm_first", "yes", r"norm_first = 'yes': should be a valid boolean"),
     ("d_heads", 8, r"unknown key 'DecoderLMConfig\.d_heads' \(did you mean 'd_head'\?\)"),
 ])

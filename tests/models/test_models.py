@@ -36,7 +36,9 @@ CONFIGS = [
     ed_config(), ed_config(norm_first=True), ed_config(src_vocab_size=23),
     ed_config(src_vocab_size=23, tie_embeddings=False), ed_config(positions="learned"),
     enc_config(), enc_config(pretraining_heads=False), enc_config(tie_embeddings=False),
-    enc_config(norm_first=True),
+    enc_config(norm_first=True), enc_config(pretraining_heads=False, pooler=True),
+    ed_config(output_bias=True), ed_config(output_bias=True, tie_embeddings=False),
+    lm_config(positions="sinusoidal_halves", activation="gelu_tanh"),
     DecoderLMConfig(vocab_size=V, d_model=20, n_heads=4, d_ff=8, n_layers=1, seq_len=8),
 ]
 
@@ -75,6 +77,41 @@ def test_sinusoidal_table_follows_the_paper_formula():
     pos, i = 13, 2
     assert table[pos, 2 * i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / 7)), abs=1e-6)
     assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / 7)), abs=1e-6)
+
+
+def test_sinusoidal_halves_hold_the_same_columns_sines_first():
+    for d in (24, 7):  # even and odd widths
+        table, halves = sinusoidal_table(50, d), sinusoidal_table(50, d, halves=True)
+        torch.testing.assert_close(halves, torch.cat([table[:, 0::2], table[:, 1::2]], dim=1))
+
+
+def test_activations():
+    from fullrank.layers.feedforward import activate
+
+    x = torch.linspace(-4, 4, 101, dtype=torch.float64)
+    tanh_form = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    torch.testing.assert_close(activate(x, "gelu_tanh"), tanh_form)  # GPT-2's gelu_new
+    torch.testing.assert_close(activate(x, "silu"), x * torch.sigmoid(x))
+    torch.testing.assert_close(activate(x, "gelu"), 0.5 * x * (1 + torch.erf(x / math.sqrt(2))))
+    torch.testing.assert_close(activate(x, "relu"), x.clamp(min=0))
+
+
+def test_output_bias_is_added_to_the_logits_and_the_loss():
+    from fullrank.data.batch import collate_pairs
+    from fullrank.training.tasks import Translation
+
+    model = EncoderDecoder(ed_config(output_bias=True, dropout=0.0)).eval()
+    with torch.no_grad():
+        model.output_bias.uniform_(-1, 1)
+    h = torch.randn(2, 3, 24)
+    torch.testing.assert_close(model.logits(h), h @ model.output_weight.T + model.output_bias)
+    batch = collate_pairs([[4, 5, 6], [7, 8]], [[9, 10], [11, 12, 13]], pad_id=0, bos_id=1,
+                          eos_id=2)
+    out = Translation(pad_id=0, label_smoothing=0.0).loss(model, batch)
+    logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
+                                                 ignore_index=0, reduction="sum")
+    torch.testing.assert_close(out.loss, expected)
 
 
 def test_too_long_input_is_one_clear_error():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fullrank.models import Encoder
-from fullrank.models.convert_hf import bert_config_from_hf, bert_state_dict_from_hf
+from fullrank.models.convert_hf import bert_config_from_hf, bert_layout, load_from_hf, strip_prefix
 
 transformers = pytest.importorskip("transformers")
 
@@ -22,11 +22,8 @@ def test_bert_for_pretraining_matches_hugging_face():
         for name, p in hf.named_parameters():
             if "LayerNorm" in name or name.endswith("bias"):
                 p.uniform_(-0.5, 0.5)
-    cfg = bert_config_from_hf(hf_cfg.to_dict())
-    ours = Encoder(cfg).eval()
-    state = bert_state_dict_from_hf(hf.state_dict(), cfg.n_layers)
-    missing, unexpected = ours.load_state_dict(state, strict=True)
-    assert not missing and not unexpected
+    ours = _converted(hf, hf_cfg)
+    cfg = ours.config
 
     tokens = torch.randint(0, 53, (5, 11))
     segments = (torch.arange(11) >= 6).long().expand(5, 11)
@@ -59,12 +56,11 @@ def _perturb(hf) -> None:
 
 
 def _converted(hf, hf_cfg):
-    from fullrank.models.convert_hf import bert_heads_from_hf
-
-    state = hf.state_dict()
-    cfg = bert_config_from_hf(hf_cfg.to_dict(), **bert_heads_from_hf(state))
+    """``hf``'s weights in a fullrank ``Encoder`` (every tensor mapped)."""
+    names = set(strip_prefix(hf.state_dict(), "bert."))
+    cfg = bert_config_from_hf(hf_cfg.to_dict(), names)
     ours = Encoder(cfg).eval()
-    ours.load_state_dict(bert_state_dict_from_hf(state, cfg.n_layers), strict=True)
+    load_from_hf(ours, bert_layout(cfg, type(hf).__name__), hf.state_dict())
     assert cfg.num_params() == sum(p.numel() for p in hf.parameters())
     return ours
 

@@ -57,6 +57,9 @@ def inputs(rng: random.Random) -> Iterator[bytes]:
         lambda: nested(rng, rng.choice([1, 50, 2_000, 20_000, 100_000])).encode(),
         lambda: json.dumps(json_value(rng, rng.randrange(1, 8))).encode(),
         lambda: "\n".join(json.dumps(json_value(rng, 3)) for _ in range(3)).encode(),
+    lambda: "".join(rng.choice(['<doc id="1" title="T">\n', "</doc>\n", "Text. More.\n", "\n",
+                                "<doc>", "</doc", "= T =\n"]) for _ in range(rng.randrange(12))
+                    ).encode(),
         lambda: b"\xef\xbb\xbf" + nested(rng, 5).encode() + rng.choice([b"\xe9", b"\xff\xfe",
                                                                           b"\n\xc3("]),
     ]
@@ -167,11 +170,21 @@ def _parallel(tmp: Path, data: bytes) -> None:
     read_parallel(write(tmp, "a.en", data), write(tmp, "a.de", data[::-1]))
 
 
-def _documents(corpus_format: str) -> Callable[[Path, bytes], None]:
+def _documents(corpus_format: str, suffix: str = ".txt") -> Callable[[Path, bytes], None]:
+    """A pre-training corpus: ``data`` itself (random bytes where the file should be
+    compressed), and ``data`` compressed, since a good archive may hold bad text."""
     def read(tmp: Path, data: bytes) -> None:
-        from fullrank.data.bert_pretraining import read_documents
+        import gzip
+        import lzma
 
-        read_documents(write(tmp, "docs.txt", data), corpus_format)  # type: ignore[arg-type]
+        from fullrank.data.documents import read_documents
+
+        for name, content in ((f"docs{suffix}", data), (f"packed{suffix}", {
+                ".gz": gzip.compress, ".xz": lzma.compress}.get(suffix, bytes)(data))):
+            try:
+                read_documents(write(tmp, name, content), corpus_format)  # type: ignore[arg-type]
+            except FullrankError as e:
+                assert "\n" not in str(e) and str(e), (name, data[:80])
     return read
 
 
@@ -184,6 +197,8 @@ READERS: dict[str, Callable[[Path, bytes], None]] = {
     "examples JSON": _examples(".json"), "examples TSV": _examples(".tsv"),
     "SQuAD JSON": _squad, "parallel text": _parallel,
     "documents (blocks)": _documents("blocks"), "documents (wikitext)": _documents("wikitext"),
+    "documents (WikiExtractor, .xz)": _documents("wikiextractor", ".xz"),
+    "documents (WikiExtractor, .gz)": _documents("wikiextractor", ".gz"),
 }
 
 

@@ -55,6 +55,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "the attention, d_head against n."),
     "widen": ("widen", "Turn a checkpoint into one with larger heads (d_head, d_value) that "
                        "computes the same function."),
+    "import": ("import_hf", "Turn a Hugging Face model directory (BERT, GPT-2, Marian; "
+                            "safetensors) into a fullrank checkpoint with its tokenizer."),
+    "export": ("export_hf", "Write a fullrank checkpoint as a Hugging Face model directory that "
+                            "transformers' from_pretrained loads."),
     "attention": ("attention", "Draw per-head attention maps and the 'from one token' view "
                                "([V17] Figures 3–5)."),
     "classify": ("classify", "Label sentences or TAB-separated sentence pairs with a fine-tuned "

@@ -156,7 +156,8 @@ class PretrainingBatch:
     ``mlm_index`` ``(N,)`` indexes the flattened ``(B·T)`` positions chosen for prediction and
     ``mlm_labels`` ``(N,)`` holds their original tokens; ``nsp_labels`` ``(B,)`` is 1 where
     segment B is a random segment from another document, 0 where it is the actual next one (the
-    convention of BERT's ``is_random_next`` and Hugging Face's ``next_sentence_label``).
+    convention of BERT's ``is_random_next`` and Hugging Face's ``next_sentence_label``), and
+    ``None`` for single segments (masked LM alone).
     ``nsp_weight`` makes the summed loss ``Σ mlm + nsp_weight · Σ nsp`` equal to ``N·(mean MLM
     + mean NSP)`` over the *global* batch this one is a share of (``N/B`` of the global batch),
     so that data-parallel shares add up to BERT's loss.
@@ -165,7 +166,7 @@ class PretrainingBatch:
     inputs: EncoderInputs
     mlm_index: Tensor
     mlm_labels: Tensor
-    nsp_labels: Tensor
+    nsp_labels: Tensor | None
     nsp_weight: float
 
     @property
@@ -176,6 +177,7 @@ class PretrainingBatch:
     def to(self, device: torch.device | str) -> PretrainingBatch:
         return PretrainingBatch(self.inputs.to(device), self.mlm_index.to(device, non_blocking=True),
                                 self.mlm_labels.to(device, non_blocking=True),
+                                None if self.nsp_labels is None else
                                 self.nsp_labels.to(device, non_blocking=True), self.nsp_weight)
 
 

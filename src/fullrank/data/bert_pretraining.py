@@ -1,15 +1,11 @@
-"""BERT pre-training data: documents → sentences → segment pairs (NSP) → masked batches (MLM).
+"""BERT pre-training data: tokenized documents → segment pairs (NSP) or single segments →
+masked batches (MLM).
 
-The rules of the original release (``google-research/bert``, ``create_pretraining_data.py``):
+Documents of sentences come from :mod:`fullrank.data.documents` (corpus formats, sentence
+splitting) and are tokenized once into flat arrays (:mod:`fullrank.data.document_cache`);
+instances here are offsets into those arrays, never copies. The rules of the original release
+(``google-research/bert``, ``create_pretraining_data.py``):
 
-- **Documents and sentences.** A corpus is a list of documents, each a list of sentences.
-  ``wikitext`` files start a document at every ``" = Title = "`` line (sub-headings
-  ``" = = Part = = "`` stay inside it; heading lines are dropped); WikiText's number tokens
-  ``@-@``, ``@,@``, ``@.@`` are joined back (``1 @,@ 000`` → ``1,000``) and ``<unk>`` becomes
-  ``[UNK]``. ``blocks`` files (any text) hold one document per block of lines separated by blank
-  lines. Within a line, sentences end at ``.``, ``?`` or ``!`` followed by white space (WikiText
-  is tokenized, so its sentence ends are `` . `` — an abbreviation such as ``lit .`` also ends one;
-  a simple rule, with nothing downloaded at run time).
 - **Segment pairs.** For each document, sentences are gathered until they reach a target length
   (``max_seq_len - 3`` tokens, or with probability ``short_seq_prob`` a random length from 2); the
   chunk is cut at a random sentence boundary into segment A and the rest, B. With probability
@@ -17,6 +13,8 @@ The rules of the original release (``google-research/bert``, ``create_pretrainin
   document starting at a random sentence (``nsp_label = 1``), and the unused sentences of the chunk
   go back to be used next. The pair is then cut to ``max_seq_len - 3`` tokens, one token at a time
   from the longer segment, from its front or back at random.
+- **Single segments** (masked LM without next-sentence prediction, as RoBERTa): ``[CLS] tokens
+  [SEP]``, consecutive windows of ``max_seq_len - 2`` tokens of one document.
 - **Masking.** ``[CLS] A [SEP] B [SEP]``: ``min(max_predictions, max(1, round(0.15·len)))``
   positions are chosen uniformly among the tokens of A and B (never ``[CLS]``, ``[SEP]`` or
   padding); 80% become ``[MASK]``, 10% a random token (any non-special vocabulary entry) and 10%
@@ -32,10 +30,8 @@ for the next ``(epoch, index)`` and gets exactly the batch it would have seen.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -43,183 +39,154 @@ import torch
 
 from fullrank.data.batch import PretrainingBatch, encoder_inputs
 from fullrank.data.batching import check_position
+from fullrank.data.document_cache import TokenizedCorpus
 from fullrank.data.lm import check_world
-from fullrank.data.text import read_text, split_lines
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
 
-CorpusFormat = Literal["wikitext", "blocks"]
 Masking = Literal["static", "dynamic"]
 
-_HEADING = re.compile(r"^\s*=\s[^=].*\s=\s*$")  # " = Title = " (one '=' on each side)
-_SUBHEADING = re.compile(r"^\s*=\s=.*=\s=\s*$")  # " = = Part = = " and deeper
-_WIKITEXT_JOINS = ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."))
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # the random streams drawn from the seed (so that pairs, order and masks never share one)
 _PAIRS, _ORDER, _MASKS = 0, 1, 2
-
-
-# ------------------------------------------------------------------------------- documents
-def split_sentences(line: str) -> list[str]:
-    """The sentences of one line: split at white space after ``.``, ``?`` or ``!``."""
-    return [s for s in _SENTENCE_END.split(line.strip()) if s]
-
-
-def clean_wikitext(line: str) -> str:
-    """WikiText's ``@-@``/``@,@``/``@.@`` joined back and ``<unk>`` as ``[UNK]``."""
-    for old, new in _WIKITEXT_JOINS:
-        line = line.replace(old, new)
-    return line.replace("<unk>", "[UNK]")
-
-
-def read_documents(path: str | Path, corpus_format: CorpusFormat) -> list[list[str]]:
-    """The documents of a text file, each a list of sentences (empty documents dropped).
-
-    Raises :class:`DataError` when the file has no document boundary (NSP needs sentences from
-    other documents).
-    """
-    lines = split_lines(read_text(path))
-    docs: list[list[str]] = []
-    if corpus_format == "wikitext":
-        if not any(_HEADING.match(line) for line in lines):
-            raise DataError(f"{path}: no document boundary (no ' = Title = ' line starts a "
-                            f"document); next-sentence prediction needs several documents — use "
-                            f"data.corpus_format=blocks for text with blank lines between documents")
-        for line in lines:
-            if _HEADING.match(line):
-                docs.append([])
-            elif docs and line.strip() and not _SUBHEADING.match(line):
-                docs[-1].extend(split_sentences(clean_wikitext(line)))
-    elif corpus_format == "blocks":
-        current: list[str] = []
-        for line in lines + [""]:
-            if line.strip():
-                current.extend(split_sentences(line))
-            elif current:
-                docs.append(current)
-                current = []
-        if len(docs) < 2:
-            raise DataError(f"{path}: no document boundary (the text is one block); separate "
-                            f"documents with a blank line — next-sentence prediction needs "
-                            f"sentences from other documents")
-    else:
-        raise ConfigError(f"unknown corpus format {corpus_format!r}; use wikitext or blocks")
-    return [d for d in docs if d]
-
-
-@dataclass
-class TokenizedCorpus:
-    """Sentences as token ids: sentence ``s`` is ``ids[sent_starts[s]:sent_starts[s+1]]`` and
-    document ``d`` holds sentences ``doc_starts[d] … doc_starts[d+1] - 1``."""
-
-    ids: np.ndarray
-    sent_starts: np.ndarray
-    doc_starts: np.ndarray
-    skipped: int = 0  # one-sentence documents left out (``skip_short``)
-
-    @property
-    def n_docs(self) -> int:
-        return len(self.doc_starts) - 1
-
-    def sentence(self, s: int) -> np.ndarray:
-        return self.ids[self.sent_starts[s]: self.sent_starts[s + 1]]
-
-
-def tokenize_documents(docs: Sequence[Sequence[str]], tok: Tokenizer, *, skip_short: bool = False,
-                       where: str = "corpus") -> TokenizedCorpus:
-    """Tokenize every sentence; sentences with no token are dropped, and so are documents left
-    empty. A document of one sentence has no actual-next pair: a :class:`DataError`, or left out
-    and counted with ``skip_short`` (WikiText-2's training file has 17, fragments of tables)."""
-    encoded = tok.encode_batch([s for d in docs for s in d])
-    ids: list[np.ndarray] = []
-    sent_starts, doc_starts = [0], [0]
-    skipped = k = 0
-    for d, doc in enumerate(docs):
-        kept = [np.asarray(e, dtype=np.int32) for e in encoded[k: k + len(doc)] if e]
-        k += len(doc)
-        if len(kept) == 1:
-            if not skip_short:
-                raise DataError(f"{where}: document {d + 1} ('{' '.join(doc)[:40]}…') has one "
-                                f"sentence, too short to make a sentence pair; join it to a "
-                                f"neighbour, remove it, or set data.short_documents=skip")
-            skipped += 1
-            continue
-        for e in kept:
-            ids.append(e)
-            sent_starts.append(sent_starts[-1] + len(e))
-        if kept:
-            doc_starts.append(doc_starts[-1] + len(kept))
-    if len(doc_starts) < 3:
-        raise DataError(f"{where}: {len(doc_starts) - 1} document with tokens; next-sentence "
-                        f"prediction needs at least two")
-    return TokenizedCorpus(np.concatenate(ids), np.asarray(sent_starts), np.asarray(doc_starts),
-                           skipped)
 
 
 # ---------------------------------------------------------------------------------- pairs
 @dataclass
 class Instance:
-    """One ``[CLS] a [SEP] b [SEP]`` pair before masking; ``random_next`` = B from elsewhere."""
+    """One ``[CLS] a [SEP] b [SEP]`` pair before masking (``b`` empty: one segment,
+    ``[CLS] a [SEP]``); ``random_next`` = B from elsewhere."""
 
     a: np.ndarray
     b: np.ndarray
     random_next: bool
 
 
-def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
-    """Cut the longer of ``a``/``b`` one token at a time, at its front or back at random."""
-    while len(a) + len(b) > max_tokens:
-        longer = a if len(a) > len(b) else b
-        if rng.random() < 0.5:
-            del longer[0]
+@dataclass
+class Instances:
+    """Training sequences as offsets into the corpus's token ids, never copies: instance ``i``
+    is segment A ``ids[bounds[i, 0]:bounds[i, 1]]`` and segment B ``ids[bounds[i, 2]:bounds[i, 3]]``
+    (empty for single segments), with ``random_next[i]``. ``(N, 4)`` int64 bounds cost 32 bytes
+    an instance, whatever the corpus size."""
+
+    ids: np.ndarray
+    bounds: np.ndarray  # (N, 4) int64
+    random_next: np.ndarray  # (N,) bool
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def __getitem__(self, i: int) -> Instance:
+        a0, a1, b0, b1 = (int(x) for x in self.bounds[i])
+        return Instance(np.asarray(self.ids[a0:a1]), np.asarray(self.ids[b0:b1]),
+                        bool(self.random_next[i]))
+
+    def __iter__(self) -> Iterator[Instance]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``(N,)`` sequence lengths with the special tokens (two for one segment, three for two)."""
+        na = self.bounds[:, 1] - self.bounds[:, 0]
+        nb = self.bounds[:, 3] - self.bounds[:, 2]
+        return na + nb + np.where(nb > 0, 3, 2)
+
+
+def _truncate(bounds: list[int], max_tokens: int, rng: np.random.Generator) -> None:
+    """Cut the longer of segments A ``bounds[0:2]`` and B ``bounds[2:4]`` one token at a time, at
+    its front or back at random (BERT's ``truncate_seq_pair``), until both fit ``max_tokens``."""
+    over = (bounds[1] - bounds[0]) + (bounds[3] - bounds[2]) - max_tokens
+    if over <= 0:
+        return
+    for u in rng.random(over):  # the same draws as one rng.random() per cut
+        k = 0 if bounds[1] - bounds[0] > bounds[3] - bounds[2] else 2
+        if u < 0.5:
+            bounds[k] += 1
         else:
-            longer.pop()
+            bounds[k + 1] -= 1
+
+
+def _instances(corpus: TokenizedCorpus, rows: list[list[int]], flags: list[bool]) -> Instances:
+    bounds = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    return Instances(corpus.ids, bounds, np.asarray(flags, dtype=bool))
+
+
+def _check_len(max_seq_len: int, specials: int) -> None:
+    if max_seq_len < specials + 2:
+        raise ConfigError(f"max_seq_len = {max_seq_len} leaves no room for the segments and the "
+                          f"{specials} special tokens; use at least {specials + 2} (BERT: 128)")
 
 
 def make_instances(corpus: TokenizedCorpus, *, max_seq_len: int, seed: int,
-                   short_seq_prob: float = 0.1, random_next_prob: float = 0.5) -> list[Instance]:
+                   short_seq_prob: float = 0.1, random_next_prob: float = 0.5) -> Instances:
     """Segment pairs for every document, in the manner of BERT's ``create_instances_from_document``
     (see the module docstring); a pure function of ``seed``."""
-    if max_seq_len < 5:
-        raise ConfigError(f"max_seq_len = {max_seq_len} leaves no room for two segments and the "
-                          f"three special tokens; use at least 5 (BERT: 128)")
+    _check_len(max_seq_len, 3)
     rng = np.random.default_rng([seed, _PAIRS])
     max_tokens = max_seq_len - 3  # [CLS], [SEP], [SEP]
     n_docs = corpus.n_docs
-    out: list[Instance] = []
+    starts = corpus.sent_starts
+    rows: list[list[int]] = []
+    flags: list[bool] = []
     for d in range(n_docs):
         first, last = int(corpus.doc_starts[d]), int(corpus.doc_starts[d + 1])
+        bound = np.asarray(starts[first: last + 1]).tolist()  # sentence s spans bound[s-first:…+2]
         target = max_tokens
         if rng.random() < short_seq_prob:
             target = int(rng.integers(2, max_tokens + 1))
-        chunk: list[int] = []  # sentence indices
-        length = 0
+        chunk_first, n_chunk = first, 0  # the chunk: sentences chunk_first … chunk_first+n_chunk-1
         s = first
         while s < last:
-            chunk.append(s)
-            length += len(corpus.sentence(s))
+            if n_chunk == 0:
+                chunk_first = s
+            n_chunk += 1
+            length = bound[s + 1 - first] - bound[chunk_first - first]
             if s == last - 1 or length >= target:
-                a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
-                a = [t for j in chunk[:a_end] for t in corpus.sentence(j).tolist()]
-                b: list[int] = []
-                random_next = len(chunk) == 1 or rng.random() < random_next_prob
+                a_end = int(rng.integers(1, n_chunk)) if n_chunk >= 2 else 1
+                a = [bound[chunk_first - first], bound[chunk_first + a_end - first]]
+                random_next = n_chunk == 1 or rng.random() < random_next_prob
                 if random_next:
                     other = int(rng.integers(0, n_docs - 1))
                     other += other >= d  # any document but this one
                     o_first, o_last = int(corpus.doc_starts[other]), int(corpus.doc_starts[other + 1])
-                    for j in range(int(rng.integers(o_first, o_last)), o_last):
-                        b.extend(corpus.sentence(j).tolist())
-                        if len(b) >= target - len(a):
+                    j = int(rng.integers(o_first, o_last))
+                    b = [int(starts[j]), int(starts[j])]
+                    while j < o_last:
+                        b[1] = int(starts[j + 1])
+                        if b[1] - b[0] >= target - (a[1] - a[0]):
                             break
-                    s -= len(chunk) - a_end  # the unused sentences are used next
+                        j += 1
+                    s -= n_chunk - a_end  # the unused sentences are used next
                 else:
-                    b = [t for j in chunk[a_end:] for t in corpus.sentence(j).tolist()]
-                _truncate_pair(a, b, max_tokens, rng)
-                if a and b:
-                    out.append(Instance(np.asarray(a, np.int32), np.asarray(b, np.int32), random_next))
-                chunk, length = [], 0
+                    b = [a[1], bound[s + 1 - first]]
+                pair = a + b
+                _truncate(pair, max_tokens, rng)
+                if pair[1] > pair[0] and pair[3] > pair[2]:
+                    rows.append(pair)
+                    flags.append(random_next)
+                n_chunk = 0
             s += 1
-    return out
+    return _instances(corpus, rows, flags)
+
+
+def make_segments(corpus: TokenizedCorpus, *, max_seq_len: int, seed: int,
+                  short_seq_prob: float = 0.0) -> Instances:
+    """Single segments ``[CLS] tokens [SEP]`` for masked-LM training without next-sentence
+    prediction: each document's tokens cut into consecutive windows of ``max_seq_len - 2``
+    (with probability ``short_seq_prob`` a window of random length from 2), so that no sequence
+    is padded but a document's last. Windows cross sentence boundaries (as Hugging Face's
+    ``group_texts`` and *Cramming* pack text) but never documents. A pure function of ``seed``."""
+    _check_len(max_seq_len, 2)
+    rng = np.random.default_rng([seed, _PAIRS])
+    max_tokens = max_seq_len - 2  # [CLS], [SEP]
+    starts = np.asarray(corpus.sent_starts)[np.asarray(corpus.doc_starts)]  # (D+1,) token offsets
+    rows: list[list[int]] = []
+    for d in range(corpus.n_docs):
+        lo, end = int(starts[d]), int(starts[d + 1])
+        while lo < end:
+            size = int(rng.integers(2, max_tokens + 1)) if rng.random() < short_seq_prob else max_tokens
+            rows.append([lo, min(lo + size, end), 0, 0])
+            lo += size
+    return _instances(corpus, rows, [False] * len(rows))
 
 
 # -------------------------------------------------------------------------------- masking
@@ -276,20 +243,24 @@ def masking_rule(tok: Tokenizer, *, mlm_prob: float = 0.15, max_predictions: int
 
 # -------------------------------------------------------------------------------- batches
 class PretrainingBatches:
-    """Masked pre-training batches over fixed segment pairs; ``get(epoch, index)`` is a pure
-    function of ``(seed, epoch, index)`` (see the module docstring)."""
+    """Masked pre-training batches over fixed instances (pairs or single segments);
+    ``get(epoch, index)`` is a pure function of ``(seed, epoch, index)`` (see the module
+    docstring). Batches of single segments carry no next-sentence labels."""
 
-    def __init__(self, instances: Sequence[Instance], rule: MaskingRule, *, cls_id: int,
+    def __init__(self, instances: Instances, rule: MaskingRule, *, cls_id: int,
                  sep_id: int, pad_id: int, batch_size: int, seed: int = 0,
                  masking: Masking = "dynamic", name: str = "corpus") -> None:
         if masking not in ("static", "dynamic"):
             raise ConfigError(f"data.masking must be static or dynamic, got {masking!r}")
         if batch_size < 1:
             raise ConfigError(f"batch_size = {batch_size} must be at least 1")
-        self.instances = list(instances)
+        self.instances = instances
+        self.paired = bool(len(instances)) and bool((instances.bounds[:, 3] > instances.bounds[:, 2]).all())
         self.rule = rule
         self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
         self.batch_size, self.seed, self.masking, self.name = batch_size, seed, masking, name
+        self._n_predictions = np.minimum(rule.max_predictions, np.maximum(
+            1, np.round(instances.lengths * rule.mlm_prob))).astype(np.int64)  # n_predictions
         self._order: tuple[int, np.ndarray] | None = None
 
     def __len__(self) -> int:
@@ -300,6 +271,9 @@ class PretrainingBatches:
         """Tokens, segments and maskable positions of instance ``i``."""
         inst = self.instances[i]
         na, nb = len(inst.a), len(inst.b)
+        if nb == 0:  # one segment: [CLS] a [SEP]
+            tokens = np.concatenate([[self.cls_id], inst.a, [self.sep_id]])
+            return tokens.astype(np.int64), np.zeros(na + 2, np.int64), np.arange(1, na + 1)
         tokens = np.concatenate([[self.cls_id], inst.a, [self.sep_id], inst.b, [self.sep_id]])
         segments = np.concatenate([np.zeros(na + 2, np.int64), np.ones(nb + 1, np.int64)])
         candidates = np.concatenate([np.arange(1, na + 1), np.arange(na + 2, na + 2 + nb)])
@@ -331,7 +305,9 @@ class PretrainingBatches:
         inputs = encoder_inputs(rows, segs, self.pad_id)
         width = inputs.tokens.shape[1]
         flat = np.concatenate([p + r * width for r, p in enumerate(index)])
-        nsp = torch.tensor([self.instances[int(i)].random_next for i in ids], dtype=torch.long)
+        nsp = None
+        if self.paired:
+            nsp = torch.from_numpy(self.instances.random_next[np.asarray(ids, dtype=np.int64)].astype(np.int64))
         if nsp_weight is None:
             nsp_weight = len(flat) / max(len(ids), 1)
         return PretrainingBatch(inputs, torch.from_numpy(flat.astype(np.int64)),
@@ -342,14 +318,13 @@ class PretrainingBatches:
         """Global batch ``index`` of ``epoch``, or this rank's rows ``[rank::world]`` of it."""
         check_world(self.batch_size, rank, world)
         if len(self) == 0:
-            raise DataError(f"{self.name}: {len(self.instances)} sentence pairs, fewer than "
+            raise DataError(f"{self.name}: {len(self.instances)} training sequences, fewer than "
                             f"batch_size = {self.batch_size}; use a longer corpus or a smaller "
                             f"batch_size")
         check_position(epoch, index, len(self))
         ids = self.order(epoch)[index * self.batch_size: (index + 1) * self.batch_size]
         # N/B of the global batch: the count of predictions depends on lengths alone
-        n_global = sum(n_predictions(len(self.instances[int(i)].a) + len(self.instances[int(i)].b) + 3,
-                                     self.rule.mlm_prob, self.rule.max_predictions) for i in ids)
+        n_global = int(self._n_predictions[ids].sum())
         return self.collate(ids[rank::world], epoch, nsp_weight=n_global / len(ids))
 
     def eval_batches(self, batch_size: int | None = None) -> Iterator[PretrainingBatch]:
@@ -357,4 +332,3 @@ class PretrainingBatches:
         batch_size = batch_size or self.batch_size
         for start in range(0, len(self.instances), batch_size):
             yield self.collate(range(start, min(start + batch_size, len(self.instances))), 0)
-

@@ -16,7 +16,9 @@ kind           pipeline (all Hugging Face components)                       used
 Special tokens and ids, fixed at training time:
 ``char``/``bpe``/``word``: ``<pad>``=0, ``<unk>``=1, ``<s>``=2, ``</s>``=3 (PTB's and WikiText's own
 ``<unk>`` is the unknown id); ``wordpiece``: ``[PAD]``=0, ``[UNK]``=1, ``[CLS]``=2, ``[SEP]``=3,
-``[MASK]``=4 with BOS = CLS and EOS = SEP.
+``[MASK]``=4 with BOS = CLS and EOS = SEP. A tokenizer imported with a Hugging Face model
+(:mod:`fullrank.data.hf_tokenizer`) keeps its own ids, and its own special tokens where they are
+not these (:data:`IMPORTED_SPECIALS`: GPT-2's, Marian's).
 
 The saved file is a plain Hugging Face ``tokenizer.json`` (loadable by ``tokenizers`` and
 ``transformers``); the kind is read back from its structure (model type and pre-tokenizer), so
@@ -50,6 +52,14 @@ SPECIALS: dict[str, tuple[str, ...]] = {
     "word": ("<pad>", "<unk>", "<s>", "</s>"),
     "wordpiece": ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
 }
+# The special tokens, in the same role order (pad, unk, bos, eos), of tokenizers that come with
+# models trained elsewhere (imported from Hugging Face), tried in turn when a tokenizer lacks its
+# kind's own: GPT-2's one token plays every role; Marian has no <s> and starts its decoder with
+# <pad> (its decoder_start_token_id).
+IMPORTED_SPECIALS: tuple[tuple[str, ...], ...] = (
+    ("<|endoftext|>",) * 4,
+    ("<pad>", "<unk>", "<pad>", "</s>"),
+)
 _CHAR_PATTERN = r"[\s\S]"  # any single character, newlines included
 _METASPACE = {"replacement": "▁", "prepend_scheme": "always", "split": True}
 _UNLIMITED = 2**31 - 1  # "no limit" for WordLevel's vocab_size
@@ -145,6 +155,16 @@ def _without_specials(text: str, specials: Sequence[str]) -> str:
     return text
 
 
+def _specials_of(hf: HFTokenizer, kind: str) -> tuple[str, ...]:
+    """The kind's special tokens, or else the first set of :data:`IMPORTED_SPECIALS` that
+    ``hf`` holds entirely (not for ``wordpiece``, whose roles include ``[MASK]``)."""
+    candidates = (SPECIALS[kind],) + (IMPORTED_SPECIALS if kind != "wordpiece" else ())
+    for specials in candidates:
+        if all(hf.token_to_id(t) is not None for t in specials):
+            return specials
+    return SPECIALS[kind]
+
+
 class Tokenizer:
     """A trained tokenizer of one :data:`TokenizerKind` (wraps ``tokenizers.Tokenizer``)."""
 
@@ -152,7 +172,7 @@ class Tokenizer:
         self.hf = hf
         self.kind: TokenizerKind = kind
         ids = []
-        for token in SPECIALS[kind]:
+        for token in _specials_of(hf, kind):
             i = hf.token_to_id(token)
             if i is None:
                 raise DataError(f"{where}: the {kind} tokenizer has no {token!r} token; "

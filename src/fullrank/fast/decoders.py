@@ -34,7 +34,7 @@ from fullrank.layers.masks import source_padding
 
 
 class Projection:
-    """The output projection ``h @ Wᵀ`` of one decoding session, into a reused buffer.
+    """The output projection ``h @ Wᵀ (+ b)`` of one decoding session, into a reused buffer.
 
     A contiguous ``(D, V)`` copy of ``Wᵀ`` (:func:`~fullrank.fast.layout.transposed`) makes the
     product of a few rows by the wide output matrix faster on CPUs than ``F.linear``'s
@@ -44,8 +44,9 @@ class Projection:
     reads them before it steps again).
     """
 
-    def __init__(self, weight: Tensor) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
         self.weight_t = transposed(weight)                               # (D, V)
+        self.bias = bias                                                 # (V,) or None
         self._out: Tensor | None = None
 
     def __call__(self, h: Tensor) -> Tensor:
@@ -54,12 +55,16 @@ class Projection:
         shape = (b, t, self.weight_t.shape[1])
         if (h.requires_grad or h.dtype != self.weight_t.dtype  # out= has no autograd, no casts
                 or torch.is_autocast_enabled(h.device.type)):
-            return h @ self.weight_t                                     # (B, t, V)
+            out = h @ self.weight_t                                      # (B, t, V)
+            return out if self.bias is None else out + self.bias
         size = b * t * shape[2]
         if self._out is None or self._out.numel() < size or self._out.device != h.device:
             self._out = h.new_empty(size)  # rows only ever fewer: finished sentences leave
         out = self._out[:size].view(b * t, -1)
-        torch.mm(h.reshape(b * t, d), self.weight_t, out=out)
+        if self.bias is None:
+            torch.mm(h.reshape(b * t, d), self.weight_t, out=out)
+        else:
+            torch.addmm(self.bias, h.reshape(b * t, d), self.weight_t, out=out)
         return out.view(shape)                                           # (B, t, V)
 
 
@@ -72,7 +77,8 @@ class BeamDecoder:
 
     Args:
         model: an encoder-decoder in eval mode, duck-typed: ``encode``, ``decode``,
-            ``init_cache`` and ``output_weight`` (:class:`~fullrank.models.EncoderDecoder`).
+            ``init_cache``, ``output_weight`` and ``output_bias``
+            (:class:`~fullrank.models.EncoderDecoder`).
         src: source ids ``(N, S)``.
         src_mask: ``(N, S)`` bool, ``True`` = real token; ``None`` = no padding.
         decode: what runs the decoder at each step, with ``model.decode``'s signature; default
@@ -90,7 +96,7 @@ class BeamDecoder:
         self.src_mask = source_padding(src, src_mask)          # (N, S) or None
         self.memory = model.encode(src, self.src_mask)         # (N, S, D)
         self.cache = beam_caches(model.init_cache())
-        self.project = Projection(model.output_weight)
+        self.project = Projection(model.output_weight, getattr(model, "output_bias", None))
         self.device = src.device
 
     def step(self, tokens: Tensor, *, cursor: Tensor | None = None) -> Tensor:

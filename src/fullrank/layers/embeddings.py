@@ -3,6 +3,9 @@
 [V17] §3.4: token embeddings are multiplied by ``√d_model``; §3.5: sinusoidal positions
 ``PE(pos, 2i) = sin(pos / 10000^{2i/D})``, ``PE(pos, 2i+1) = cos(pos / 10000^{2i/D})`` are added,
 or learned ones (Table 3 row E). BERT adds a segment embedding and normalises the sum.
+``"sinusoidal_halves"`` is the same table with its columns in another order, the sines in the
+first half and the cosines in the second (Marian's layout, as tensor2tensor's): a model imported
+from Marian computes with the table it was trained with.
 
 Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 """
@@ -17,17 +20,24 @@ from torch import Tensor, nn
 
 from fullrank.errors import DataError
 
-PositionKind = Literal["sinusoidal", "learned"]
+PositionKind = Literal["sinusoidal", "learned", "sinusoidal_halves"]
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
-    """The [V17] §3.5 table ``(max_len, D)``; odd ``D`` works (the last column is a sine)."""
+def sinusoidal_table(max_len: int, d_model: int, *, halves: bool = False) -> Tensor:
+    """The [V17] §3.5 table ``(max_len, D)``; odd ``D`` works (the last sine has no cosine).
+
+    ``halves``: the ``⌈D/2⌉`` sines first, then the ``⌊D/2⌋`` cosines (Marian's layout) instead
+    of interleaved.
+    """
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]
     i2 = torch.arange(0, d_model, 2, dtype=torch.float64)  # the "2i" of the formula
     angle = pos / torch.pow(10000.0, i2 / d_model)  # (max_len, ceil(D/2))
+    sines, cosines = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
+    if halves:
+        return torch.cat([sines, cosines], dim=1).float()
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
     return table.float()
 
 
@@ -54,16 +64,17 @@ class TokenEmbedding(nn.Module):
 class Positions(nn.Module):
     """Positional encodings for positions ``offset … offset + T - 1`` → ``(T, D)``.
 
-    ``kind="sinusoidal"`` holds a fixed, non-persistent table (no parameters); ``"learned"`` an
-    embedding of ``max_len`` rows.
+    ``kind="sinusoidal"`` (or ``"sinusoidal_halves"``) holds a fixed, non-persistent table (no
+    parameters); ``"learned"`` an embedding of ``max_len`` rows.
     """
 
     def __init__(self, max_len: int, d_model: int, *, kind: PositionKind = "sinusoidal",
                  init_std: float = 0.02) -> None:
         super().__init__()
         self.max_len, self.kind = max_len, kind
-        if kind == "sinusoidal":
-            self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        if kind != "learned":
+            self.register_buffer("table", sinusoidal_table(
+                max_len, d_model, halves=kind == "sinusoidal_halves"), persistent=False)
         else:
             self.weight = nn.Parameter(torch.empty(max_len, d_model))
             nn.init.normal_(self.weight, std=init_std)
@@ -74,7 +85,7 @@ class Positions(nn.Module):
                 f"sequence of {offset + length} positions exceeds max_len={self.max_len} of the "
                 f"model's positional table; shorten the input or build the model with a larger max_len"
             )
-        table = self.table if self.kind == "sinusoidal" else self.weight
+        table = self.weight if self.kind == "learned" else self.table
         return table[offset : offset + length]
 
 
@@ -88,7 +99,8 @@ class InputEmbedding(nn.Module):
         token: the token embedding (possibly shared).
         d_model: width ``D``.
         max_len: number of positions the model accepts.
-        positions: ``"sinusoidal"`` ([V17]) or ``"learned"`` (Table 3 row E, BERT).
+        positions: ``"sinusoidal"`` ([V17]), ``"learned"`` (Table 3 row E, BERT) or
+            ``"sinusoidal_halves"`` (Marian).
         dropout: dropout on the sum ([V17] §5.4).
         n_segments: number of segment types (2 for BERT), 0 for none.
         norm_eps: if not ``None``, LayerNorm the sum with this epsilon (BERT).

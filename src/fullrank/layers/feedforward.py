@@ -12,16 +12,28 @@ from torch import Tensor, nn
 
 from fullrank.layers.linear import Linear
 
-Activation = Literal["relu", "gelu"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+
+
+def activate(h: Tensor, activation: Activation) -> Tensor:
+    """``h`` through ``activation``: ReLU ([V17]); GELU in its exact erf form (BERT) or its tanh
+    approximation (GPT-2's ``gelu_new``); SiLU (Marian's ``swish``)."""
+    if activation == "relu":
+        return F.relu(h)
+    if activation == "gelu":
+        return F.gelu(h)
+    if activation == "gelu_tanh":
+        return F.gelu(h, approximate="tanh")
+    return F.silu(h)
 
 
 class FeedForward(nn.Module):
-    """Two linear maps around ReLU ([V17]) or GELU (BERT, exact erf form).
+    """Two linear maps around ReLU ([V17]), GELU (BERT; GPT-2's tanh form) or SiLU (Marian).
 
     Args:
         d_model: input and output width ``D``.
         d_ff: inner width ``F``.
-        activation: ``"relu"`` or ``"gelu"``.
+        activation: ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"`` (:func:`activate`).
         dropout: dropout after the activation (0 in [V17], which drops only sublayer outputs).
         bias: whether both linear maps have biases.
     """
@@ -41,5 +53,5 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, D) → (B, T, D)``."""
         h = self.fc1(x)                                                  # (B, T, F)
-        h = F.relu(h) if self.activation == "relu" else F.gelu(h)
+        h = activate(h, self.activation)
         return self.fc2(self.dropout(h) if self.dropout.training else h)  # eval: no call

@@ -51,11 +51,13 @@ class TransformerConfig:
         dropout: residual and embedding dropout ``P_drop`` ([V17] §5.4).
         attn_dropout: dropout on attention probabilities (0 in [V17], 0.1 in BERT).
         ffn_dropout: dropout after the feed-forward activation.
-        activation: ``"relu"`` ([V17]) or ``"gelu"`` (BERT).
+        activation: ``"relu"`` ([V17]), ``"gelu"`` (BERT), ``"gelu_tanh"`` (GPT-2's ``gelu_new``)
+            or ``"silu"`` (Marian's ``swish``).
         norm_first: ``False`` = the paper's post-LN; ``True`` = pre-LN with a final LayerNorm.
         norm_eps: LayerNorm epsilon.
         bias: biases in attention and feed-forward projections.
-        positions: ``"sinusoidal"`` ([V17] §3.5) or ``"learned"`` (Table 3 row E, BERT).
+        positions: ``"sinusoidal"`` ([V17] §3.5), ``"learned"`` (Table 3 row E, BERT) or
+            ``"sinusoidal_halves"`` (the same table, sines then cosines: Marian).
         max_len: number of positions the model accepts (the size of its position table).
         seq_len: the sequence length ``n`` the model is trained at; FLOPs per token and the
             [B20] bottleneck check (``d_head < n``) use it.

@@ -34,10 +34,15 @@ class EncoderConfig(TransformerConfig):
 
     Attributes:
         type_vocab_size: segment types (2: sentence A/B).
-        pretraining_heads: build the pooler, masked-LM and next-sentence heads.
+        pretraining_heads: build the masked-LM head and, with ``next_sentence``, the pooler and
+            the next-sentence head.
+        next_sentence: pre-training predicts the next sentence (BERT); ``False``: masked LM
+            alone on single segments (RoBERTa), with no pooler or next-sentence head.
         n_classes: build a classifier with this many classes on the pooled first token
             (dropout, then a linear layer, as ``BertForSequenceClassification``); 0 = none.
         span_head: build the start/end span head (``BertForQuestionAnswering``).
+        pooler: build the pooler even when no head uses it (Hugging Face's ``BertModel`` holds
+            one, which a classifier fine-tuned from it starts from).
         init_std: std of the normal initialisation of every weight (BERT: 0.02).
     """
 
@@ -50,8 +55,10 @@ class EncoderConfig(TransformerConfig):
     scale_embeddings: Bool = False
     type_vocab_size: PositiveInt = 2
     pretraining_heads: Bool = True
+    next_sentence: Bool = True
     n_classes: NonNegativeInt = 0
     span_head: Bool = False
+    pooler: Bool = False
     init_std: PositiveFloat = 0.02
 
     def __post_init__(self) -> None:
@@ -61,9 +68,14 @@ class EncoderConfig(TransformerConfig):
                               "got 1")
 
     @property
+    def has_nsp_head(self) -> bool:
+        return self.pretraining_heads and self.next_sentence
+
+    @property
     def has_pooler(self) -> bool:
-        """The pooler serves next-sentence prediction and the classifier."""
-        return self.pretraining_heads or self.n_classes > 0
+        """The pooler serves next-sentence prediction and the classifier (or is kept as
+        ``BertModel``'s)."""
+        return self.has_nsp_head or self.n_classes > 0 or self.pooler
 
     def non_embedding_params(self) -> int:
         """Parameters outside the token, position and segment embeddings (and outside the MLM
@@ -77,8 +89,7 @@ class EncoderConfig(TransformerConfig):
         heads = d * d + d if self.has_pooler else 0
         if self.pretraining_heads:
             mlm = d * d + d + norm_params(d) + v + (0 if self.tie_embeddings else v * d)
-            nsp = 2 * d + 2
-            heads += mlm + nsp
+            heads += mlm + (2 * d + 2 if self.has_nsp_head else 0)
         heads += (d + 1) * self.n_classes + ((d + 1) * 2 if self.span_head else 0)
         return {
             "embeddings": v * d + self.position_params() + self.type_vocab_size * d,
@@ -151,11 +162,8 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
         self.final_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
         self.pooler: nn.Linear | None = nn.Linear(c.d_model, c.d_model) if c.has_pooler else None
-        if c.pretraining_heads:
-            self.mlm: MaskedLMHead | None = MaskedLMHead(c, token)
-            self.nsp: nn.Linear | None = nn.Linear(c.d_model, 2)
-        else:
-            self.mlm = self.nsp = None
+        self.mlm = MaskedLMHead(c, token) if c.pretraining_heads else None
+        self.nsp = nn.Linear(c.d_model, 2) if c.has_nsp_head else None
         # BERT's classifier: dropout (hidden_dropout_prob) on the pooled output, then a linear layer
         self.classifier_dropout = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(c.d_model, c.n_classes) if c.n_classes else None
@@ -197,7 +205,7 @@ class Encoder(nn.Module):
     def pooled(self, hidden: Tensor) -> Tensor:
         """``tanh(W h_0 + b)`` on the first ([CLS]) position: ``(B, T, D) → (B, D)``."""
         if self.pooler is None:
-            raise RuntimeError("this Encoder has no pooler (pretraining_heads=False, n_classes=0)")
+            raise RuntimeError("this Encoder has no pooler (no next-sentence head, n_classes=0)")
         return torch.tanh(self.pooler(hidden[:, 0]))
 
     def class_logits(self, hidden: Tensor) -> Tensor:
@@ -215,5 +223,6 @@ class Encoder(nn.Module):
     def nsp_logits(self, hidden: Tensor) -> Tensor:
         """Next-sentence logits ``(B, 2)`` from the pooled first token."""
         if self.nsp is None:
-            raise RuntimeError("this Encoder was built with pretraining_heads=False")
+            raise RuntimeError("this Encoder has no next-sentence head (pretraining_heads=False "
+                               "or next_sentence=False)")
         return self.nsp(self.pooled(hidden))

@@ -24,7 +24,7 @@ from fullrank.layers.embeddings import InputEmbedding, TokenEmbedding
 from fullrank.layers.kv_cache import DecoderCache
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
-from fullrank.validation import PositiveInt, config_dataclass
+from fullrank.validation import Bool, PositiveInt, config_dataclass
 
 
 @config_dataclass
@@ -38,11 +38,14 @@ class EncoderDecoderConfig(TransformerConfig):
         decoder_cursor: each decoder input is its token's embedding plus the encoder output at
             the source position ``cursor`` gives for it (no parameters); ``forward`` and
             ``decode`` then need ``cursor``.
+        output_bias: add a bias to the pre-softmax projection (not in [V17]; Marian's
+            ``final_logits_bias``, so that a model imported from Marian computes its logits).
     """
 
     n_decoder_layers: PositiveInt | None = None
     src_vocab_size: PositiveInt | None = None
     decoder_cursor: bool = False
+    output_bias: Bool = False
 
     @property
     def decoder_layers(self) -> int:
@@ -60,7 +63,8 @@ class EncoderDecoderConfig(TransformerConfig):
             "attention": (ne + 2 * nd) * self.attention_params(),
             "ffn": (ne + nd) * self.ffn_params(),
             "norms": (2 * ne + 3 * nd + (2 if self.norm_first else 0)) * norm_params(d),
-            "heads": 0 if self.tie_embeddings else self.vocab_size * d,
+            "heads": (0 if self.tie_embeddings else self.vocab_size * d)
+            + (self.vocab_size if self.output_bias else 0),
         }
 
     def flops_per_token(self) -> dict[str, int]:
@@ -91,6 +95,7 @@ class EncoderDecoder(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
         self.out_proj = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.output_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.output_bias else None
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """``src (B, S)`` token ids, ``src_mask (B, S)`` bool (``True`` = real token) → memory
@@ -145,14 +150,16 @@ class EncoderDecoder(nn.Module):
         return self.out_proj.weight if self.out_proj is not None else self.tgt_embed.token.weight
 
     def logits(self, h: Tensor) -> Tensor:
-        """``(B, T, D) → (B, T, V)``; the pre-softmax projection, tied to the embedding."""
-        return F.linear(h, self.output_weight)
+        """``(B, T, D) → (B, T, V)``; the pre-softmax projection, tied to the embedding (plus
+        ``output_bias`` when the config has one)."""
+        return F.linear(h, self.output_weight, self.output_bias)
 
     def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cursor: Tensor | None = None,
                 hidden_only: bool = False) -> Tensor:
         """``src (B, S)``, ``tgt (B, T)`` → logits ``(B, T, V)`` (``hidden_only``: the decoder's
-        final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight`);
+        final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight` and
+        ``output_bias``);
         ``cursor (B, T)``: see :meth:`decode`."""
         memory = self.encode(src, src_mask)
         h = self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask, cursor=cursor)

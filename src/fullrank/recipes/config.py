@@ -58,11 +58,12 @@ TASK_MODELS: dict[str, type] = {
     "classify": EncoderConfig,
     "squad": EncoderConfig,
 }
-# the heads each encoder task trains (fields of EncoderConfig; classify adds n_classes)
+# the heads each encoder task trains (fields of EncoderConfig; classify adds n_classes); a
+# pooler that no head uses (an imported BertModel's) is not kept
 TASK_HEADS: dict[str, dict[str, Any]] = {
-    "bert": {"pretraining_heads": True, "n_classes": 0, "span_head": False},
-    "classify": {"pretraining_heads": False, "span_head": False},
-    "squad": {"pretraining_heads": False, "n_classes": 0, "span_head": True},
+    "bert": {"pretraining_heads": True, "n_classes": 0, "span_head": False, "pooler": False},
+    "classify": {"pretraining_heads": False, "span_head": False, "pooler": False},
+    "squad": {"pretraining_heads": False, "n_classes": 0, "span_head": True, "pooler": False},
 }
 
 

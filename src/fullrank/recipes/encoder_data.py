@@ -12,7 +12,8 @@ from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
-from fullrank.data.bert_pretraining import CorpusFormat, Masking
+from fullrank.data.bert_pretraining import Masking
+from fullrank.data.documents import CorpusFormat
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.errors import ConfigError
 from fullrank.validation import (Bool, NonNegativeInt, PositiveInt, Str, UnitFloat,
@@ -44,9 +45,15 @@ class PretrainData(_Files):
     """BERT pre-training data (:mod:`fullrank.data.bert_pretraining`).
 
     Attributes:
-        train, valid: text files; ``valid`` gives MLM/NSP accuracy during and after training.
-        corpus_format: ``wikitext`` (a document per ``" = Title = "`` line) or ``blocks``
-            (documents separated by blank lines).
+        train, valid: corpora — a file, a folder of files or a glob pattern, plain, ``.xz`` or
+            ``.gz``; ``valid`` gives MLM (and NSP) accuracy during and after training, always
+            with BERT's masking (15% of the tokens, at most ``⌈0.15·seq_len⌉``, 80/10/10), so
+            runs that train with another rate are scored alike.
+        corpus_format: ``wikitext`` (a document per ``" = Title = "`` line), ``blocks``
+            (documents separated by blank lines) or ``wikiextractor`` (``<doc …>`` … ``</doc>``
+            articles, :mod:`fullrank.data.documents`).
+        tokenizer_sample: share of the training documents (evenly spread) the WordPiece
+            vocabulary is trained on; 1 = all of them.
         short_documents: a one-sentence document (no actual-next pair) is an ``error`` or is
             ``skip``-ped and counted.
         short_seq_prob: share of pairs with a shorter random target length (BERT: 0.1).
@@ -60,6 +67,7 @@ class PretrainData(_Files):
     train: Str
     valid: Str | None = None
     corpus_format: CorpusFormat = "blocks"
+    tokenizer_sample: UnitFloat = 1.0
     short_documents: Literal["error", "skip"] = "error"
     short_seq_prob: UnitFloat = 0.1
     random_next_prob: UnitFloat = 0.5
@@ -71,6 +79,9 @@ class PretrainData(_Files):
         super().__post_init__()
         if not 0.0 < self.mlm_prob < 1.0:
             raise ConfigError(f"data.mlm_prob must be in (0, 1), got {self.mlm_prob}")
+        if self.tokenizer_sample <= 0.0:
+            raise ConfigError("data.tokenizer_sample must be above 0 (the share of training "
+                              "documents the vocabulary is trained on)")
 
 
 @config_dataclass

@@ -92,10 +92,11 @@ def save_weights(model: nn.Module, path: Path, state: dict[str, Tensor] | None =
     _fsync_file(path)
 
 
-def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+def read_safetensors(path: Path, *, fix: str = "use an earlier checkpoint"
+                     ) -> tuple[dict[str, Tensor], dict[str, str]]:
     """All tensors and the metadata of a safetensors file; a missing, truncated or corrupt file,
-    or a floating-point tensor holding NaN or an infinity, is one :class:`CheckpointError` (such
-    weights would train or decode to nonsense)."""
+    or a floating-point tensor holding NaN or an infinity (such weights would train or decode
+    to nonsense), is one :class:`CheckpointError` (ending with ``fix``)."""
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file; point at a checkpoint directory "
                               f"(containing {MODEL_FILE}) or a run directory")
@@ -106,11 +107,11 @@ def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     except (SafetensorError, OSError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CheckpointError(f"{path}: not a readable safetensors file ({msg}); the file is "
-                              f"truncated or corrupt — use an earlier checkpoint") from None
+                              f"truncated or corrupt — {fix}") from None
     for name, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise CheckpointError(f"{path}: tensor '{name}' holds NaN or infinite values; the "
-                                  f"weights are unusable — use an earlier checkpoint")
+                                  f"weights are unusable — {fix}")
     return tensors, metadata
 
 
@@ -338,11 +339,7 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
         raise CheckpointError(f"{path}: already exists" + (
             " and is not a fullrank checkpoint; choose a new path" if replace else
             "; choose a new path (fullrank does not replace it unasked)"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    tmp = temporary_directory(path)
     save_weights(model, tmp / MODEL_FILE, full[0] if full is not None else None)
     full_meta = {"format": FORMAT, "model": config_to_dict(config), **meta}
     if optimizer is not None:
@@ -360,6 +357,27 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
         json.dump(full_meta, f, indent=1, default=str)
         f.flush()
         os.fsync(f.fileno())
+    install_directory(tmp, path)
+    return path
+
+
+def temporary_directory(path: Path) -> Path:
+    """A new, empty directory beside ``path`` to fill and then :func:`install_directory`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def install_directory(tmp: Path, path: Path) -> None:
+    """Put the filled directory ``tmp`` at ``path`` atomically: ``tmp`` and its files are
+    fsync-ed, an existing ``path`` is moved aside, ``tmp`` renamed into place, then the old one
+    deleted. A process killed at any moment leaves the old or the new directory complete."""
+    for f in tmp.iterdir():
+        if f.is_file():
+            _fsync_file(f)
     _fsync_dir(tmp)
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     if path.exists():  # move the old one aside, the new one in, then delete the old one
@@ -368,7 +386,6 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
     _fsync_dir(path.parent)
     if old.exists():
         shutil.rmtree(old)
-    return path
 
 
 def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: ModelConfig,

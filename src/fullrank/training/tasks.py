@@ -109,7 +109,9 @@ class Translation:
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
         h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
                   cursor=self.cursor(batch), hidden_only=True)  # (B, T, D)
-        return linear_cross_entropy(h, unwrap(model).output_weight, batch.tgt_out,
+        raw = unwrap(model)
+        return linear_cross_entropy(h, raw.output_weight, batch.tgt_out,
+                                    bias=getattr(raw, "output_bias", None),
                                     epsilon=self.label_smoothing, ignore_index=self.pad_id)
 
     def evaluate(self, model: nn.Module, batches: Iterable[Seq2SeqBatch], device: torch.device,
@@ -125,7 +127,8 @@ def encode(model: nn.Module, inputs: EncoderInputs) -> Tensor:
 
 class MaskedLMWithNSP:
     """BERT pre-training: masked-LM cross-entropy on the chosen positions only, plus next-sentence
-    prediction — BERT's loss, ``mean MLM + mean NSP``.
+    prediction — BERT's loss, ``mean MLM + mean NSP`` (``mean MLM`` alone for batches of single
+    segments, whose ``nsp_labels`` are ``None``).
 
     The hidden states of the ``N`` chosen positions are gathered *before* the MLM transform and
     the vocabulary projection, whose cross-entropy is fused
@@ -141,6 +144,8 @@ class MaskedLMWithNSP:
         picked = h.reshape(-1, h.shape[-1]).index_select(0, batch.mlm_index)  # (N, D)
         mlm = linear_cross_entropy(raw.mlm_hidden(picked), raw.mlm.output_weight,
                                    batch.mlm_labels, bias=raw.mlm.bias)
+        if batch.nsp_labels is None:
+            return mlm
         nsp = F.cross_entropy(raw.nsp_logits(h).float(), batch.nsp_labels, reduction="sum")
         w = batch.nsp_weight
         return TokenLoss(loss=mlm.loss + w * nsp, nll=mlm.nll + w * nsp.detach(),
@@ -161,16 +166,20 @@ class MaskedLMWithNSP:
                               model.mlm.bias).float()  # (N, V): the chosen positions only
             mlm_nll += float(F.cross_entropy(logits, batch.mlm_labels, reduction="sum"))
             mlm_right += int((logits.argmax(-1) == batch.mlm_labels).sum())
+            n_mlm += len(batch.mlm_labels)
+            if batch.nsp_labels is None:
+                continue
             nsp = model.nsp_logits(h).float()
             nsp_nll += float(F.cross_entropy(nsp, batch.nsp_labels, reduction="sum"))
             nsp_right += int((nsp.argmax(-1) == batch.nsp_labels).sum())
-            n_mlm += len(batch.mlm_labels)
             n_nsp += len(batch.nsp_labels)
-        mlm_loss, nsp_loss = mlm_nll / max(n_mlm, 1), nsp_nll / max(n_nsp, 1)
-        return {"loss": mlm_loss + nsp_loss, "mlm_loss": mlm_loss,
-                "mlm_ppl": math.exp(min(mlm_loss, 50.0)), "mlm_acc": 100.0 * mlm_right / max(n_mlm, 1),
-                "nsp_loss": nsp_loss, "nsp_acc": 100.0 * nsp_right / max(n_nsp, 1),
-                "predictions": n_mlm}
+        mlm_loss = mlm_nll / max(n_mlm, 1)
+        out = {"loss": mlm_loss, "mlm_loss": mlm_loss, "mlm_ppl": math.exp(min(mlm_loss, 50.0)),
+               "mlm_acc": 100.0 * mlm_right / max(n_mlm, 1), "predictions": n_mlm}
+        if n_nsp:
+            out.update(loss=mlm_loss + nsp_nll / n_nsp, nsp_loss=nsp_nll / n_nsp,
+                       nsp_acc=100.0 * nsp_right / n_nsp)
+        return out
 
 
 class SequenceClassification:

@@ -1,0 +1,336 @@
+"""``fullrank import`` / ``fullrank export`` against Hugging Face ``transformers``, on tiny odd-sized
+models built offline and written with ``save_pretrained`` (:mod:`tests.reference.hf_models`):
+
+- an imported model computes what the Hugging Face model computes (every head's outputs, with
+  padding), within float32 rounding;
+- import → export → ``from_pretrained`` gives back every tensor exactly, with nothing missing
+  or unexpected, and the tokenizer gives the same ids as ``transformers``' on the way in and
+  out;
+- an imported model, widened, computes the same function;
+- fullrank's own models export where Hugging Face can hold them, and are refused in one line
+  where it cannot.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fullrank.analysis.widen import widen
+from fullrank.errors import CheckpointError
+from fullrank.interop.huggingface import export_hf, import_hf
+from fullrank.training.checkpoints import load_checkpoint
+from tests.reference.hf_models import (BERT_CLASSES, SAMPLES, bert_dir, gpt2_dir, marian_dir,
+                                       transformers)
+
+pytestmark = pytest.mark.reference
+
+DIRS = {**{cls: (lambda root, c=cls: bert_dir(root, c)) for cls in BERT_CLASSES},
+        "BertForMaskedLM (vocab.txt)": lambda root: bert_dir(root, "BertForMaskedLM",
+                                                             legacy_vocab=True),
+        "GPT2LMHeadModel": lambda root: gpt2_dir(root),
+        "GPT2LMHeadModel (vocab.json + merges.txt)": lambda root: gpt2_dir(root, legacy_vocab=True),
+        "GPT2LMHeadModel (untied)": lambda root: gpt2_dir(root, tie_word_embeddings=False),
+        "MarianMTModel": lambda root: marian_dir(root)}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Each Hugging Face directory, built once, and its import; by the names of ``DIRS``."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for name, make in DIRS.items():
+        where = root / name.replace(" ", "_").replace("(", "").replace(")", "").replace("+", "")
+        where.mkdir()
+        hf_dir = make(where)
+        report = import_hf(hf_dir, where / "imported")
+        out[name] = (hf_dir, report)
+    return out
+
+
+def hf_model(hf_dir, architecture):
+    return getattr(transformers, architecture).from_pretrained(hf_dir).eval()
+
+
+def batch(vocab: int, *, rows: int = 5, length: int = 11, low: int = 5):
+    gen = torch.Generator().manual_seed(3)
+    tokens = torch.randint(low, vocab, (rows, length), generator=gen)
+    keep = torch.ones(rows, length, dtype=torch.bool)
+    keep[2, 7:] = False
+    keep[4, 3:] = False
+    return tokens, keep
+
+
+@pytest.mark.parametrize("name", [c for c in DIRS if c.startswith("Bert")])
+def test_imported_bert_computes_what_hugging_face_computes(models, name):
+    hf_dir, report = models[name]
+    ours = load_checkpoint(report.path).model
+    hf = hf_model(hf_dir, report.architecture)
+    tokens, keep = batch(ours.config.vocab_size)
+    segments = (torch.arange(11) >= 6).long().expand(5, 11)
+    kw = dict(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long())
+    with torch.no_grad():
+        h = ours(tokens, segments=segments, mask=keep)
+        if report.architecture == "BertModel":
+            ref = hf(**kw)
+            torch.testing.assert_close(h[keep], ref.last_hidden_state[keep], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(ours.pooled(h), ref.pooler_output, atol=1e-5, rtol=1e-5)
+            return
+        ref = hf(**kw, output_hidden_states=True)
+        torch.testing.assert_close(h[keep], ref.hidden_states[-1][keep], atol=1e-5, rtol=1e-5)
+        if report.architecture == "BertForPreTraining":
+            torch.testing.assert_close(ours.mlm_logits(h)[keep], ref.prediction_logits[keep],
+                                       atol=1e-4, rtol=1e-5)
+            torch.testing.assert_close(ours.nsp_logits(h), ref.seq_relationship_logits,
+                                       atol=1e-5, rtol=1e-5)
+        elif report.architecture == "BertForMaskedLM":
+            torch.testing.assert_close(ours.mlm_logits(h)[keep], ref.logits[keep], atol=1e-4,
+                                       rtol=1e-5)
+        elif report.architecture == "BertForSequenceClassification":
+            torch.testing.assert_close(ours.class_logits(h), ref.logits, atol=1e-5, rtol=1e-5)
+        else:
+            span = ours.span_logits(h)
+            torch.testing.assert_close(span[..., 0][keep], ref.start_logits[keep], atol=1e-5,
+                                       rtol=1e-5)
+            torch.testing.assert_close(span[..., 1][keep], ref.end_logits[keep], atol=1e-5,
+                                       rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["GPT2LMHeadModel", "GPT2LMHeadModel (untied)"])
+def test_imported_gpt2_computes_what_hugging_face_computes(models, name):
+    hf_dir, report = models[name]
+    ours = load_checkpoint(report.path).model
+    hf = hf_model(hf_dir, "GPT2LMHeadModel")
+    tokens, keep = batch(ours.config.vocab_size)
+    with torch.no_grad():
+        got = ours(tokens, mask=keep)
+        ref = hf(input_ids=tokens, attention_mask=keep.long()).logits
+    torch.testing.assert_close(got[keep], ref[keep], atol=1e-4, rtol=1e-5)
+
+
+def test_imported_marian_computes_what_hugging_face_computes(models):
+    hf_dir, report = models["MarianMTModel"]
+    ours = load_checkpoint(report.path).model
+    assert ours.config.output_bias and ours.config.activation == "silu"
+    hf = hf_model(hf_dir, "MarianMTModel")
+    src, keep = batch(ours.config.vocab_size - 1, low=2)
+    tgt = torch.randint(2, ours.config.vocab_size - 1, (5, 7))
+    with torch.no_grad():
+        got = ours(src, tgt, src_mask=keep)
+        ref = hf(input_ids=src, attention_mask=keep.long(), decoder_input_ids=tgt).logits
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(DIRS))
+def test_import_then_export_gives_back_every_tensor(models, name, tmp_path):
+    hf_dir, report = models[name]
+    exported = export_hf(report.path, tmp_path / "exported")
+    original = hf_model(hf_dir, report.architecture)
+    back, info = getattr(transformers, exported.architecture).from_pretrained(
+        exported.path, output_loading_info=True)
+    assert not any(info.values()), info
+    assert exported.architecture == report.architecture
+    theirs, ours = original.state_dict(), back.state_dict()
+    assert set(ours) == set(theirs)
+    for key, value in theirs.items():
+        assert torch.equal(ours[key], value), key
+
+
+@pytest.mark.parametrize("name", [n for n in DIRS if not n.startswith("Marian")])
+def test_the_tokenizer_gives_the_ids_of_transformers_in_and_out(models, name, tmp_path):
+    hf_dir, report = models[name]
+    tok = load_checkpoint(report.path).tokenizer
+    exported = export_hf(report.path, tmp_path / "exported").path
+    for directory in (hf_dir, exported):
+        theirs = transformers.AutoTokenizer.from_pretrained(directory)
+        for text in SAMPLES:
+            assert tok.encode(text) == theirs(text, add_special_tokens=False).input_ids, text
+    if name.startswith("Bert"):  # the exported tokenizer frames pairs as BERT does
+        pair = transformers.AutoTokenizer.from_pretrained(exported)("a man", "the king")
+        ids = tok.encode("a man"), tok.encode("the king")
+        assert pair.input_ids == [tok.cls_id, *ids[0], tok.sep_id, *ids[1], tok.sep_id]
+        assert pair.token_type_ids == [0] * (len(ids[0]) + 2) + [1] * (len(ids[1]) + 1)
+
+
+def test_marian_tokenizer_round_trips(models, tmp_path):
+    hf_dir, report = models["MarianMTModel"]
+    tok = load_checkpoint(report.path).tokenizer
+    assert (tok.pad_id, tok.bos_id, tok.eos_id) == (tok.vocab_size - 1, tok.vocab_size - 1, 0)
+    theirs = transformers.AutoTokenizer.from_pretrained(export_hf(report.path, tmp_path / "e").path)
+    for text in SAMPLES:
+        assert theirs(text).input_ids == tok.encode(text) + [tok.eos_id]  # Marian ends with </s>
+
+
+@pytest.mark.parametrize("name", ["BertForPreTraining", "GPT2LMHeadModel", "MarianMTModel"])
+def test_an_imported_model_widened_computes_the_same_function(models, name):
+    _, report = models[name]
+    model = load_checkpoint(report.path).model
+    wide = widen(model, d_head=11)
+    assert wide.config.head_sizes == (11, 11)
+    tokens, keep = batch(model.config.vocab_size - 1)
+    with torch.no_grad():
+        if name == "MarianMTModel":
+            before, after = model(tokens, tokens, src_mask=keep), wide(tokens, tokens, src_mask=keep)
+        elif name == "GPT2LMHeadModel":
+            before, after = model(tokens, mask=keep), wide(tokens, mask=keep)
+        else:
+            h, hw = model(tokens, mask=keep), wide(tokens, mask=keep)
+            before, after = model.mlm_logits(h), wide.mlm_logits(hw)
+    torch.testing.assert_close(after[keep], before[keep], atol=1e-5, rtol=0)
+
+
+def test_a_widened_model_is_refused_in_one_line(models, tmp_path):
+    from fullrank.training.checkpoints import write_checkpoint
+
+    _, report = models["GPT2LMHeadModel"]
+    ckpt = load_checkpoint(report.path)
+    wide = widen(ckpt.model, d_head=11)
+    write_checkpoint(tmp_path / "wide", wide, wide.config, ckpt.tokenizer, {"task": "lm"})
+    with pytest.raises(CheckpointError, match=r"d_head=11, d_value=11 with d_model=24 and "
+                                              r"n_heads=4: GPT2LMHeadModel cannot hold it "
+                                              r"\(its heads are d_model / n_heads = 6 wide"):
+        export_hf(tmp_path / "wide", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def _native(tmp_path, family: str, **fields):
+    """A fullrank model of ``family`` with a tokenizer of fullrank's own, written as a
+    checkpoint: (path, model)."""
+    from fullrank.data.tokenizers import Tokenizer
+    from fullrank.models import (DecoderLM, DecoderLMConfig, Encoder, EncoderConfig,
+                                 EncoderDecoder, EncoderDecoderConfig)
+    from fullrank.training.checkpoints import write_checkpoint
+    from tests.reference.hf_models import TEXT
+
+    (tmp_path / "text.txt").write_text("\n".join(TEXT), encoding="utf-8")
+    kind = "wordpiece" if family == "encoder" else "bpe"
+    tok = Tokenizer.train(kind, [tmp_path / "text.txt"], 83)
+    sizes = dict(vocab_size=tok.vocab_size, d_model=24, n_heads=4, d_ff=37, n_layers=2,
+                 max_len=40, seq_len=16, dropout=0.0, **fields)
+    torch.manual_seed(0)
+    model = {"lm": lambda: DecoderLM(DecoderLMConfig(**sizes)),
+             "mt": lambda: EncoderDecoder(EncoderDecoderConfig(**sizes)),
+             "encoder": lambda: Encoder(EncoderConfig(attn_dropout=0.0, **sizes))}[family]()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "bias" in name:
+                p.uniform_(-0.5, 0.5)
+    write_checkpoint(tmp_path / family, model, model.config, tok, {"task": None})
+    return tmp_path / family, model.eval()
+
+
+def test_fullrank_models_that_hugging_face_can_hold_export_with_the_same_outputs(tmp_path):
+    lm_path, lm = _native(tmp_path, "lm", norm_first=True, positions="learned",
+                          activation="gelu_tanh", scale_embeddings=False)
+    mt_path, mt = _native(tmp_path, "mt", positions="sinusoidal_halves", output_bias=True)
+    enc_path, enc = _native(tmp_path, "encoder")
+    tokens, keep = batch(lm.config.vocab_size)
+    with torch.no_grad():
+        hf = hf_model(export_hf(lm_path, tmp_path / "hf_lm").path, "GPT2LMHeadModel")
+        torch.testing.assert_close(hf(input_ids=tokens).logits, lm(tokens), atol=1e-4, rtol=1e-5)
+        hf = hf_model(export_hf(mt_path, tmp_path / "hf_mt").path, "MarianMTModel")
+        torch.testing.assert_close(hf(input_ids=tokens, attention_mask=keep.long(),
+                                      decoder_input_ids=tokens[:, :6]).logits,
+                                   mt(tokens, tokens[:, :6], src_mask=keep), atol=1e-4, rtol=1e-5)
+        hf = hf_model(export_hf(enc_path, tmp_path / "hf_enc").path, "BertForPreTraining")
+        ref = hf(input_ids=tokens, attention_mask=keep.long())
+        h = enc(tokens, mask=keep)
+        torch.testing.assert_close(ref.prediction_logits[keep], enc.mlm_logits(h)[keep],
+                                   atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(ref.seq_relationship_logits, enc.nsp_logits(h), atol=1e-5,
+                                   rtol=1e-5)
+
+
+@pytest.mark.parametrize("family,fields,message", [
+    ("lm", {}, r"norm_first=False: GPT2LMHeadModel cannot hold it \(GPT-2's blocks are pre-LN\)"),
+    ("mt", {}, r"positions=sinusoidal: MarianMTModel cannot hold it \(transformers computes "
+               r"Marian's own sinusoid"),
+    ("encoder", {"d_head": 8}, r"d_head=8, d_value=8 with d_model=24 and n_heads=4: "
+                               r"BertForPreTraining cannot hold it"),
+    ("encoder", {"norm_first": True}, r"norm_first=True: BertForPreTraining cannot hold it"),
+])
+def test_settings_hugging_face_cannot_hold_are_refused_in_one_line(tmp_path, family, fields,
+                                                                   message):
+    path, _ = _native(tmp_path, family, **fields)
+    with pytest.raises(CheckpointError, match=message) as e:
+        export_hf(path, tmp_path / "out")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_older_checkpoints_with_buffers_tied_copies_and_shards_import(models, tmp_path):
+    """The layouts of checkpoints written by older ``transformers``: GPT-2 without its
+    ``transformer.`` prefix, with the causal-mask buffers and the tied head, in two shards;
+    BERT with its ``position_ids`` buffer and the tied MLM decoder."""
+    import json
+    import shutil
+
+    from safetensors.torch import save_file
+
+    hf_dir, _ = models["GPT2LMHeadModel"]
+    hf = hf_model(hf_dir, "GPT2LMHeadModel")
+    old = tmp_path / "gpt2-old"
+    shutil.copytree(hf_dir, old)
+    (old / "model.safetensors").unlink()
+    state = {k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items()}
+    state["lm_head.weight"] = state["wte.weight"].clone()
+    for i in range(2):
+        state[f"h.{i}.attn.bias"] = torch.tril(torch.ones(1, 1, 43, 43))
+    names = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": names[:10],
+              "model-00002-of-00002.safetensors": names[10:]}
+    for shard, keys in shards.items():
+        save_file({k: state[k] for k in keys}, str(old / shard))
+    (old / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {k: shard for shard, keys in shards.items() for k in keys}}))
+    report = import_hf(old, tmp_path / "gpt2-imported")
+    assert [n for n, _ in report.conversion.dropped] == ["h.0.attn.bias", "h.1.attn.bias",
+                                                         "lm_head.weight"]
+    tokens, keep = batch(hf.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(load_checkpoint(report.path).model(tokens),
+                                   hf(input_ids=tokens).logits, atol=1e-4, rtol=1e-5)
+
+    hf_dir, _ = models["BertForPreTraining"]
+    hf = hf_model(hf_dir, "BertForPreTraining")
+    old = tmp_path / "bert-old"
+    shutil.copytree(hf_dir, old)
+    state = {k: v.contiguous().clone() for k, v in hf.state_dict().items()}
+    state["bert.embeddings.position_ids"] = torch.arange(43)[None]
+    save_file(state, str(old / "model.safetensors"))
+    report = import_hf(old, tmp_path / "bert-imported")
+    assert dict(report.conversion.dropped) == {
+        "bert.embeddings.position_ids": "a buffer of the positions 0, 1, …",
+        "cls.predictions.decoder.bias": "the same tensor as cls.predictions.bias",
+        "cls.predictions.decoder.weight": "tied to embeddings.word_embeddings.weight"}
+
+
+def test_the_mapping_tables_of_the_docs_are_the_code_s():
+    from pathlib import Path
+
+    from fullrank.models import DecoderLMConfig, EncoderConfig, EncoderDecoderConfig
+    from fullrank.models.convert_hf import bert_layout, gpt2_layout, hf_names, marian_layout
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "import-export.md").read_text()
+    sizes = dict(vocab_size=10, d_model=8, n_heads=2, n_layers=2, max_len=8, seq_len=8)
+    layouts = [bert_layout(EncoderConfig(n_classes=3, span_head=True, **sizes)),
+               gpt2_layout(DecoderLMConfig(**sizes)),
+               marian_layout(EncoderDecoderConfig(output_bias=True, **sizes))]
+    for layout in layouts:
+        for ours, theirs in hf_names(layout):
+            assert f"| `{ours}` | `{theirs}` |" in doc, (layout.architecture, ours)
+
+
+@pytest.mark.parametrize("name", ["BertForSequenceClassification", "BertModel"])
+def test_a_bert_config_that_names_no_class_is_read_by_its_tensors(models, name, tmp_path):
+    import json
+    import shutil
+
+    hf_dir, _ = models[name]
+    shutil.copytree(hf_dir, tmp_path / "nameless")
+    config = json.loads((tmp_path / "nameless" / "config.json").read_text())
+    del config["architectures"]
+    (tmp_path / "nameless" / "config.json").write_text(json.dumps(config))
+    report = import_hf(tmp_path / "nameless", tmp_path / "imported")
+    assert report.architecture == name
+    assert export_hf(report.path, tmp_path / "exported").architecture == name
