@@ -12,9 +12,14 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", help="sweep file, e.g. configs/sweeps/b20_fig3a_ptb.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="overrides of every point, e.g. train.device=cuda (a sweep's 'set')")
+                   help="overrides of every point, e.g. train.device=cuda. Precedence, lowest "
+                        "first: the base experiment, the sweep's 'set', the arm's settings, the "
+                        "point's axes, the sweep's 'steps', these overrides. The keys a sweep "
+                        "sets point by point (its axes, train.seed, match.solve_for) cannot be "
+                        "overridden")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the points (parameters, FLOPs per token, matching) and stop")
+                   help="validate every point's full config, print the points (parameters, "
+                        "FLOPs per token, matching) and stop")
     p.add_argument("--commands", action="store_true",
                    help="print each unfinished point's `fullrank train` command and stop "
                         "(for torchrun or any launcher)")
@@ -38,7 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
     import shlex
     import sys
 
@@ -47,23 +51,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from fullrank.errors import ConfigError, closest
-    from fullrank.recipes.sweep import (check_key, claim_output, finished, load_sweep, plan,
-                                        read_manifest, train_command)
-    from fullrank.recipes.sweep_run import run_local, run_submitit
+    from fullrank.recipes.sweep import (claim_output, finished, load_sweep, plan, read_manifest,
+                                        train_command, with_overrides)
+    from fullrank.recipes.sweep_run import check_executor, run_local, run_submitit
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
         console = Console(highlight=False, width=240)
-    sweep = load_sweep(args.sweep)
-    extra = {}
-    for item in args.overrides:
-        if "=" not in item:
-            raise ConfigError(f"override '{item}' must look like section.key=value")
-        key, value = item.split("=", 1)
-        check_key(sweep.path, "overrides", key, sweep.task)
-        extra[key] = yaml.safe_load(value) if value.strip() else ""
-    if extra:
-        sweep = dataclasses.replace(sweep, common={**sweep.common, **extra})
+    sweep = with_overrides(load_sweep(args.sweep), args.overrides)
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
     out = Path(args.out) if args.out else sweep.default_out()
@@ -104,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         p = the_plan.unmatched[0]
         raise ConfigError(f"{sweep.path}: point {p.group} is {p.match}; nothing was run "
                           f"(`--dry-run` lists every point)")
+    check_executor(args.executor)  # before anything is written
     claim_output(the_plan, out)
     if args.executor == "local":
         outcome = run_local(the_plan, out, jobs=args.jobs, console=console,

@@ -38,8 +38,10 @@ from fullrank.errors import ConfigError, FullrankError, closest
 from fullrank.models import ModelConfig
 from fullrank.models.budget import COUNTS, count_params, solve_for
 from fullrank.paths import check_output_dir
+from fullrank.data.text import decode_utf8, loads_json, read_bytes
 from fullrank.recipes.config import (TASK_MODELS, DataConfig, DecodeConfig, ExperimentConfig,
-                                     SampleConfig, apply_overrides, parse_experiment, read_file)
+                                     SampleConfig, apply_overrides, parse_experiment, parse_yaml,
+                                     read_file)
 from fullrank.training.config import TrainConfig
 
 MANIFEST = "sweep.json"
@@ -93,6 +95,9 @@ class Sweep:
     reference: dict[str, dict[str, Any]]
     out: str | None
     plots: tuple[PlotSpec, ...]
+    # ``key=value`` overrides from the command line: applied to every point after everything
+    # the file sets (``set``, the arms, ``steps``), so they win (:func:`with_overrides`)
+    overrides: tuple[str, ...] = ()
 
     def arm_axes(self, arm: str) -> dict[str, list[Any]]:
         return {**self.axes, **self.arms[arm]["axes"]}
@@ -182,12 +187,13 @@ def check_key(path: Path, where: str, key: str, task: str) -> None:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file; every mistake is one line naming the key and the fix."""
+    """Read and check a sweep file; every mistake is one line naming the key and the fix (a file
+    that is not UTF-8, a key repeated in a mapping, as for experiment files)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = parse_yaml(decode_utf8(read_bytes(path), path), str(path))
     except yaml.YAMLError as e:
         raise _fail(path, f"not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(raw, dict):
@@ -244,6 +250,26 @@ def load_sweep(path: str | Path) -> Sweep:
                  seeds=tuple(seeds), steps=steps, common=common, match=match,
                  reference={str(k): dict(v or {}) for k, v in reference.items()},
                  out=str(out) if out else None, plots=plots)
+
+
+def with_overrides(sweep: Sweep, items: list[str]) -> Sweep:
+    """``sweep`` with the command line's ``key=value`` overrides of every point, which win over
+    the file (``set``, the arms, ``steps``). A key the sweep sets point by point — an axis,
+    ``train.seed`` (its ``seeds``), the key it solves for to match parameters — cannot be
+    overridden: that would make its points one point."""
+    varied = {k: "an axis" for k in sweep.coordinate_keys()}
+    varied["train.seed"] = "its seeds"
+    if sweep.match is not None:
+        varied[sweep.match.solve_for] = "match.solve_for"
+    for item in items:
+        key, sep, _ = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override '{item}' must look like section.key=value")
+        check_key(sweep.path, "overrides", key, sweep.task)
+        if key in varied:
+            raise ConfigError(f"override '{key}': {sweep.path} sets it point by point "
+                              f"({varied[key]}); choose points with --arms, or edit the file")
+    return dataclasses.replace(sweep, overrides=tuple(items))
 
 
 def _match_rule(path: Path, raw: Any, arms: dict[str, Any], task: str) -> MatchRule | None:
@@ -442,7 +468,7 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
         items = {**sweep.common, **sweep.arms[arm]["set"], **coords}
         if sweep.steps is not None:
             items["train.steps"] = sweep.steps
-        return [f"{k}={value_text(v)}" for k, v in items.items()]
+        return [f"{k}={value_text(v)}" for k, v in items.items()] + list(sweep.overrides)
 
     def count(arm: str, coords: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
         """The model config of ``arm`` at ``coords`` before matching, and its overrides."""
@@ -536,7 +562,7 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise ConfigError(f"{path}: unreadable sweep record; choose another --out") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -582,6 +608,8 @@ def train_command(point: Point, sweep: Sweep, out: Path, *, threads: int | None 
                   quiet: bool = True) -> list[str]:
     """``fullrank train BASE OVERRIDES… name=POINT out_dir=OUT resume=auto``: one point, as
     anyone could run it by hand (or under ``torchrun``)."""
-    extra = [f"train.threads={threads}"] if threads else []
+    # the runner's share of the cores, unless the point's own settings fix the thread count
+    fixed = any(o.startswith("train.threads=") for o in point.overrides)
+    extra = [f"train.threads={threads}"] if threads and not fixed else []
     return ["fullrank", "train", str(sweep.base), *point.overrides, *extra,
             f"name={point.name}", f"out_dir={out}", "resume=auto", *(["--quiet"] if quiet else [])]
