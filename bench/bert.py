@@ -3,9 +3,9 @@
     python bench/bert.py                      # pre-training, classification and QA steps
     python bench/bert.py --only pretrain --rounds 3
 
-Workloads (float32 on the CPU, ``--threads`` threads, dropout 0 so both sides do the same
-arithmetic, AdamW, warm-up steps untimed), on one BERT: 4 layers, d_model 256, 4 heads, d_ff 1024,
-vocabulary 8,000, sequences of 128 tokens, batch 16:
+Workloads (float32 on the CPU, ``--threads`` threads, dropout 0 — but in ``classify_dropout`` —
+so both sides compute the same numbers, AdamW, warm-up steps untimed), on one BERT: 4 layers,
+d_model 256, 4 heads, d_ff 1024, vocabulary 8,000, sequences of 128 tokens, batch 16:
 
 - ``pretrain`` — masked LM (20 predictions per sequence, BERT's cap at 128) + NSP.
   fullrank: :class:`~fullrank.training.tasks.MaskedLMWithNSP` (gathers the 20 positions, fused
@@ -13,17 +13,26 @@ vocabulary 8,000, sequences of 128 tokens, batch 16:
   and ``next_sentence_label`` (logits for every position).
 - ``classify`` — ``BertForSequenceClassification`` (3 classes) against the classifier head.
 - ``qa`` — ``BertForQuestionAnswering`` against the span head.
+- ``classify_dropout`` — ``classify`` with BERT's dropout, as fine-tuning runs it (0.1 on the
+  embeddings, the attention probabilities, every sublayer's output and the pooled output, on
+  both sides): the same arithmetic, other random draws. fullrank's engine then writes attention
+  out (no fused CPU kernel has dropout) and Hugging Face's SDPA falls back to its own
+  written-out path. The other rows run without dropout, so that both sides compute the very
+  same numbers.
 
 Each implementation: ``fullrank`` (its defaults: the speed engine, :func:`fullrank.fast.cpu`, and
 fused AdamW), ``fullrank_same`` (PyTorch's defaults and plain AdamW, the peer's settings) and
 ``hf`` (SDPA attention). Results: ``bench/results/bert.md`` and ``.json``: sequences per second,
-step time, parameters, peak RSS, and the paired ratio to Hugging Face.
+step time, parameters, peak RSS, the paired ratio to Hugging Face with the range of the
+per-round ratios, and the machine's load average before and after each workload (these runs
+share their cores); with another ``--threads`` than 2, ``bench/results/bert-N-threads.*``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +44,14 @@ from harness import interleaved, machine, median, paired_ratio, write  # noqa: E
 SHAPE = dict(vocab=8000, d=256, layers=4, heads=4, d_ff=1024, seq=128, batch=16, predictions=20)
 IMPLS = {"fullrank": "fullrank (defaults)", "fullrank_same": "fullrank (PyTorch defaults)",
          "hf": "Hugging Face transformers"}
-WORKLOADS = ("pretrain", "classify", "qa")
+WORKLOADS = ("pretrain", "classify", "qa", "classify_dropout")
+# the dropout of the workloads that keep BERT's (every other runs without)
+DROPOUT = {"classify_dropout": 0.1}
+
+
+def task_of(workload: str) -> str:
+    """The training task of a workload: ``pretrain``, ``classify`` or ``qa``."""
+    return workload.removesuffix("_dropout")
 
 
 def batch(s: dict[str, int]) -> dict[str, Any]:
@@ -59,18 +75,19 @@ def fullrank_step(workload: str, s: dict[str, int], x: dict[str, Any]):
     from fullrank.models import Encoder, EncoderConfig
     from fullrank.training.tasks import MaskedLMWithNSP, SequenceClassification, SpanExtraction
 
+    task_name, p = task_of(workload), DROPOUT.get(workload, 0.0)
     heads = {"pretrain": dict(), "classify": dict(pretraining_heads=False, n_classes=3),
-             "qa": dict(pretraining_heads=False, span_head=True)}[workload]
+             "qa": dict(pretraining_heads=False, span_head=True)}[task_name]
     model = Encoder(EncoderConfig(vocab_size=s["vocab"], d_model=s["d"], n_heads=s["heads"],
                                   d_ff=s["d_ff"], n_layers=s["layers"], seq_len=s["seq"],
-                                  max_len=s["seq"], dropout=0.0, attn_dropout=0.0, **heads))
+                                  max_len=s["seq"], dropout=p, attn_dropout=p, **heads))
     inputs = EncoderInputs(x["tokens"], x["segments"], x["mask"])
-    if workload == "pretrain":
+    if task_name == "pretrain":
         index = (x["positions"] + s["seq"] * __import__("torch").arange(s["batch"])[:, None]).reshape(-1)
         b = PretrainingBatch(inputs, index, x["mlm_labels"].reshape(-1), x["nsp"],
                              nsp_weight=len(index) / s["batch"])
         task: Any = MaskedLMWithNSP()
-    elif workload == "classify":
+    elif task_name == "classify":
         b, task = ClassificationBatch(inputs, x["classes"]), SequenceClassification()
     else:
         b, task = SpanBatch(inputs, x["starts"], x["ends"]), SpanExtraction()
@@ -85,18 +102,19 @@ def hf_step(workload: str, s: dict[str, int], x: dict[str, Any]):
     import torch
     import transformers
 
+    task_name, p = task_of(workload), DROPOUT.get(workload, 0.0)
     cfg = transformers.BertConfig(vocab_size=s["vocab"], hidden_size=s["d"],
                                   num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
                                   intermediate_size=s["d_ff"], max_position_embeddings=s["seq"],
-                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                  num_labels=3 if workload == "classify" else 2,
+                                  hidden_dropout_prob=p, attention_probs_dropout_prob=p,
+                                  num_labels=3 if task_name == "classify" else 2,
                                   attn_implementation="sdpa")
     kw = dict(input_ids=x["tokens"], token_type_ids=x["segments"], attention_mask=x["mask"].long())
-    if workload == "pretrain":
+    if task_name == "pretrain":
         model = transformers.BertForPreTraining(cfg)
         labels = torch.full_like(x["tokens"], -100).scatter(1, x["positions"], x["mlm_labels"])
         kw.update(labels=labels, next_sentence_label=x["nsp"])
-    elif workload == "classify":
+    elif task_name == "classify":
         model = transformers.BertForSequenceClassification(cfg)
         kw.update(labels=x["classes"])
     else:
@@ -137,7 +155,7 @@ def job(spec: dict[str, Any]) -> dict[str, Any]:
     matrices = s["layers"] * (4 * s["d"] ** 2 + 2 * s["d"] * s["d_ff"])
     attention = 6 * 2 * s["layers"] * s["batch"] * s["seq"] ** 2 * s["d"]
     out = 0
-    if spec["workload"] == "pretrain":
+    if task_of(spec["workload"]) == "pretrain":
         rows = s["batch"] * (s["predictions"] if spec["impl"] != "hf" else s["seq"])
         out = 6 * rows * (s["d"] ** 2 + s["vocab"] * s["d"])
     return result(spec, model, times, s["batch"], "sequences/s", 6 * matrices * tokens + attention + out)
@@ -152,6 +170,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8, help="timed steps per job")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time steps by the process's CPU time (with --threads 1: steadier than "
+                         "wall time on cores that other jobs share)")
     args = ap.parse_args()
     info = machine()
     print(f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
@@ -159,33 +180,45 @@ def main() -> None:
     sections, data = [], {"machine": info, "shape": SHAPE, "workloads": {}}
     for workload in args.only:
         specs = {impl: {"workload": workload, "impl": impl, "threads": args.threads,
-                        "steps": args.steps, "warmup": 2} for impl in IMPLS}
+                        "steps": args.steps, "warmup": 2,
+                        "clock": "cpu" if args.cpu_time else "wall"} for impl in IMPLS}
         print(f"\n== {workload} ({args.rounds} interleaved rounds)")
+        load = [os.getloadavg()[0]]
         results = interleaved(specs, args.rounds, script=Path(__file__).resolve())
-        lines = [f"## {workload}", "", "| implementation | params | sequences/s | step ms | peak RSS MB "
-                 "| vs Hugging Face (paired) |", "|---|---|---|---|---|---|"]
+        load.append(os.getloadavg()[0])
+        about = (f"BERT's dropout {DROPOUT[workload]} on both sides (other random draws on each); "
+                 if workload in DROPOUT else "")
+        lines = [f"## {workload}", "", f"{about}load average (1 min) {load[0]:.1f} before, "
+                 f"{load[1]:.1f} after.", "",
+                 "| implementation | params | sequences/s | step ms | peak RSS MB "
+                 "| vs Hugging Face (paired) | per-round ratios |", "|---|---|---|---|---|---|---|"]
         rows = {}
         for impl, res in results.items():
             value = median(res)
             if value is None:
-                lines.append(f"| {IMPLS[impl]} | — | error: {res[0].get('error')} | | | |")
+                lines.append(f"| {IMPLS[impl]} | — | error: {res[0].get('error')} | | | | |")
                 continue
             ratio = paired_ratio(res, results["hf"]) if impl != "hf" else None
+            per_round = [] if impl == "hf" else [
+                a["value"] / b["value"] for a, b in zip(res, results["hf"])
+                if "error" not in a and "error" not in b]
             rows[impl] = {"value": value, "step_ms": median(res, "step_ms"),
                           "params": res[0].get("params"), "peak_rss_mb": median(res, "peak_rss_mb"),
-                          "ratio_vs_hf": ratio, "rounds": [r.get("value") for r in res]}
+                          "ratio_vs_hf": ratio, "rounds": [r.get("value") for r in res],
+                          "round_ratios": per_round}
+            spread = f"{min(per_round):.2f}–{max(per_round):.2f}" if per_round else ""
             lines.append(f"| {IMPLS[impl]} | {rows[impl]['params']:,} | {value:.2f} | "
                          f"{rows[impl]['step_ms']:.0f} | {rows[impl]['peak_rss_mb']:.0f} | "
-                         f"{'' if ratio is None else f'{ratio:.2f}×'} |")
+                         f"{'' if ratio is None else f'{ratio:.2f}×'} | {spread} |")
         sections.append("\n".join(lines) + "\n")
-        data["workloads"][workload] = {"rows": rows, "raw": results}
+        data["workloads"][workload] = {"rows": rows, "raw": results, "load_average": load}
         print(sections[-1])
     shape = ", ".join(f"{k} {v}" for k, v in SHAPE.items())
     md = (f"# BERT training steps: fullrank against Hugging Face\n\n{info.get('cpu')}, "
           f"{args.threads} threads, float32, {args.rounds} interleaved rounds of {args.steps} timed "
-          f"steps ({info['date']}); {shape}. Ratios are medians of per-round ratios (> 1 = "
+          f"steps ({info['date']}), {'process CPU' if args.cpu_time else 'wall'} time; {shape}. Ratios are medians of per-round ratios (> 1 = "
           f"fullrank faster).\n\n" + "\n".join(sections))
-    write("bert", md, data)
+    write("bert" if args.threads == 2 else f"bert-{args.threads}-threads", md, data)
 
 
 if __name__ == "__main__":

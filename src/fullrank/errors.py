@@ -44,3 +44,18 @@ def closest(name: str, choices: Iterable[str]) -> str:
 
     best = max(choices, key=score, default=None)
     return f" (did you mean '{best}'?)" if best is not None and score(best) >= 0.5 else ""
+
+
+def check_utf8(text: str, where: str) -> str:
+    """``text`` unchanged, or :class:`DataError` naming ``where`` when it holds bytes that are not
+    UTF-8 — Python hands such bytes of a command-line argument to the program as lone
+    surrogates (``\\udcff`` for byte 0xff), which no tokenizer can encode. The one rule for
+    text that comes from outside a file (arguments, config strings)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise DataError(f"{where}: not valid UTF-8 ({byte} at character {e.start + 1}); "
+                        "pass UTF-8 text") from None
+    return text

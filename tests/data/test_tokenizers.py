@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import tokenizers
 
 from fullrank.data.tokenizers import Tokenizer, TokenizerKind, ensure_vocab_matches
 from fullrank.errors import ConfigError, DataError
+from tests.e2e.lm_fixture import TEXT
 
 SHAKESPEARE = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -166,11 +170,38 @@ def test_save_load_round_trip_and_fingerprint(kind, corpora, tmp_path):
         assert loaded.encode(SENTENCES[1]) == tok.encode(SENTENCES[1])
     # a plain Hugging Face file: the library itself reads it
     assert tokenizers.Tokenizer.from_file(str(path)).get_vocab_size() == tok.vocab_size
-    if kind != "wordpiece":
-        # training is deterministic, so retraining hits the token cache again. Hugging Face's
-        # WordPiece trainer is not (huggingface/tokenizers#1794): its continuation tokens get ids
-        # in hash-map order, which breaks ties between equally frequent merges.
-        assert trained(kind, corpora).fingerprint() == tok.fingerprint()
+    # training is deterministic, so retraining hits the token cache again
+    assert trained(kind, corpora).fingerprint() == tok.fingerprint()
+
+
+TRAIN_BOTH = """
+import sys
+from fullrank.data.tokenizers import Tokenizer
+for kind in ("bpe", "wordpiece"):
+    Tokenizer.train(kind, [sys.argv[1]], vocab_size=1000).save(f"{sys.argv[2]}/{kind}.json")
+"""
+
+
+def test_training_twice_in_two_processes_gives_byte_identical_files(tmp_path):
+    """Hugging Face's trainers walk hash maps whose seed differs per process: the WordPiece
+    trainer numbers its continuation symbols in that order and breaks ties between equally
+    frequent merges by those numbers (huggingface/tokenizers#1794; on this text six processes
+    gave six different vocabularies before fullrank fixed the order). Two processes must agree
+    byte for byte."""
+    corpus = tmp_path / "valid.txt"
+    corpus.write_text(TEXT[:60000], encoding="utf-8")
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"run{i}"
+        out.mkdir()
+        subprocess.run([sys.executable, "-c", TRAIN_BOTH, str(corpus), str(out)], check=True,
+                       env={**os.environ, "PYTHONHASHSEED": str(i)}, timeout=300)
+        outs.append(out)
+    for kind in ("bpe", "wordpiece"):
+        first, second = ((o / f"{kind}.json").read_bytes() for o in outs)
+        assert first == second, kind
+        vocab = json.loads(first)["model"]["vocab"]
+        assert len(vocab) == 1000 and sorted(vocab.values()) == list(range(1000))
 
 
 def test_fingerprint_changes_with_the_training_data(corpora):

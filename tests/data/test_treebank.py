@@ -65,6 +65,31 @@ def test_to_string_writes_one_line_and_escapes_bracket_words():
         ["-LRB-", "it", "-RRB-"]
 
 
+@pytest.mark.parametrize("word,written", [("(a)", "-LRB-a-RRB-"), (":-)", ":--RRB-"),
+                                          ("f(x)(y", "f-LRB-x-RRB--LRB-y"), ("(", "-LRB-")])
+def test_brackets_inside_a_word_are_escaped_so_the_tree_reads_back(word, written):
+    line = Tree("S", [Tree("XX", [word]), Tree("XX", ["b"])]).to_string()
+    assert line == f"(S (XX {written}) (XX b))"
+    assert read_tree_line(line, source="x", line_number=1).leaves() == [written, "b"]
+
+
+def test_a_tree_nested_ten_thousand_deep_reads_writes_cleans_and_linearizes():
+    from fullrank.data.linearize import delinearize, linearize, with_placeholder_tags
+    from fullrank.evaluation.parse_eval import score_trees
+
+    depth = 10_000  # ten times Python's recursion limit
+    line = "( " + "(NP-SBJ " * depth + "(NN a) (-NONE- *T*)" + ")" * depth + " )"
+    tree = read_tree_line(line, source="x", line_number=1)
+    assert tree.to_string() == "(NP-SBJ " * depth + "(NN a) (-NONE- *T*)" + ")" * depth
+    cleaned = clean(tree)
+    assert cleaned.to_string() == "(NP " * depth + "(NN a)" + ")" * depth
+    tokens = linearize(cleaned)
+    assert tokens == ["(NP"] * depth + ["XX"] + [")NP"] * depth
+    assert delinearize(tokens, ["a"]).tree.to_string() == \
+        with_placeholder_tags(cleaned).to_string()
+    assert score_trees([cleaned], [cleaned]).all.matched == depth
+
+
 @pytest.mark.parametrize("text,line,what", [
     ("(S (NP (DT a) (NN b))\n", 1, "never closed"),
     ("(S (NP (DT a)))\n\n(NP (DT b)))", 3, "closes no bracket"),

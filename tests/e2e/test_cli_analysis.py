@@ -77,17 +77,22 @@ def test_attention_maps_for_lm_and_mt(lm_run, mt_run, capsys):
     from PIL import Image
 
     text = "KING RICHARD: Now is the winter of our discontent, made glorious"
-    assert main(["attention", str(run), "--text", text, "--max-tokens", "30", "-o", str(out)]) == 0
+    assert main(["attention", str(run), "--text", text, "--max-tokens", "30", "-o", str(out)]) == 2
+    assert "att.png: already exists; pass --overwrite" in capsys.readouterr().err
+    assert main(["attention", str(run), "--text", text, "--max-tokens", "30", "-o", str(out),
+                 "--overwrite"]) == 0
     width, height = Image.open(out).size
     assert width <= 1800 and height <= 1250
-    assert main(["attention", str(run), "--text", text, "--max-tokens", "-1", "-o", str(out)]) == 2
+    assert main(["attention", str(run), "--text", text, "--max-tokens", "-1", "-o", str(out),
+                 "--overwrite"]) == 2
     mtmp, mrun = mt_run
     for view in ("encoder", "decoder", "cross"):
         png = mtmp / f"{view}.png"
         assert main(["attention", str(mrun), "--text", "the big dog sees a cat", "--view", view,
                      "--layer", "1", "-o", str(png)]) == 0
         assert png.stat().st_size > 5_000
-    assert main(["attention", str(mrun), "--text", "a dog", "--layer", "7", "-o", str(png)]) == 2
+    assert main(["attention", str(mrun), "--text", "a dog", "--layer", "7", "-o", str(png),
+                 "--overwrite"]) == 2
     assert "out of range" in capsys.readouterr().err
 
 

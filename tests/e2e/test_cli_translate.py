@@ -73,7 +73,8 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     # each line translated alone gives the same result (batching and sorting are invisible)
     for i, line in enumerate(lines):
         (tmp_path / "one.txt").write_text(line + "\n")
-        main(["translate", str(run), "-i", str(tmp_path / "one.txt"), "-o", str(tmp_path / "o.txt")])
+        main(["translate", str(run), "-i", str(tmp_path / "one.txt"), "-o", str(tmp_path / "o.txt"),
+              "--overwrite"])
         assert (tmp_path / "o.txt").read_text() == outputs[i] + "\n"
 
     # --compile: the same translations (the decoder step traced through AOT autograd here; code
@@ -122,7 +123,11 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
 
     other = tmp_path / "other_tok"
     shutil.copytree(tmp_path / "avg", other)
-    Tokenizer.train("bpe", [str(tmp_path / "other.en")], vocab_size=40).save(other / "tokenizer.json")
+    # another tokenizer of the model's size (a smaller one is refused when the checkpoint loads)
+    lowercased = Tokenizer.train("bpe", sorted(tmp_path.glob("train.*")), vocab_size=60,
+                                 lowercase=True)
+    assert lowercased.vocab_size == 60
+    lowercased.save(other / "tokenizer.json")
     meta = json.loads((other / "meta.json").read_text())  # recorded, as a re-saved checkpoint
     meta["files"]["tokenizer.json"] = digest(other / "tokenizer.json")
     (other / "meta.json").write_text(json.dumps(meta))

@@ -89,9 +89,11 @@ def test_a_decoding_step_with_few_queries_runs_at_full_precision(monkeypatch, sd
     if not HAS_SETTING:
         pytest.skip("this PyTorch has no oneDNN float32 setting, so the rule never applies")
     seen: list[str] = []
-    real = attention.attend
+    real, real_kept = attention.attend, attention.kept_probabilities
     monkeypatch.setattr(attention, "attend", lambda *a, **kw: seen.append(
         torch.backends.mkldnn.matmul.fp32_precision) or real(*a, **kw))
+    monkeypatch.setattr(attention, "kept_probabilities", lambda *a, **kw: seen.append(
+        "training " + torch.backends.mkldnn.matmul.fp32_precision) or real_kept(*a, **kw))
     buf_k, buf_v = (torch.randn(3, 2, 16, 8) for _ in range(2))
     k, v = buf_k[:, :, :12], buf_v[:, :, :12]                 # a cache's filled part: strided
     q = torch.randn(3, 2, CPU_EXACT_MAX_QUERIES, 8)
@@ -100,6 +102,113 @@ def test_a_decoding_step_with_few_queries_runs_at_full_precision(monkeypatch, sd
         out = core(q, k, v)
         assert seen == ["ieee"] and not sdpa_calls
         core(q.requires_grad_(), k, v)                        # training: the ambient setting
-        assert seen == ["ieee", "bf16"]
+        assert seen == ["ieee", "training bf16"]
     torch.testing.assert_close(out, real(q.detach().double(), k.double(), v.double()).float(),
                                rtol=1e-5, atol=1e-6)
+
+
+def _fused_projection_views(b: int, t: int, h: int, dh: int, dv: int, s: int | None = None):
+    """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` as strided float64 views of
+    one ``(B, L, H·(2Dh+Dv))`` projection, as MultiHeadAttention splits them (and the leaf)."""
+    s = t if s is None else s
+    length = max(t, s)
+    qkv = torch.randn(b, length, h * (2 * dh + dv), dtype=torch.float64, requires_grad=True)
+    q, k, v = qkv.split([h * dh, h * dh, h * dv], dim=-1)
+    q, k, v = (x.view(b, length, h, -1).transpose(1, 2) for x in (q, k, v))
+    return q[:, :, :t], k[:, :, :s], v[:, :, :s], qkv
+
+
+def _padding(b: int, s: int) -> torch.Tensor:
+    """``(B, 1, 1, S)``: row 0 full, row 1 three keys, the last row no key at all."""
+    keep = torch.ones(b, s, dtype=torch.bool)
+    keep[1, 3:] = False
+    keep[-1] = False
+    return keep[:, None, None, :]
+
+
+@pytest.mark.parametrize("case", ["plain", "padding", "causal", "causal+padding", "bias",
+                                  "cross"])
+def test_kept_probabilities_is_attend_with_gradients_in_float64(case):
+    """The training kernel gives attend()'s outputs and gradients (float64, to rounding) on
+    strided views of a fused projection, with odd sizes: padding (a row with no key at all
+    gives zeros, never NaN), causality, an additive bias, and fewer queries than keys."""
+    torch.manual_seed(0)
+    b, h, t, dh, dv = 4, 3, 7, 10, 6
+    s = 9 if case == "cross" else t
+    q, k, v, leaf = _fused_projection_views(b, t, h, dh, dv, s)
+    kwargs = {"plain": {}, "padding": {"mask": _padding(b, s)}, "causal": {"is_causal": True},
+              "causal+padding": {"mask": _padding(b, s), "is_causal": True},
+              "bias": {"mask": torch.randn(b, 1, t, s, dtype=torch.float64)},
+              "cross": {"mask": _padding(b, s)}}[case]
+    out = attention.kept_probabilities(q, k, v, **kwargs)
+    ref = attend(q, k, v, **kwargs)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    assert not out.isnan().any()
+    w = torch.randn_like(ref)  # a loss that weighs every output differently
+    (grad,) = torch.autograd.grad((out * w).sum(), leaf)
+    (grad_ref,) = torch.autograd.grad((ref * w).sum(), leaf)
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-10, atol=1e-12)
+    assert grad.abs().sum() > 0
+
+
+def test_kept_probabilities_draws_dropout_as_attend():
+    """With dropout, the same generator state gives attend()'s very outputs and gradients, and
+    leaves the generator where attend() leaves it (the same number of draws)."""
+    q, k, v, leaf = _fused_projection_views(3, 6, 2, 5, 4)
+
+    def run(fn):
+        torch.manual_seed(7)
+        out = fn(q, k, v, mask=_padding(3, 6), dropout_p=0.3)
+        (grad,) = torch.autograd.grad(out.square().sum(), leaf)
+        return out.detach(), grad, torch.rand(4)
+
+    got, ref = run(attention.kept_probabilities), run(attend)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    undropped = attend(q.detach(), k.detach(), v.detach(), mask=_padding(3, 6))
+    assert not torch.allclose(got[0], undropped)  # the draws did drop something
+
+
+def test_kept_probabilities_only_differentiates_what_needs_it():
+    """Inputs without gradients (here the values) get none, and the others are still right."""
+    q, k, _, _ = _fused_projection_views(2, 5, 2, 3, 3)
+    v = torch.randn(2, 2, 5, 3, dtype=torch.float64)
+    out = attention.kept_probabilities(q, k, v, is_causal=True)
+    grads = torch.autograd.grad(out.sum(), (q, k))
+    refs = torch.autograd.grad(attend(q, k, v, is_causal=True).sum(), (q, k))
+    for a, b in zip(grads, refs):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_training_calls_written_out_take_the_kept_probabilities_kernel(monkeypatch, sdpa_calls):
+    """Written out with gradients (dropout here), a call runs kept_probabilities; without
+    gradients, inside compiled code, and with a bias that itself learns, attend() — each with
+    attend()'s result."""
+    ran: list[str] = []
+    real_attend, real_kept = attention.attend, attention.kept_probabilities
+    monkeypatch.setattr(attention, "attend", lambda *a, **kw: ran.append("attend")
+                        or real_attend(*a, **kw))
+    monkeypatch.setattr(attention, "kept_probabilities", lambda *a, **kw: ran.append("kept")
+                        or real_kept(*a, **kw))
+    core = engine_core()
+    q, k, v, _ = _fused_projection_views(2, 12, 2, 4, 4)
+
+    def same(out, *args, **kw):
+        torch.manual_seed(1)
+        torch.testing.assert_close(out, real_attend(*args, **kw), rtol=1e-12, atol=1e-12)
+
+    torch.manual_seed(1)
+    same(core(q, k, v, None, True, 0.2), q, k, v, is_causal=True, dropout_p=0.2)
+    assert ran == ["kept"]
+    with torch.no_grad():
+        torch.manual_seed(1)
+        same(core(q, k, v, None, False, 0.2), q, k, v, dropout_p=0.2)
+    assert ran == ["kept", "attend"]
+    bias = torch.zeros(1, 1, 12, 12, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(1)
+    same(core(q, k, v, bias, False, 0.2), q, k, v, mask=bias, dropout_p=0.2)
+    assert ran == ["kept", "attend", "attend"]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.manual_seed(1)
+    same(core(q, k, v, None, False, 0.2), q, k, v, dropout_p=0.2)
+    assert ran == ["kept", "attend", "attend", "attend"] and not sdpa_calls

@@ -16,7 +16,14 @@ from fullrank.fast.attention import cpu_attention
 from fullrank.fast.packed import PackedProduct
 from fullrank.layers.attention import ScaledDotProduct
 from fullrank.layers.linear import Linear
-from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
+from fullrank.models import (
+    DecoderLM,
+    DecoderLMConfig,
+    Encoder,
+    EncoderConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+)
 from tests.helpers import ODD
 
 HAS_SETTING = precision.current_setting() is not None
@@ -79,6 +86,39 @@ def test_training_inside_equals_training_outside_in_float64(fast_setting):
     torch.testing.assert_close(inside[0], plain[0], rtol=1e-12, atol=1e-12)
     for a, b in zip(inside[1], plain[1]):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_bert_training_with_dropout_inside_equals_written_out_attention_in_float64():
+    """BERT's fine-tuning step with its dropout (0.1 on attention and on every sublayer): inside
+    the block (the training kernel for the written-out route) the loss and every gradient equal
+    those of the same model with written-out cores (``attend()``) outside, from the same seed:
+    the same dropout draws, the same arithmetic."""
+    cfg = dict(vocab_size=53, n_layers=2, seq_len=12, max_len=12, dropout=0.1,
+               attn_dropout=0.1, pretraining_heads=False, n_classes=3, **ODD)
+    torch.manual_seed(0)
+    engine = Encoder(EncoderConfig(**cfg)).double()
+    written = Encoder(EncoderConfig(**cfg, fused_attention=False)).double()
+    written.load_state_dict(engine.state_dict())
+    tokens, labels = torch.randint(3, 53, (5, 12)), torch.tensor([0, 2, 1, 1, 0])
+    keep = torch.ones(5, 12, dtype=torch.bool)
+    keep[1, 7:] = False
+    keep[3, 4:] = False
+
+    def step(model):
+        torch.manual_seed(1)
+        model.zero_grad()
+        logits = model.class_logits(model(tokens, segments=torch.zeros_like(tokens), mask=keep))
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    plain = step(written)
+    with fast.cpu(engine):
+        inside = step(engine)
+    torch.testing.assert_close(inside[0], plain[0], rtol=1e-12, atol=1e-12)
+    for a, b in zip(inside[1], plain[1]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(plain[0], step(engine.eval())[0])  # and dropout did act
 
 
 def test_float32_inside_stays_at_float32_accuracy():

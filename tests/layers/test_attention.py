@@ -289,3 +289,26 @@ def test_a_kernel_set_on_the_core_runs_in_its_place(monkeypatch):
     explicit.kernel = kernel
     torch.testing.assert_close(explicit(q, k, v), attend(q, k, v))
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("d_model,n_heads,d_head", [(64, 4, 16), (48, 8, 32)])
+def test_mimetic_init_makes_queries_equal_keys_and_tokens_attend_to_themselves(d_model, n_heads,
+                                                                                d_head):
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model, n_heads, d_head=d_head)
+    v_before = attn._qkv_weights()[2].clone()
+    attn.mimetic_init_()
+    q, k, v = attn._qkv_weights()
+    assert torch.equal(q, k) and torch.equal(v, v_before)
+    assert abs(q.std().item() * math.sqrt(d_head) - 1.0) < 0.05
+    # per head the logit of x with y is (W_q x)·(W_q y), with E[W_qᵀW_q] = I: each token's
+    # largest logit is with itself, which the default initialisation does not give
+    x = torch.randn(64, d_model)
+    scores = torch.einsum("hdi,ti,hdj,sj->hts", q.view(n_heads, d_head, d_model), x,
+                          k.view(n_heads, d_head, d_model), x)
+    assert (scores.argmax(-1) == torch.arange(64)).float().mean() > 0.8
+    attn.reset_parameters()
+    q, k, _ = attn._qkv_weights()
+    scores = torch.einsum("hdi,ti,hdj,sj->hts", q.view(n_heads, d_head, d_model), x,
+                          k.view(n_heads, d_head, d_model), x)
+    assert (scores.argmax(-1) == torch.arange(64)).float().mean() < 0.3

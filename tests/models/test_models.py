@@ -225,3 +225,14 @@ def test_cache_reorder_follows_the_index():
 def test_float64_models_run():
     model = DecoderLM(replace(lm_config(), dropout=0.0)).double().eval()
     assert model(torch.randint(0, V, (2, 5))).dtype == torch.float64
+
+
+def test_encoder_attn_init_mimetic_sets_every_layers_queries_to_its_keys():
+    torch.manual_seed(0)
+    plain, mimetic = Encoder(enc_config()), Encoder(enc_config(attn_init="mimetic"))
+    for p_layer, m_layer in zip(plain.layers, mimetic.layers, strict=True):
+        pq, pk, _ = p_layer.self_attn._qkv_weights()
+        mq, mk, _ = m_layer.self_attn._qkv_weights()
+        assert not torch.equal(pq, pk)
+        assert torch.equal(mq, mk)
+        assert mq.std() > 3 * pq.std()   # N(0, 1/Dh), not BERT's N(0, 0.02)

@@ -1,5 +1,7 @@
-"""Fixtures of the robustness suite: a tiny trained run and a tiny translation checkpoint (built
-once per session), a sandbox per test holding copies of them, and the checks every case makes.
+"""Fixtures of the robustness suite: a tiny trained run and tiny checkpoints of the other tasks
+(translation, parsing, classification, question answering: untrained weights, real tokenizers;
+built once per session), a sandbox per test holding copies of them, and the checks every case
+makes.
 
 Every case runs in its sandbox (the working directory included), so that a command that
 wrongly deleted ``.`` or ``..`` would delete only the sandbox.
@@ -12,6 +14,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +26,13 @@ from tests.e2e.lm_fixture import TEXT, tiny_experiment
 class Built:
     run: Path  # a trained language-model run: checkpoints step-2 and step-4
     mt: Path  # a translation checkpoint (untrained weights, a real BPE tokenizer)
+    parse: Path  # a parsing checkpoint (untrained; word vocabulary, tree vocabulary in meta)
+    classify: Path  # a 3-way classifier (untrained; WordPiece), labels in meta
+    squad: Path  # a span model (untrained; WordPiece), its settings in meta
+
+
+LABELS = ["entailment", "neutral", "contradiction"]
+TREE_SYMBOLS = "(S )S (NP )NP (VP )VP XX\n"
 
 
 @pytest.fixture(scope="session")
@@ -32,16 +42,35 @@ def built(tmp_path_factory) -> Built:
     import torch
 
     from fullrank.data.tokenizers import Tokenizer
-    from fullrank.models import EncoderDecoder, EncoderDecoderConfig
+    from fullrank.models import Encoder, EncoderConfig, EncoderDecoder, EncoderDecoderConfig
     from fullrank.training.checkpoints import write_checkpoint
 
     (root / "mt.txt").write_text(TEXT[:4000], encoding="utf-8")
     tok = Tokenizer.train("bpe", [root / "mt.txt"], 60)
+    small: dict[str, Any] = {"d_model": 24, "n_heads": 3, "d_ff": 37, "n_layers": 1}
     torch.manual_seed(0)
-    cfg = EncoderDecoderConfig(vocab_size=tok.vocab_size, d_model=24, n_heads=3, d_ff=37,
-                               n_layers=1, max_len=64, seq_len=8)
+    cfg = EncoderDecoderConfig(vocab_size=tok.vocab_size, max_len=64, seq_len=8, **small)
     write_checkpoint(root / "mt", EncoderDecoder(cfg), cfg, tok, {"task": "mt"})
-    return Built(run=root / "runs" / "tiny", mt=root / "mt")
+
+    (root / "words.txt").write_text(TEXT[:4000].lower(), encoding="utf-8")
+    (root / "symbols.txt").write_text(TREE_SYMBOLS, encoding="utf-8")
+    words, trees = (Tokenizer.train("word", [root / f]) for f in ("words.txt", "symbols.txt"))
+    cfg = EncoderDecoderConfig(vocab_size=trees.vocab_size, src_vocab_size=words.vocab_size,
+                               max_len=64, seq_len=16, **small)
+    write_checkpoint(root / "parse", EncoderDecoder(cfg), cfg, words, {
+        "task": "parse", "tree_tokenizer": trees.to_str(), "tree_leaves": "placeholder",
+        "tree_order": "top_down"})
+
+    pieces = Tokenizer.train("wordpiece", [root / "mt.txt"], 200)
+    for name, heads, meta in (
+            ("classify", {"n_classes": len(LABELS)}, {"labels": LABELS}),
+            ("squad", {"span_head": True},
+             {"squad": {"doc_stride": 8, "n_best": 5, "max_answer_len": 10}})):
+        enc = EncoderConfig(vocab_size=pieces.vocab_size, seq_len=32, max_len=32,
+                            pretraining_heads=False, **heads, **small)
+        write_checkpoint(root / name, Encoder(enc), enc, pieces, {"task": name, **meta})
+    return Built(run=root / "runs" / "tiny", mt=root / "mt", parse=root / "parse",
+                 classify=root / "classify", squad=root / "squad")
 
 
 @dataclass(frozen=True)
@@ -50,7 +79,10 @@ class Sandbox:
     cwd: Path  # the working directory of the command
     config: Path  # the experiment file of `run` (6 steps, saves every 2)
     run: Path  # a copy of the trained run
-    mt: Path  # a copy of the translation checkpoint
+    mt: Path  # copies of the checkpoints of the other tasks
+    parse: Path
+    classify: Path
+    squad: Path
     mine: Path  # a directory of the user's own files
 
     @property
@@ -66,7 +98,8 @@ class Sandbox:
 def sandbox(built, tmp_path, monkeypatch) -> Sandbox:
     config = tiny_experiment(tmp_path, steps=6, save_every=2)
     shutil.copytree(built.run, tmp_path / "runs" / "tiny")
-    shutil.copytree(built.mt, tmp_path / "mt")
+    for name in ("mt", "parse", "classify", "squad"):
+        shutil.copytree(getattr(built, name), tmp_path / name)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("my own notes\n", encoding="utf-8")
     (tmp_path / "mine" / "results.csv").write_text("a,b\n1,2\n", encoding="utf-8")
@@ -74,7 +107,9 @@ def sandbox(built, tmp_path, monkeypatch) -> Sandbox:
     (tmp_path / "cwd" / "keep.txt").write_text("the working directory's file\n")
     monkeypatch.chdir(tmp_path / "cwd")
     return Sandbox(root=tmp_path, cwd=tmp_path / "cwd", config=config,
-                   run=tmp_path / "runs" / "tiny", mt=tmp_path / "mt", mine=tmp_path / "mine")
+                   run=tmp_path / "runs" / "tiny", mt=tmp_path / "mt", parse=tmp_path / "parse",
+                   classify=tmp_path / "classify", squad=tmp_path / "squad",
+                   mine=tmp_path / "mine")
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -95,11 +130,11 @@ def assert_kept(before: dict[str, str], after: dict[str, str]) -> None:
     assert not lost and not changed, f"lost {lost[:5]}, changed {changed[:5]}"
 
 
-def assert_one_line_error(code: int, err: str, pattern: str) -> None:
+def assert_one_line_error(code: int | str | None, err: str, pattern: str) -> None:
     """Exit status 2, exactly one line on stderr, no traceback, the line matching ``pattern``."""
     assert code == 2, (code, err)
     assert "Traceback" not in err, err
     lines = err.splitlines()
     assert len(lines) == 1, err
-    assert re.match(r"fullrank( [a-z]+)?: error: ", lines[0]), lines[0]
+    assert re.match(r"fullrank( [a-z-]+)?: error: ", lines[0]), lines[0]
     assert re.search(pattern, lines[0]), lines[0]

@@ -42,3 +42,19 @@ def safetensors_bytes(header: dict[str, Any], payload: bytes = b"") -> bytes:
     """A safetensors file with this header (as crafted: sizes and offsets need not agree)."""
     text = json.dumps(header).encode()
     return struct.pack("<Q", len(text)) + text + payload
+
+
+def poison(ckpt: Path, name: str = MODEL, value: float = float("nan")) -> str:
+    """Put ``value`` (NaN, an infinity) into the first floating-point tensor of file ``name``
+    and record the new checksum, as a run that diverged before saving would leave it; returns
+    the tensor's name."""
+    from safetensors import safe_open
+    from safetensors.torch import save
+
+    with safe_open(str(ckpt / name), framework="pt") as f:
+        metadata = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    key = next(k for k in sorted(tensors) if tensors[k].is_floating_point())
+    tensors[key].view(-1)[0] = value
+    rewrite(ckpt, name, save(tensors, metadata=metadata))
+    return key

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,48 @@ def a_checkpoint(sb: Sandbox) -> Path:
     return sb.root / "kept"
 
 
+def a_run_checkpoint(sb: Sandbox) -> Path:
+    """An averaged checkpoint kept in the run directory, as ``average -o RUN/averaged-last2``
+    leaves one."""
+    shutil.copytree(sb.older, sb.run / "averaged-last2")
+    return sb.run / "averaged-last2"
+
+
+def sentences(sb: Sandbox) -> Path:
+    (sb.root / "in.txt").write_text("the king\n(a) speaks\n")
+    return sb.root / "in.txt"
+
+
+def task_output(verb: str, ckpt: str,
+                target: Callable[[Sandbox], Path]) -> Callable[[Sandbox], list[str]]:
+    """``VERB CKPT -i in.txt -o TARGET``, ``CKPT`` the sandbox's checkpoint of that name."""
+    def argv(sb: Sandbox) -> list[str]:
+        return [verb, s(getattr(sb, ckpt)), "-i", s(sentences(sb)), "-o", s(target(sb))]
+    return argv
+
+
+def writable(folder: Path) -> bool:
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError:
+        return False
+    return True
+
+
+def read_only(sb: Sandbox) -> Path:
+    """A folder nothing can be written in: a sandbox folder without write permission, or, for
+    root (whom permission bits do not stop), a read-only file system of the machine."""
+    folder = sb.root / "locked"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o555)
+    if not writable(folder):
+        return folder
+    for fixed in (Path("/sys"), Path("/proc")):
+        if fixed.is_dir() and not writable(fixed):
+            return fixed
+    pytest.skip("no read-only folder on this machine")
+
+
 OUTPUT_PATHS = [
     Case("widen -o the input run", widen(lambda sb: sb.run), r"-o .*: is the input"),
     Case("widen -o the input checkpoint", lambda sb: ["widen", s(sb.newest), "--d-head", "12",
@@ -128,6 +171,80 @@ OUTPUT_PATHS = [
     Case("train name=..", lambda sb: ["train", s(sb.config), "name=.."], r"plain run name"),
     Case("train a finished run again", lambda sb: ["train", s(sb.config)],
          r"already holds a checkpoint \(step-00000004\); pass --resume"),
+    *(Case(f"{verb} -o its own input", task_output(verb, ckpt, sentences),
+           r"-o .*in\.txt: is \(or contains\) the input")
+      for verb, ckpt in (("parse", "parse"), ("translate", "mt"))),
+    *(Case(f"{verb} -o an existing file", task_output(verb, ckpt, lambda sb: sb.mine / "notes.txt"),
+           r"-o .*notes\.txt: already exists; pass --overwrite")
+      for verb, ckpt in (("parse", "parse"), ("translate", "mt"))),
+    Case("parse -o into a checkpoint of the run", lambda sb: [
+        "parse", s(sb.parse), "-i", s(sentences(sb)), "-o",
+        s(a_run_checkpoint(sb) / "meta.json"), "--overwrite"],
+        r"-o .*averaged-last2/meta\.json: is inside the checkpoint .*averaged-last2"),
+    Case("parse -o its checkpoint's metadata", lambda sb: [
+        "parse", s(sb.parse), "-i", s(sentences(sb)), "-o", s(sb.parse / "meta.json"),
+        "--overwrite"], r"is \(or contains\) the input|is inside the checkpoint"),
+    Case("translate -o another checkpoint's tokenizer", lambda sb: [
+        "translate", s(sb.mt), "-i", s(sentences(sb)), "-o", s(sb.classify / "tokenizer.json"),
+        "--overwrite"], r"tokenizer\.json: is inside the checkpoint .*classify"),
+    Case("translate -o the run's config", lambda sb: [
+        "translate", s(sb.mt), "-i", s(sentences(sb)), "-o", s(sb.run / "config.yaml"),
+        "--overwrite"], r"config\.yaml: is the run .*tiny's own 'config\.yaml'"),
+    Case("parse -o into the run's checkpoints folder", lambda sb: [
+        "parse", s(sb.parse), "-i", s(sentences(sb)), "-o",
+        s(sb.run / "checkpoints" / "trees.txt")], r"is the run .*'s own 'checkpoints'"),
+    Case("parse -o a directory", lambda sb: [
+        "parse", s(sb.parse), "-i", s(sentences(sb)), "-o", s(sb.mine)], r"mine: is a directory"),
+    Case("parse -o under a file", lambda sb: [
+        "parse", s(sb.parse), "-i", s(sentences(sb)), "-o", s(sb.mine / "notes.txt" / "t.txt")],
+        r"notes\.txt is a file, not a folder"),
+    Case("parse -o a read-only folder", lambda sb: [
+        "parse", s(sb.parse), "-i", s(sentences(sb)), "-o", s(read_only(sb) / "trees.txt")],
+        r"-o .*trees\.txt: cannot write in .*; choose a folder you can write to"),
+    Case("parse -o checked before the input is read", lambda sb: [
+        "parse", s(sb.parse), "-o", s(sb.mine / "notes.txt")],
+        r"notes\.txt: already exists", stdin=b"\xff not UTF-8, never read\n"),
+    Case("translate -o a read-only folder", lambda sb: [
+        "translate", s(sb.mt), "-i", s(sentences(sb)), "-o", s(read_only(sb) / "out.txt")],
+        r"cannot write in"),
+    Case("attention -o an existing file", lambda sb: [
+        "attention", s(sb.run), "--text", "KING", "-o", s(sb.mine / "notes.txt")],
+        r"notes\.txt: already exists; pass --overwrite"),
+    Case("attention -o its second file exists", lambda sb: (
+        (sb.mine / "a-lines.png").write_bytes(b"png"),
+        ["attention", s(sb.run), "--text", "KING", "-o", s(sb.mine / "a.png")])[1],
+        r"a-lines\.png: already exists"),
+    Case("attention -o inside the checkpoint", lambda sb: [
+        "attention", s(sb.newest), "--text", "KING", "-o", s(sb.newest / "a.png")],
+        r"is inside the checkpoint|which the command reads"),
+    Case("plot -o an existing file", lambda sb: [
+        "plot", s(sb.run), "-o", s(sb.mine / "notes.txt")], r"already exists; pass --overwrite"),
+    Case("plot -o the run's metrics", lambda sb: [
+        "plot", s(sb.run), "-o", s(sb.run / "metrics.jsonl"), "--overwrite"],
+        r"metrics\.jsonl: is \(or contains\) the input"),
+    Case("plot -o a read-only folder", lambda sb: [
+        "plot", s(sb.run), "-o", s(read_only(sb) / "c.png")], r"cannot write in"),
+    Case("heads -o into the run's checkpoints folder", lambda sb: [
+        "heads", s(sb.run), "--data", s(sb.root / "valid.txt"), "-o",
+        s(sb.run / "checkpoints" / "h.png")], r"is the run .*'s own 'checkpoints'"),
+    Case("average -o into the run's checkpoints", average(
+        lambda sb: sb.run / "checkpoints" / "step-00000009"),
+        r"step-00000009: is the run .*'s own 'checkpoints'"),
+    Case("widen -o inside another checkpoint", widen(lambda sb: sb.mt / "wide"),
+         r"mt/wide: is inside the checkpoint"),
+    Case("widen -o a read-only folder", widen(lambda sb: read_only(sb) / "wide"),
+         r"cannot write in"),
+    Case("eval --cache-dir inside a checkpoint", lambda sb: [
+        "eval", s(sb.run), "--data", s(sb.root / "valid.txt"), "--cache-dir",
+        s(sb.mt / "cache")], r"--cache-dir .*mt/cache: is inside the checkpoint"),
+    Case("train out_dir read-only", lambda sb: [
+        "train", s(sb.config), "name=new", f"out_dir={read_only(sb)}"],
+        r"run directory .*new: cannot write in"),
+    Case("train out_dir inside a checkpoint", lambda sb: [
+        "train", s(sb.config), "name=new", f"out_dir={sb.mt}"],
+        r"run directory .*mt/new: is inside the checkpoint"),
+    Case("sweep --out a read-only folder", lambda sb: [
+        "sweep", s(toy_sweep(sb.root)), "--out", s(read_only(sb) / "sw")], r"cannot write in"),
 ]
 
 
@@ -370,11 +487,11 @@ DATA = [
         ["translate", s(sb.mt), "--input", s(sb.root / "src.txt")])[1], r"src\.txt:1: not valid"),
     Case("translate --beam 0", lambda sb: ["translate", s(sb.mt), "--beam", "0"], r"--beam"),
     Case("translate --max-len-a inf", lambda sb: ["translate", s(sb.mt), "--max-len-a", "inf"],
-         r"--max-len-a must be a finite number >= 0"),
+         r"argument --max-len-a: must be a finite number, got inf"),
     Case("translate --alpha nan", lambda sb: ["translate", s(sb.mt), "--alpha", "nan"],
-         r"--alpha must be a finite number, got nan"),
+         r"argument --alpha: must be a finite number, got nan"),
     Case("generate --temperature nan", lambda sb: ["generate", s(sb.run), "--temperature", "nan"],
-         r"--temperature must be a finite number"),
+         r"argument --temperature: must be a finite number"),
     Case("attention --heads out of range", lambda sb: [
         "attention", s(sb.run), "--text", "KING", "--heads", "7", "-o", s(sb.root / "a.png")],
         r"--heads 7 is out of range: this model has heads 0\.\.2"),
@@ -391,22 +508,89 @@ DATA = [
 ]
 
 
+def sweep_text(text: bytes) -> Callable[[Sandbox], Path]:
+    def write(sb: Sandbox) -> Path:
+        toy_sweep(sb.root)
+        (sb.root / "bad_sweep.yaml").write_bytes(text)
+        return sb.root / "bad_sweep.yaml"
+    return write
+
+
+def nothing_left(sb: Sandbox, out: Path) -> list[str]:
+    """``out`` must not exist after the command (checked when the case is prepared and by
+    ``test_slurm_without_slurm_leaves_nothing_behind``)."""
+    if shutil.which("sbatch"):
+        pytest.skip("SLURM is installed here")
+    assert not out.exists()
+    return ["sweep", s(toy_sweep(sb.root)), "--executor", "slurm", "--out", s(out)]
+
+
+SWEEPS = [
+    Case("a sweep file with a repeated key", lambda sb: [
+        "sweep", s(sweep_text(b"name: a\nbase: tiny.yaml\nname: b\n")(sb)), "--dry-run"],
+        r"bad_sweep\.yaml:3: key 'name' appears twice in this mapping \(first on line 1\)"),
+    Case("a sweep file with a repeated arm", lambda sb: [
+        "sweep", s(sweep_text(b"name: a\nbase: tiny.yaml\narms:\n  x: {}\n  x: {}\n")(sb)),
+        "--dry-run"], r"bad_sweep\.yaml:5: key 'x' appears twice"),
+    Case("a sweep file in Latin-1", lambda sb: [
+        "sweep", s(sweep_text("name: caf\u00e9\nbase: tiny.yaml\n".encode("latin-1"))(sb)),
+        "--dry-run"], r"bad_sweep\.yaml:1: not valid UTF-8 \(byte 0xe9 at column 10\)"),
+    Case("a sweep file that is empty", lambda sb: [
+        "sweep", s(sweep_text(b"")(sb)), "--dry-run"], r"bad_sweep\.yaml: the file is empty"),
+    Case("sweep --dry-run train.steps=-5", lambda sb: [
+        "sweep", s(toy_sweep(sb.root)), "--dry-run", "train.steps=-5"],
+        r"point fixed .*train\.steps = -5: should be greater than 0"),
+    Case("sweep --dry-run model.dropout=2", lambda sb: [
+        "sweep", s(toy_sweep(sb.root)), "--dry-run", "model.dropout=2"],
+        r"model\.dropout = 2"),
+    Case("sweep --dry-run with a bad value in the file", lambda sb: [
+        "sweep", s(sweep_text(b"name: a\nbase: tiny.yaml\nset: {train.lr: -1}\n")(sb)),
+        "--dry-run"], r"point base .*train\.lr = -1"),
+    Case("sweep override of an axis", lambda sb: [
+        "sweep", s(toy_sweep(sb.root)), "--dry-run", "model.n_heads=3"],
+        r"override 'model\.n_heads': .*sets it point by point \(an axis\)"),
+    Case("sweep override of the seed", lambda sb: [
+        "sweep", s(toy_sweep(sb.root)), "train.seed=3"], r"point by point \(its seeds\)"),
+    Case("sweep override of the matched key", lambda sb: [
+        "sweep", s(toy_sweep(sb.root)), "model.d_ff=64"], r"\(match\.solve_for\)"),
+    Case("sweep override of an unknown key", lambda sb: [
+        "sweep", s(toy_sweep(sb.root)), "train.stepz=3"], r"unknown key 'train\.stepz'"),
+    Case("sweep --executor slurm without SLURM", lambda sb: nothing_left(sb, sb.root / "sw"),
+         r"--executor slurm: no SLURM here \(sbatch is not on the PATH\)|--executor slurm "
+         r"needs submitit"),
+]
+
+
 def _argv_with_config(case: Case, sb: Sandbox) -> list[str]:
     return [s(sb.config) if a == "CONFIG" else a for a in case.argv(sb)]
 
 
-ALL = OUTPUT_PATHS + CHECKPOINTS + CONFIGS + DATA
+ALL = OUTPUT_PATHS + CHECKPOINTS + CONFIGS + DATA + SWEEPS
 
 
-@pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
-def test_one_line_error_and_nothing_lost(case, sandbox, capsys, monkeypatch):
+def check_case(case: Case, sandbox: Sandbox, capsys, monkeypatch) -> None:
+    """Run ``case`` in ``sandbox``: one line, exit status 2, every file kept."""
     argv = _argv_with_config(case, sandbox)
     if case.stdin is not None:
         monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(case.stdin)))
     before = snapshot(sandbox.root)
+    code: int | str | None
     try:
         code = main(argv)
     except SystemExit as e:  # argparse's usage errors
         code = e.code
     assert_one_line_error(code, capsys.readouterr().err, case.error)
     assert_kept(before, snapshot(sandbox.root))
+
+
+@pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
+def test_one_line_error_and_nothing_lost(case, sandbox, capsys, monkeypatch):
+    check_case(case, sandbox, capsys, monkeypatch)
+
+
+def test_slurm_without_slurm_leaves_nothing_behind(sandbox, capsys, monkeypatch):
+    if shutil.which("sbatch"):
+        pytest.skip("SLURM is installed here")
+    case = next(c for c in SWEEPS if c.name == "sweep --executor slurm without SLURM")
+    check_case(case, sandbox, capsys, monkeypatch)
+    assert not (sandbox.root / "sw").exists()

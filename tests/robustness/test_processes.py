@@ -9,14 +9,16 @@ import sys
 
 import pytest
 
+from tests.robustness import test_one_line_errors, test_task_errors
 from tests.robustness.conftest import assert_kept, assert_one_line_error, snapshot
-from tests.robustness.test_one_line_errors import ALL
 
 pytestmark = pytest.mark.slow  # a process each: the start of PyTorch, several seconds
 
+ALL = test_one_line_errors.ALL + test_task_errors.ALL
 CHOSEN = ["widen -o ..", "average -o the input run", "a flipped bit in the tensor data",
           "latest pointing out of the run", "translate stdin not UTF-8", "a repeated key",
-          "a missing argument"]
+          "a missing argument", "parse -o its own input", "classify stdin not UTF-8",
+          "answer --question not UTF-8", "init_from NaN weights"]
 
 
 @pytest.mark.parametrize("name", CHOSEN)

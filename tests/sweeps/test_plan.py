@@ -12,6 +12,7 @@ import torch
 from fullrank.cli import main
 from fullrank.errors import ConfigError
 from fullrank.models import build_model
+from fullrank.recipes.config import parse_assignment
 from fullrank.sweeps.plan import claim_output, load_sweep, plan
 from tests.e2e.lm_fixture import tiny_experiment
 from tests.helpers import shared_data
@@ -55,6 +56,28 @@ def test_points_cross_axes_arms_and_seeds_and_match_the_target(tmp_path):
     for p in the_plan.points:  # the counts are the built models', vocabulary from the tokenizer
         assert p.params == sum(q.numel() for q in build_model(p.model).parameters())
         assert p.experiment.model_config(p.model.vocab_size) == p.model
+
+
+def test_command_line_overrides_win_over_the_sweep_file(tmp_path):
+    text = TOY + "steps: 6\nset: {train.lr: 0.01}\n"
+    text = text.replace("fixed: {model.d_head: 5,", "fixed: {model.dropout: 0.2, model.d_head: 5,")
+    sweep = load_sweep(toy_sweep(tmp_path, text))
+    before = plan(sweep, tmp_path / "out").points
+    assert {(p.arm, p.experiment.train.steps, p.experiment.train.lr,
+             p.experiment.model["dropout"]) for p in before} == {("fixed", 6, 0.01, 0.2),
+                                                                ("standard", 6, 0.01, 0.1)}
+    overridden = sweep.with_overrides(dict(parse_assignment(item) for item in
+                                           ["train.steps=3", "train.lr=0.002", "model.dropout=0.0"]))
+    after = plan(overridden, tmp_path / "out").points
+    assert [p.name for p in after] == [p.name for p in before]
+    assert {(p.experiment.train.steps, p.experiment.train.lr, p.experiment.model["dropout"])
+            for p in after} == {(3, 0.002, 0.0)}
+    # each point's command line gives them after the file's values (`fullrank train` applies
+    # the last value of a key)
+    for p in after:
+        last = dict(item.split("=", 1) for item in p.overrides)
+        assert (last["train.steps"], last["train.lr"], last["model.dropout"]) == ("3", "0.002",
+                                                                                  "0.0")
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])

@@ -165,7 +165,7 @@ def test_checksums_are_recorded_and_verified(tmp_path):
     (lambda m: m.update(model=[1, 2]), r"model = \[1, 2\]: should be a valid dictionary"),
     (lambda m: m["model"].update(d_model="wide"), r"d_model = 'wide': should be a valid integer"),
     (lambda m: m["model"].update(dropout=float("nan")), r"invalid model config"),
-    (lambda m: m.update(task=["lm"]), r"task = \['lm'\]: should be a valid string"),
+    (lambda m: m.update(task=["lm"]), r"task = \['lm'\]: should be 'lm', 'mt'"),
     (lambda m: m.update(data=[]), r"data = \[\]: should be a valid dictionary"),
     (lambda m: m.update(format="other"), r"format 'other' is not 'fullrank-checkpoint-v1'"),
     (lambda m: m["files"].update({"../x": m["files"][MODEL_FILE]}), r"files\.\.\./x"),

@@ -22,15 +22,16 @@ from torch import Tensor
 from fullrank.analysis.head_stats import HeadStats, mean_keys
 from fullrank.analysis.multihead import FIT_TOL, MultiHeadRow
 from fullrank.analysis.rank_fit import RankFitRow
+from fullrank.paths import atomic_path
 
 FLOOR = 1e-17  # exact zeros are drawn here on log axes
 
 
 def _save(fig: Figure, path: str | Path | None) -> Figure:
+    """Write ``fig`` to ``path`` (its format by its suffix) atomically, and close it."""
     if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=130, bbox_inches="tight")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return fig
 

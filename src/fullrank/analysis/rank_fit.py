@@ -40,6 +40,7 @@ from fullrank.analysis.theorem1 import (
     low_rank_construction,
 )
 from fullrank.errors import ConfigError
+from fullrank.paths import atomic_path
 
 ZERO_TOL = 1e-8  # max-abs error counted as numerical zero
 
@@ -219,9 +220,8 @@ def summarise(rows: Sequence[RankFitRow]) -> list[RankSummary]:
 def write_csv(rows: Sequence[RankFitRow], path: str | Path) -> Path:
     """One line per (seed, ``d_head``) with every field of :class:`RankFitRow`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     names = [f.name for f in fields(RankFitRow)]
-    with path.open("w", newline="") as f:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=names)
         writer.writeheader()
         for row in rows:

@@ -5,8 +5,9 @@ command runs (or its ``--help`` is asked for), so ``fullrank --help`` answers wi
 PyTorch. Every command module has ``add_arguments(parser)`` and ``run(args) -> int``. A
 :class:`~fullrank.errors.FullrankError` becomes one line on stderr and exit status 2 (under
 ``torchrun`` the line comes from rank 0 alone, and the other ranks exit with the same status
-quietly); a warning that the library logs becomes one line too (``fullrank translate: warning:
-line 3: …``).
+quietly). Every argument is UTF-8 text and every float option a finite number
+(:mod:`fullrank.cli.arguments`); a warning that the library logs becomes one line too
+(``fullrank translate: warning: line 3: …``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from fullrank.cli.arguments import check_text
 from fullrank.errors import FullrankError
 
 # name → (module under fullrank.cli, one-line help)
@@ -76,11 +78,13 @@ def load_command(name: str) -> ModuleType:
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line like every other error (exit status 2)."""
 
+    command_parser: argparse.ArgumentParser | None = None  # the sub-parser given its arguments
+
     def error(self, message: str) -> None:  # type: ignore[override]  # raises, never returns
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> _Parser:
     """The parser; only ``command``'s sub-parser gets its arguments (the others show help)."""
     parser = _Parser(
         prog="fullrank",
@@ -90,6 +94,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
             load_command(name).add_arguments(p)
+            parser.command_parser = p
     return parser
 
 
@@ -121,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger = logging.getLogger("fullrank")
     logger.addHandler(handler)
     try:
+        if parser.command_parser is not None:
+            check_text(args, parser.command_parser)
         return module.run(args)
     except FullrankError as e:
         _leave_process_group()

@@ -16,21 +16,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fullrank.data.text import read_text
-    from fullrank.errors import CheckpointError
+    from fullrank.errors import CheckpointError, ConfigError
     from fullrank.recipes.squad import answer_one
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
+    from fullrank.training.integrity import SquadMeta
 
+    for question in args.question:
+        if not question.strip():
+            raise ConfigError("--question is empty; ask a question about the text, e.g. "
+                              "--question 'Who speaks first?'")
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
-    if ckpt.task != "squad" or ckpt.tokenizer is None:
+    if not isinstance(ckpt.info, SquadMeta) or ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: `fullrank answer` needs a checkpoint of a "
-                              f"`task: squad` run (this one has task={ckpt.task!r})")
-    settings = ckpt.meta.get("squad", {})
+                              f"`task: squad` run with its tokenizer (this one has "
+                              f"task={ckpt.task!r})")
+    settings = ckpt.info.squad
     context = read_text(args.context).strip()
     for question in args.question:
         print(answer_one(ckpt.model, ckpt.tokenizer, context, question, seq_len=ckpt.config.seq_len,
-                         doc_stride=settings.get("doc_stride", 64), device=device,
-                         n_best=settings.get("n_best", 20),
-                         max_answer_len=settings.get("max_answer_len", 30)))
+                         doc_stride=settings.doc_stride, device=device, n_best=settings.n_best,
+                         max_answer_len=settings.max_answer_len))
     return 0

@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="draw the first this many tokens of each axis, so that the figure fits a "
                         "screen (default 40; 0 = all, for a large figure)")
     p.add_argument("-o", "--output", required=True,
-                   help="PNG of the per-head maps; the line view goes to OUTPUT-lines.png")
+                   help="PNG of the per-head maps; the line view goes to OUTPUT-lines.png (both "
+                        "new files)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing output files")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,16 +41,17 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.analysis.capture import capture_attention
     from fullrank.analysis.inputs import lm_batch, mt_batch, parse_batch, token_strings
     from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
-    from fullrank.data.text import check_utf8
     from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
+    from fullrank.paths import check_output_files
     from fullrank.training.checkpoints import load_checkpoint
 
-    check_utf8(args.text, "--text")
     if not args.text.strip():
         raise ConfigError("--text is empty; give a sentence")
-    if args.target is not None:
-        check_utf8(args.target, "--target")
+    out = Path(args.output)
+    lines = out.with_name(out.stem + "-lines" + out.suffix)
+    check_output_files([out, lines], option="-o", overwrite=args.overwrite,
+                       inputs=[args.checkpoint])
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:
@@ -93,14 +96,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             model(batch.tokens, mask=batch.mask)
     probs = rec.by_name()[name][0].probs[0]  # (H, T, S) of the one sentence
-    out = Path(args.output)
     title = f"{name} — {cfg.n_heads} heads of d_head {cfg.head_sizes[0]}"
     if args.max_tokens < 0:
         raise ConfigError(f"--max-tokens must be >= 0 (0 = all tokens), got {args.max_tokens}")
     max_tokens = args.max_tokens or None
     plot_attention_maps(probs, queries, keys, out, heads=args.heads, title=title,
                         max_tokens=max_tokens)
-    lines = out.with_name(out.stem + "-lines" + out.suffix)
     where = "" if args.query is None else f" from '{queries[args.query]}'"
     plot_attention_lines(probs, queries, keys, lines, query=args.query, heads=args.heads,
                          title=title + where, max_tokens=max_tokens)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fullrank.errors import ConfigError
-from fullrank.paths import check_output_dir
+from fullrank.paths import atomic_path, check_output_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -180,7 +180,7 @@ def run_multihead(args: argparse.Namespace, console: Console) -> int:
                   f"target only while d_model/h ≥ n, i.e. h ≤ {d_model // n}.")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "multihead.csv"
-    with path.open("w", newline="") as f:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(lines[0]))
         writer.writeheader()
         writer.writerows(lines)

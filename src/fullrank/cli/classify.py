@@ -7,7 +7,6 @@ Each output line is the predicted label, then every label's probability.
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,19 +21,21 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from fullrank.data.finetuning import classification_batches, encode_texts
-    from fullrank.data.text import read_lines
+    from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.errors import CheckpointError, DataError
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
+    from fullrank.training.integrity import ClassifyMeta
     from fullrank.training.tasks import SequenceClassification
 
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
-    labels = ckpt.meta.get("labels")
-    if ckpt.task != "classify" or not labels or ckpt.tokenizer is None:
+    if not isinstance(ckpt.info, ClassifyMeta) or ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: `fullrank classify` needs a checkpoint of a "
-                              f"`task: classify` run (this one has task={ckpt.task!r})")
-    lines = read_lines(args.input) if args.input else sys.stdin.read().splitlines()
+                              f"`task: classify` run with its tokenizer (this one has "
+                              f"task={ckpt.task!r})")
+    labels = ckpt.info.labels
+    lines = read_lines(args.input) if args.input else read_stdin_lines()
     texts = [tuple(line.split("\t")) for line in lines if line.strip()]
     widths = {len(t) for t in texts}
     if len(widths) > 1 or not widths <= {1, 2}:

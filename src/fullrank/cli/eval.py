@@ -23,10 +23,13 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.data.lm import LMBlocks
     from fullrank.data.tokenizers import ensure_vocab_matches
     from fullrank.output import console
+    from fullrank.paths import check_output_folder
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
     from fullrank.training.tasks import LanguageModeling
 
+    if args.cache_dir:
+        check_output_folder(args.cache_dir, option="--cache-dir")
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
     if ckpt.task != "lm" or ckpt.tokenizer is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fullrank.cli.arguments import finite_float
 from fullrank.errors import CheckpointError
 
 
@@ -11,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8,
+    p.add_argument("--temperature", type=finite_float, default=0.8,
                    help="0 = greedy; higher = more random")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
     p.add_argument("--seed", type=int, default=0)
@@ -19,7 +20,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.data.text import check_utf8
     from fullrank.inference.sampling import check_sample_settings
     from fullrank.recipes.lm import generate_text
     from fullrank.training.checkpoints import load_checkpoint
@@ -27,7 +27,6 @@ def run(args: argparse.Namespace) -> int:
 
     check_sample_settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                           top_k=args.top_k, name=lambda key: "--" + key.replace("_", "-"))
-    check_utf8(args.prompt, "--prompt")
     ckpt = load_checkpoint(args.checkpoint, device=pick_device(args.device))
     if ckpt.task != "lm" or ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: `fullrank generate` needs a language-model "

@@ -36,16 +36,17 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
     from fullrank.output import console as make_console
-    from fullrank.paths import check_output_files
-    from fullrank.training.checkpoints import load_checkpoint
+    from fullrank.paths import atomic_path, check_output_files
+    from fullrank.training.checkpoints import load_checkpoint, resolve
 
     if args.sequences < 1:
         raise ConfigError(f"--sequences must be at least 1, got {args.sequences}")
-    ckpt = load_checkpoint(args.checkpoint)
-    out = Path(args.output) if args.output else ckpt.path.parent.parent / "heads.png"
+    ckpt_dir = resolve(args.checkpoint)
+    out = Path(args.output) if args.output else ckpt_dir.parent.parent / "heads.png"
     check_output_files([out, out.with_suffix(".csv")], option="-o", overwrite=args.overwrite,
                        inputs=[p for p in (args.data, args.ref, args.checkpoint) if p],
-                       within=[ckpt.path])
+                       within=[ckpt_dir])
+    ckpt = load_checkpoint(ckpt_dir)
     tok = ckpt.tokenizer
     if tok is None:
         raise CheckpointError(f"{ckpt.path}: no tokenizer.json in this checkpoint")
@@ -84,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{batch.tokens.shape[0]} sequences, {mean_keys(stats)}")
     console.print(head_table(stats))
     plot_head_heatmap(stats, out)
-    with open(out.with_suffix(".csv"), "w", newline="", encoding="utf-8") as f:
+    with atomic_path(out.with_suffix(".csv")) as tmp, open(tmp, "w", newline="",
+                                                             encoding="utf-8") as f:
         rows = [dataclasses.asdict(s) for s in stats]
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

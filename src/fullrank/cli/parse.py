@@ -12,16 +12,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fullrank.cli.arguments import finite_float
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", nargs="+",
                    help="parsing checkpoint directory or run directory (its latest); several: "
                         "an ensemble of parsers that share their vocabularies")
     p.add_argument("--input", "-i", default=None, help="sentences to parse (default: stdin)")
-    p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
+    p.add_argument("--output", "-o", default=None,
+                   help="file to write (default: stdout): a new file, checked before anything "
+                        "is decoded; written whole or not at all")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--beam", type=int, default=21, help="beam size ([V17] §6.3: 21)")
-    p.add_argument("--alpha", type=float, default=0.3, help="GNMT length penalty α ([V17]: 0.3)")
-    p.add_argument("--max-len-a", type=float, default=1.0,
+    p.add_argument("--alpha", type=finite_float, default=0.3, help="GNMT length penalty α ([V17]: 0.3)")
+    p.add_argument("--max-len-a", type=finite_float, default=1.0,
                    help="at most a·|words| + b output tokens ([V17]: input length + 300)")
     p.add_argument("--max-len-b", type=int, default=300)
     p.add_argument("--unconstrained", action="store_true",
@@ -47,11 +52,15 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.errors import CheckpointError
     from fullrank.inference.parse import parse, tree_leaves, tree_order, tree_vocabulary
     from fullrank.inference.translate import check_settings
+    from fullrank.paths import check_output_files, write_text_atomic
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
 
     check_settings(beam=args.beam, batch_size=args.batch_size, a=args.max_len_a,
-                   b=args.max_len_b, workers=args.workers, name=_option)
+                   b=args.max_len_b, workers=args.workers, alpha=args.alpha, name=_option)
+    if args.output:
+        check_output_files([args.output], option="-o", overwrite=args.overwrite,
+                           inputs=[p for p in (args.input, *args.checkpoint) if p])
     ckpts = [load_checkpoint(path, device=pick_device(args.device)) for path in args.checkpoint]
     first = ckpts[0]
     trees = tree_vocabulary(first.meta, str(first.path))
@@ -81,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
                    order=order, constrained=not args.unconstrained)
     text = "".join((p.tree.to_string() if p else "") + "\n" for p in parsed)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_text_atomic(args.output, text)
     else:
         sys.stdout.write(text)
     done = [p for p in parsed if p]

@@ -21,10 +21,14 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", help="sweep file, e.g. configs/sweeps/b20_fig3a_ptb.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="overrides of every point, e.g. train.device=cuda; they win over the "
-                        "sweep file's settings")
+                   help="overrides of every point, e.g. train.device=cuda. Precedence, lowest "
+                        "first: the base experiment, the sweep's 'set', the arm's settings, the "
+                        "point's axes, the sweep's 'steps', these overrides. The keys a sweep "
+                        "sets point by point (its axes, train.seed, match.solve_for, and "
+                        "train.init_from where an arm starts from another) cannot be overridden")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the points (parameters, FLOPs per token, matching) and stop")
+                   help="validate every point's full config, print the points (parameters, "
+                        "FLOPs per token, matching) and stop")
     p.add_argument("--commands", action="store_true",
                    help="print each unfinished point's `fullrank train` command and stop "
                         "(for torchrun or any launcher)")
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.errors import ConfigError, closest
     from fullrank.recipes.config import parse_assignment
     from fullrank.sweeps.plan import claim_output, finished, load_sweep, plan, read_manifest, train_command
-    from fullrank.sweeps.run import run_ensembles, run_local, run_submitit
+    from fullrank.sweeps.run import check_executor, run_ensembles, run_local, run_submitit
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
@@ -109,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         p = the_plan.unmatched[0]
         raise ConfigError(f"{sweep.path}: point {p.group} is {p.match}; nothing was run "
                           f"(`--dry-run` lists every point)")
+    check_executor(args.executor)  # before anything is written
     claim_output(the_plan, out)
     if args.executor == "local":
         outcome = run_local(the_plan, out, jobs=args.jobs, console=console,

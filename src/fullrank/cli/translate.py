@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fullrank.cli.arguments import finite_float
 from fullrank.errors import CheckpointError
 
 
@@ -17,10 +18,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint directory or run directory (its latest); several: an "
                         "ensemble of models that share one tokenizer")
     p.add_argument("--input", "-i", default=None, help="file to translate (default: stdin)")
-    p.add_argument("--output", "-o", default=None, help="file to write (default: stdout)")
+    p.add_argument("--output", "-o", default=None,
+                   help="file to write (default: stdout): a new file, checked before anything "
+                        "is decoded; written whole or not at all")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--beam", type=int, default=4, help="beam size k; 1 = greedy ([V17]: 4)")
-    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty α ([V17]: 0.6)")
-    p.add_argument("--max-len-a", type=float, default=1.0, help="max output length a·|src| + b")
+    p.add_argument("--alpha", type=finite_float, default=0.6, help="GNMT length penalty α ([V17]: 0.6)")
+    p.add_argument("--max-len-a", type=finite_float, default=1.0, help="max output length a·|src| + b")
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     p.add_argument("--n-best", type=int, default=1,
@@ -52,12 +56,16 @@ def _option(setting: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.inference.translate import check_settings, translate
+    from fullrank.paths import check_output_files, write_text_atomic
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
 
     check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
                    a=args.max_len_a, b=args.max_len_b, workers=args.workers, alpha=args.alpha,
                    name=_option)
+    if args.output:
+        check_output_files([args.output], option="-o", overwrite=args.overwrite,
+                           inputs=[p for p in (args.input, *args.checkpoint) if p])
     device = pick_device(args.device)
     ckpts = [load_checkpoint(path, device=device) for path in args.checkpoint]
     for ckpt in ckpts:
@@ -83,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
                         workers=args.workers, processes=args.processes, strict=args.strict)
     text = "".join("\t".join(o) + "\n" for o in outputs)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_text_atomic(args.output, text)
     else:
         sys.stdout.write(text)
     return 0

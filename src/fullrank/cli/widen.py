@@ -33,12 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fullrank.analysis.widen import widen
     from fullrank.models import config_to_dict
-    from fullrank.training.checkpoints import is_checkpoint_dir, load_checkpoint, write_checkpoint
+    from fullrank.training.checkpoints import is_checkpoint_dir, load_checkpoint, resolve, write_checkpoint
 
-    ckpt = load_checkpoint(args.checkpoint)
+    source = resolve(args.checkpoint)
     check_output_dir(args.output, option="-o", overwrite=args.overwrite,
-                     inputs=[args.checkpoint, ckpt.path], within=[ckpt.path],
+                     inputs=[args.checkpoint, source], within=[source],
                      replaceable=is_checkpoint_dir, kind="a fullrank checkpoint")
+    ckpt = load_checkpoint(source)
     model = widen(ckpt.model, args.d_head, args.d_value, zero_init=args.zero_init)
     config: ModelConfig = getattr(model, "config")
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "model", "optimizer", "loop")}

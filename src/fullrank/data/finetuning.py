@@ -50,7 +50,7 @@ import torch
 from fullrank.data.batch import ClassificationBatch, SpanBatch, encoder_inputs
 from fullrank.data.batching import check_position
 from fullrank.data.lm import check_world
-from fullrank.data.text import read_lines, read_text
+from fullrank.data.text import loads_json, read_lines, read_text
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
 
@@ -93,12 +93,16 @@ def _records(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
         for i, line in enumerate(read_lines(path), 1):
             if line.strip():
                 try:
-                    yield json.loads(line), f"{path}:{i}"
+                    record = loads_json(line)
                 except json.JSONDecodeError as e:
                     raise DataError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+                if not isinstance(record, dict):
+                    raise DataError(f"{path}:{i}: a JSON {type(record).__name__}, not an "
+                                    f"object; write one example object per line")
+                yield record, f"{path}:{i}"
     elif path.suffix == ".json":
         try:
-            data = json.loads(read_text(path))
+            data = loads_json(read_text(path))
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
         items = list(data.values()) if isinstance(data, dict) else data
@@ -109,7 +113,12 @@ def _records(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
     elif path.suffix == ".tsv":
         reader = csv.DictReader(io.StringIO(read_text(path)), delimiter="\t",
                                 quoting=csv.QUOTE_NONE)
-        for i, row in enumerate(reader, 2):
+        try:
+            rows = list(reader)
+        except csv.Error as e:
+            raise DataError(f"{path}:{reader.line_num}: not a row of TAB-separated fields "
+                            f"({e}); fix the line") from None
+        for i, row in enumerate(rows, 2):
             yield row, f"{path}:{i}"
     else:
         raise DataError(f"{path}: unknown format; use .json, .jsonl, .tsv or a directory of "
@@ -121,14 +130,14 @@ def _pick(record: dict[str, Any], given: Sequence[str] | None, options: Sequence
     if given:
         missing = [f for f in given if f not in record]
         if missing:
-            raise DataError(f"{where}: no field '{missing[0]}' (fields: {', '.join(record)}); "
+            raise DataError(f"{where}: no field '{missing[0]}' (fields: {', '.join(map(str, record))}); "
                             f"check data.{what}")
         return tuple(given)
     for names in options:
         if all(n in record for n in names):
             return tuple(names)
     raise DataError(f"{where}: none of the usual {what} ({', '.join('/'.join(o) for o in options)}) "
-                    f"among the fields {', '.join(record)}; set data.{what}")
+                    f"among the fields {', '.join(map(str, record))}; set data.{what}")
 
 
 def read_examples(path: str | Path, *, text_fields: Sequence[str] | None = None,
@@ -161,7 +170,7 @@ def read_examples(path: str | Path, *, text_fields: Sequence[str] | None = None,
             label = named[0] if named else None
             if label_field and label is None:
                 raise DataError(f"{where}: no field '{label_field}' (fields: "
-                                f"{', '.join(record)}); check data.label_field")
+                                f"{', '.join(map(str, record))}); check data.label_field")
         texts = tuple(fix(str(record.get(f) or "")) for f in fields)
         out.append(Example(texts, None if label is None else str(record.get(label)), where))
     if not out:
@@ -267,25 +276,43 @@ def read_squad(path: str | Path) -> list[list[SquadQuestion]]:
     the context at its ``answer_start`` is a :class:`DataError`."""
     path = Path(path)
     try:
-        data = json.loads(read_text(path))["data"]
+        data = loads_json(read_text(path))["data"]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise DataError(f"{path}: not a SQuAD file (a JSON object with 'data': a list of "
                         f"articles)") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path}: 'data' is a JSON {type(data).__name__}, not a list of articles")
     articles = []
     for a, article in enumerate(data):
-        questions = []
-        for paragraph in article["paragraphs"]:
-            context = paragraph["context"]
-            for qa in paragraph["qas"]:
-                answers = [(ans["text"], int(ans["answer_start"])) for ans in qa["answers"]]
-                for text, start in answers:
-                    if context[start: start + len(text)] != text:
-                        raise DataError(f"{path}: question {qa['id']}: answer {text!r} is not the "
-                                        f"context at answer_start={start} (found "
-                                        f"{context[start: start + len(text)]!r}); fix the offset")
-                questions.append(SquadQuestion(qa["id"], qa["question"], context, answers, a))
-        articles.append(questions)
+        try:
+            articles.append(_squad_article(article, a, path))
+        except DataError:
+            raise
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as e:
+            what = f"no '{e.args[0]}'" if isinstance(e, KeyError) else "a value of the wrong type"
+            raise DataError(f"{path}: article {a + 1} has {what}; each article holds "
+                            f"paragraphs of a context and qas (id, question, answers of text "
+                            f"and answer_start), as SQuAD v1.1") from None
     return articles
+
+
+def _squad_article(article: dict[str, Any], a: int, path: Path) -> list[SquadQuestion]:
+    """The questions of article ``a``; a ``KeyError``/``TypeError`` for one of another shape."""
+    questions = []
+    for paragraph in article["paragraphs"]:
+        context = paragraph["context"]
+        for qa in paragraph["qas"]:
+            answers = [(ans["text"], int(ans["answer_start"])) for ans in qa["answers"]]
+            if not isinstance(context, str) or not isinstance(qa["question"], str) or \
+                    not all(isinstance(text, str) for text, _ in answers):
+                raise TypeError("a context, question or answer that is not text")
+            for text, start in answers:
+                if context[start: start + len(text)] != text:
+                    raise DataError(f"{path}: question {qa['id']}: answer {text!r} is not the "
+                                    f"context at answer_start={start} (found "
+                                    f"{context[start: start + len(text)]!r}); fix the offset")
+            questions.append(SquadQuestion(qa["id"], qa["question"], context, answers, a))
+    return questions
 
 
 def split_articles(articles: Sequence[Sequence[SquadQuestion]],

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.data.treebank import Tree
+from fullrank.data.treebank import Tree, map_up
 
 PLACEHOLDER = "XX"
 # what stands for each word in the target: the placeholder XX (Vinyals et al.) or the word itself
@@ -79,16 +79,23 @@ def linearize(tree: Tree, leaves: Leaves = "placeholder", order: Order = "top_do
 
 
 def _linearize(tree: Tree, out: list[str], words: bool, in_order: bool) -> None:
-    if tree.is_preterminal:
-        out.append(tree.children[0] if words else PLACEHOLDER)  # type: ignore[arg-type]  # the word
-        return
-    for i, child in enumerate(tree.children):
-        if i == (1 if in_order else 0):
-            out.append("(" + tree.label)
-        _linearize(child, out, words, in_order)  # type: ignore[arg-type]  # a phrase's child: a tree
-    if in_order and len(tree.children) == 1:
-        out.append("(" + tree.label)
-    out.append(")" + tree.label)
+    stack: list[Tree | str] = [tree]  # a string is a token to write
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            out.append(node)
+        elif node.is_preterminal:
+            out.append(node.children[0] if words else PLACEHOLDER)  # type: ignore[arg-type]  # the word
+        else:
+            items: list[Tree | str] = []
+            for i, child in enumerate(node.children):
+                if i == (1 if in_order else 0):
+                    items.append("(" + node.label)
+                items.append(child)
+            if in_order and len(node.children) == 1:
+                items.append("(" + node.label)
+            items.append(")" + node.label)
+            stack.extend(reversed(items))
 
 
 def top_down(tokens: Sequence[str]) -> list[str]:
@@ -143,9 +150,10 @@ def placeholders(tokens: Sequence[str]) -> list[str]:
 def with_placeholder_tags(tree: Tree) -> Tree:
     """A copy of ``tree`` with every part-of-speech tag replaced by ``XX``: what
     ``delinearize(linearize(tree), tree.leaves())`` gives back."""
-    if tree.is_preterminal:
-        return Tree(PLACEHOLDER, list(tree.children))
-    return Tree(tree.label, [with_placeholder_tags(c) for c in tree.children])  # type: ignore[arg-type]  # trees
+    out = map_up(tree, lambda node, kids: Tree(PLACEHOLDER, list(node.children))
+                 if node.is_preterminal else Tree(node.label, list(kids)))
+    assert out is not None
+    return out
 
 
 @dataclass(frozen=True)
@@ -215,10 +223,8 @@ def delinearize(tokens: Sequence[str], words: Sequence[str]) -> Delinearized:
 
 def _pruned(tree: Tree) -> Tree | None:
     """``tree`` without its constituents over no word; ``None`` if it is one."""
-    if tree.is_preterminal:
-        return tree
-    kids = [k for k in (_pruned(c) for c in tree.children) if k is not None]  # type: ignore[arg-type]  # trees
-    return Tree(tree.label, kids) if kids else None  # type: ignore[arg-type]  # trees
+    return map_up(tree, lambda node, kids: node if node.is_preterminal else
+                  Tree(node.label, list(kids)) if kids else None)
 
 
 def _drop_last_leaves(root: Tree, n: int) -> Tree:

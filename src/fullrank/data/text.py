@@ -7,9 +7,14 @@ UTF-8 (with the line number of the first bad byte). A leading UTF-8 byte-order m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
-from fullrank.errors import DataError
+from fullrank.errors import DataError, check_utf8
+
+__all__ = ["check_utf8", "decode_utf8", "loads_json", "read_bytes", "read_lines",
+           "read_stdin_lines", "read_text", "split_lines"]
 
 _BOM = "\ufeff"
 
@@ -51,20 +56,6 @@ def decode_utf8(data: bytes, path: str | Path, *, allow_blank: bool = False) -> 
     return text
 
 
-def check_utf8(text: str, where: str) -> str:
-    """``text`` unchanged, or :class:`DataError` naming ``where`` when it holds bytes that are not
-    UTF-8 — Python hands such bytes of a command-line argument to the program as lone
-    surrogates (``\\udcff`` for byte 0xff), which no tokenizer can encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        code = ord(text[e.start])
-        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-        raise DataError(f"{where}: not valid UTF-8 ({byte} at character {e.start + 1}); "
-                        "pass UTF-8 text") from None
-    return text
-
-
 def read_text(path: str | Path) -> str:
     """The whole text of a UTF-8 file, newlines kept exactly as they are (``\\r\\n`` included)."""
     return decode_utf8(read_bytes(path), path)
@@ -94,3 +85,14 @@ def read_stdin_lines() -> list[str]:
     if isinstance(data, str):  # a text stream without a buffer (e.g. one a test put in place)
         data = data.encode("utf-8", "surrogateescape")
     return split_lines(decode_utf8(data, "<stdin>", allow_blank=True)) if data else []
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads``, with a document nested deeper than Python's recursion allows (e.g.
+    100,000 ``[``) reported as the :class:`json.JSONDecodeError` of any other invalid JSON, so
+    that every reader's one-line error covers it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", doc, 0) from None

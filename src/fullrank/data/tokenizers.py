@@ -32,7 +32,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -115,6 +115,37 @@ def _kind_of(hf: HFTokenizer, where: str) -> str:
                     f"{', '.join(KINDS)} tokenizers (train one with Tokenizer.train)")
 
 
+def _train_wordpiece(lines: Callable[[], Iterator[str]], vocab_size: int, *, min_frequency: int,
+                     lowercase: bool) -> HFTokenizer:
+    """A WordPiece tokenizer trained on ``lines()`` that is the same in every process.
+
+    Hugging Face's WordPiece trainer is its BPE trainer with ``##`` continuations. It gives each
+    continuation symbol (``##a``) its id when it first meets it while walking the words in
+    hash-map order, which changes from process to process (huggingface/tokenizers#1794), and
+    breaks ties between equally frequent merges by those ids: two runs on one corpus choose
+    different pieces and number them differently. Here a first pass (no merges: only the word
+    count) finds the continuation symbols; the second pass gives them fixed ids, in code-point
+    order after the special tokens, so that every tie is broken the same way. They are then
+    ordinary entries of the vocabulary again (not added tokens)."""
+    specials = list(SPECIALS["wordpiece"])
+
+    def trainer(size: int, fixed: list[str]) -> trainers.WordPieceTrainer:
+        return trainers.WordPieceTrainer(
+            vocab_size=size, min_frequency=min_frequency, special_tokens=fixed,
+            continuing_subword_prefix="##", show_progress=False)
+
+    counted = _hf_pipeline("wordpiece", lowercase=lowercase)
+    counted.train_from_iterator(lines(), trainer(1, specials))
+    continuations = sorted(t for t in counted.get_vocab(with_added_tokens=False)
+                           if t.startswith("##") and len(t) == 3)
+    hf = _hf_pipeline("wordpiece", lowercase=lowercase)
+    hf.train_from_iterator(lines(), trainer(vocab_size, specials + continuations))
+    out = _hf_pipeline("wordpiece", lowercase=lowercase)
+    out.model = models.WordPiece(hf.get_vocab(with_added_tokens=False), unk_token=specials[1],
+                                 continuing_subword_prefix="##")
+    return out
+
+
 def _without_specials(text: str, specials: Sequence[str]) -> str:
     # Hugging Face trainers see raw text, so PTB's literal "<unk>" would be counted as a word and
     # given a second id; the specials already have theirs.
@@ -160,10 +191,9 @@ class Tokenizer:
         ``char`` and "every word type" for ``word``; ``bpe`` and ``wordpiece`` need a number.
         ``lowercase`` folds case before tokenizing (and so the decoded text is lowercase): ``None``
         is the kind's default — on for ``wordpiece`` (BERT uncased), off for ``bpe``; ``char`` and
-        ``word`` keep the text as it is and reject ``True``. Training is deterministic for
-        ``char``, ``word`` and ``bpe``; Hugging Face's WordPiece trainer can break ties between
-        equally frequent merges differently from run to run (huggingface/tokenizers#1794), which
-        is one more reason every checkpoint carries its own ``tokenizer.json``.
+        ``word`` keep the text as it is and reject ``True``. Training is deterministic for every
+        kind: the same files and settings give the same ids and a byte-identical
+        ``tokenizer.json``, in any process (:func:`_train_wordpiece` says how for WordPiece).
         """
         if kind not in KINDS:
             raise ConfigError(f"unknown tokenizer kind {kind!r}{closest(str(kind), KINDS)}; "
@@ -207,22 +237,19 @@ class Tokenizer:
                 for f in files:
                     yield from split_lines(_without_specials(read_text(f), specials))
 
-            if kind == "word":
+            if kind == "wordpiece":
+                hf = _train_wordpiece(lines, size, min_frequency=min_frequency,
+                                      lowercase=lowercase)
+            elif kind == "word":
                 hf = _word_level("word", {})
-                trainer: trainers.Trainer = trainers.WordLevelTrainer(
+                hf.train_from_iterator(lines(), trainers.WordLevelTrainer(
                     vocab_size=size, min_frequency=min_frequency,
-                    special_tokens=list(specials), show_progress=False)
-            elif kind == "bpe":
-                hf = _hf_pipeline("bpe", lowercase=lowercase)
-                trainer = trainers.BpeTrainer(
-                    vocab_size=size, min_frequency=min_frequency,
-                    special_tokens=list(specials), show_progress=False)
+                    special_tokens=list(specials), show_progress=False))
             else:
-                hf = _hf_pipeline("wordpiece", lowercase=lowercase)
-                trainer = trainers.WordPieceTrainer(
-                    vocab_size=size, min_frequency=min_frequency, special_tokens=list(specials),
-                    continuing_subword_prefix="##", show_progress=False)
-            hf.train_from_iterator(lines(), trainer)
+                hf = _hf_pipeline("bpe", lowercase=lowercase)
+                hf.train_from_iterator(lines(), trainers.BpeTrainer(
+                    vocab_size=size, min_frequency=min_frequency,
+                    special_tokens=list(specials), show_progress=False))
         # specials are matched before pre-tokenization, so "<unk>" in a PTB line is one token
         hf.add_special_tokens(list(specials))
         return cls(hf, kind)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import glob
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,14 +33,25 @@ TRACE = "-NONE-"
 TOP = "TOP"
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
-# words written in place of brackets inside a tree, as the Penn Treebank does
+# what stands for a bracket inside a word, as the Penn Treebank writes a word "(" or ")"
 ESCAPES = {"(": "-LRB-", ")": "-RRB-"}
+
+
+def escape_word(word: str) -> str:
+    """``word`` as a tree writes it: every bracket in it as the treebank writes a bracket word
+    (``(`` → ``-LRB-``), so that ``(a)`` becomes ``-LRB-a-RRB-`` and the tree reads back."""
+    for bracket, escaped in ESCAPES.items():
+        word = word.replace(bracket, escaped)
+    return word
 
 
 @dataclass
 class Tree:
     """A constituent: ``label`` over ``children``. A preterminal (part-of-speech tag) has one
-    child, its word, a ``str``; every other node has subtrees alone."""
+    child, its word, a ``str``; every other node has subtrees alone.
+
+    Every walk over a tree keeps its own stack (no recursion), so a tree nested thousands of
+    levels deep is read, written, cleaned and scored like any other."""
 
     label: str
     children: list[Tree | str] = field(default_factory=list)
@@ -50,11 +61,23 @@ class Tree:
         return len(self.children) == 1 and isinstance(self.children[0], str)
 
     def subtrees(self) -> Iterator[Tree]:
-        """Every constituent, preterminals included, depth-first from this one."""
-        yield self
-        for child in self.children:
-            if isinstance(child, Tree):
-                yield from child.subtrees()
+        """Every constituent, preterminals included, depth-first from this one (pre-order)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(c for c in reversed(node.children) if isinstance(c, Tree))
+
+    def postorder(self) -> Iterator[Tree]:
+        """Every constituent, each after all of its subtrees, left to right."""
+        stack: list[tuple[Tree, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                yield node
+                continue
+            stack.append((node, True))
+            stack.extend((c, False) for c in reversed(node.children) if isinstance(c, Tree))
 
     def preterminals(self) -> list[Tree]:
         """The ``(tag word)`` nodes, left to right."""
@@ -65,24 +88,37 @@ class Tree:
         return [t.children[0] for t in self.preterminals()]  # type: ignore[misc]  # a preterminal's child is its word
 
     def to_string(self) -> str:
-        """The tree on one line: ``(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays)) (. .))``; a
-        word that is a bracket is written ``-LRB-``/``-RRB-``."""
+        """The tree on one line: ``(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays)) (. .))``;
+        brackets inside a word are written ``-LRB-``/``-RRB-`` (:func:`escape_word`), so the
+        line reads back with :func:`read_tree_line`."""
         parts: list[str] = []
-        self._write(parts)
+        stack: list[Tree | str] = [self]  # a string is text to write as it is
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                parts.append(item)
+                continue
+            parts.append("(" + item.label)
+            stack.append(")")
+            for child in reversed(item.children):
+                stack.append(" " + escape_word(child) if isinstance(child, str) else child)
+                if isinstance(child, Tree):
+                    stack.append(" ")
         return "".join(parts)
-
-    def _write(self, parts: list[str]) -> None:
-        parts.append("(" + self.label)
-        for child in self.children:
-            if isinstance(child, str):
-                parts.append(" " + ESCAPES.get(child, child))
-            else:
-                parts.append(" ")
-                child._write(parts)
-        parts.append(")")
 
     def __str__(self) -> str:
         return self.to_string()
+
+
+def map_up(tree: Tree, make: Callable[[Tree, list[Tree]], Tree | None]) -> Tree | None:
+    """``make(node, kids)`` for every node of ``tree``, children first, where ``kids`` are the
+    results for its subtrees that are not ``None``; the result for ``tree``. (Bottom-up without
+    recursion, for any depth.)"""
+    done: dict[int, Tree | None] = {}
+    for node in tree.postorder():
+        kids = [done.pop(id(c)) for c in node.children if isinstance(c, Tree)]
+        done[id(node)] = make(node, [k for k in kids if k is not None])
+    return done[id(tree)]
 
 
 # ------------------------------------------------------------------------------- reading
@@ -191,16 +227,14 @@ def clean(tree: Tree) -> Tree | None:
     phrase labels without function tags or indices, no unlabelled outer bracket (an outer
     bracket over several constituents is labelled ``TOP``, which EVALB ignores). ``None`` if
     nothing but traces is left."""
-    out = _clean(tree)
+    out = map_up(tree, _clean)
     return None if out is None else _unwrap(out)
 
 
-def _clean(tree: Tree) -> Tree | None:
-    if tree.is_preterminal:
-        return None if tree.label == TRACE else Tree(tree.label, list(tree.children))
-    kids = [c for c in (_clean(child) for child in tree.children  # type: ignore[arg-type]  # a phrase's: trees
-                        ) if c is not None]
-    return Tree(strip_function_tags(tree.label), kids) if kids else None  # type: ignore[arg-type]  # trees are children
+def _clean(node: Tree, kids: list[Tree]) -> Tree | None:
+    if node.is_preterminal:
+        return None if node.label == TRACE else Tree(node.label, list(node.children))
+    return Tree(strip_function_tags(node.label), list(kids)) if kids else None
 
 
 def _unwrap(tree: Tree) -> Tree:

@@ -78,21 +78,21 @@ def brackets(tree: Tree, kept: Sequence[bool]) -> list[tuple[int, int, str]]:
     out: list[tuple[int, int, str]] = []
     position = 0
     index = 0  # preterminals seen
-
-    def walk(node: Tree) -> None:
-        nonlocal position, index
+    # (node, None) on the way down; (node, the position it starts at) once its children are
+    # queued, to close it when they are done
+    stack: list[tuple[Tree, int | None]] = [(tree, None)]
+    while stack:
+        node, start = stack.pop()
         if node.is_preterminal:
             position += kept[index]
             index += 1
-            return
-        start = position
-        for child in node.children:
-            walk(child)  # type: ignore[arg-type]  # a phrase's children are trees
-        label = _label(node.label)
-        if position > start and label not in DELETE_LABELS:
-            out.append((start, position, label))
-
-    walk(tree)
+        elif start is None:
+            stack.append((node, position))
+            stack.extend((c, None) for c in reversed(node.children) if isinstance(c, Tree))
+        else:
+            label = _label(node.label)
+            if position > start and label not in DELETE_LABELS:
+                out.append((start, position, label))
     return out
 
 
@@ -123,8 +123,11 @@ def score_sentence(hyp: Tree | None, ref: Tree, *, where: str = "") -> SentenceS
     if not any(ref_kept):  # nothing but punctuation: EVALB skips the sentence
         return SentenceScore(length, 0, 0, 0, 0, skipped=True)
     matched = sum((Counter(gold) & Counter(test)).values())
-    crossing = sum(any(g0 < t0 < g1 < t1 or t0 < g0 < t1 < g1 for g0, g1, _ in gold)
-                   for t0, t1, _ in test)
+    # each test bracket that crosses a gold one, compared span by distinct span: a tree over n
+    # words has at most 2n - 1 of them, however deep its unary chains
+    gold_spans = {(g0, g1) for g0, g1, _ in gold}
+    crossing = sum(n for (t0, t1), n in Counter((t0, t1) for t0, t1, _ in test).items()
+                   if any(g0 < t0 < g1 < t1 or t0 < g0 < t1 < g1 for g0, g1 in gold_spans))
     return SentenceScore(length, len(gold), len(test), matched, crossing)
 
 

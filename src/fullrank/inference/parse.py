@@ -29,7 +29,7 @@ from fullrank.data.linearize import (
     word_tokens,
 )
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.data.treebank import ESCAPES, Tree
+from fullrank.data.treebank import Tree, escape_word
 from fullrank.data.unknown_words import known_word
 from fullrank.errors import CheckpointError, DataError
 from fullrank.inference.decoders import Decoder
@@ -100,9 +100,10 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
     Decoding is :func:`~fullrank.inference.translate.translate`'s beam search with the GNMT
     length penalty ``alpha`` and at most ``a·|words| + b`` output tokens (capped by the model's
     ``max_len``); a sentence longer than ``max_len`` is a :class:`~fullrank.errors.DataError`
-    naming its line. Each tree's leaves are the sentence's words, tagged ``XX``; a word ``(`` or
-    ``)`` is read as the treebank writes it, ``-LRB-`` or ``-RRB-``. A word the source
-    vocabulary lacks goes in as its signature when the vocabulary has that
+    naming its line. Each tree's leaves are the sentence's words, tagged ``XX``; a bracket in a
+    word is read as the treebank writes it, ``-LRB-`` or ``-RRB-`` (``(a)`` is
+    ``-LRB-a-RRB-``). A word the source vocabulary lacks goes in as its signature when the
+    vocabulary has that
     (:func:`~fullrank.data.unknown_words.known_word`; ``data.unknown_words: signature``).
 
     ``leaves``: what the model writes for each word, ``XX`` or the word itself (the
@@ -147,9 +148,9 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
 
 def source_words(words: Tokenizer, sentences: Sequence[str]) -> tuple[list[str], list[str]]:
     """Each tokenized sentence with its words as the treebank writes them (``(`` is ``-LRB-``,
-    ``)`` is ``-RRB-``), and as the parser reads it: each word the vocabulary ``words`` lacks
-    as its signature where the vocabulary has that."""
-    lines = [" ".join(ESCAPES.get(w, w) for w in s.split()) for s in sentences]
+    ``)`` is ``-RRB-``, inside a word too), and as the parser reads it: each word the
+    vocabulary ``words`` lacks as its signature where the vocabulary has that."""
+    lines = [" ".join(map(escape_word, s.split())) for s in sentences]
     known = known_word(lambda w: words.token_to_id(w) is not None)
     return lines, [" ".join(map(known, line.split())) for line in lines]
 

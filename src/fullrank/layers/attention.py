@@ -252,6 +252,16 @@ class MultiHeadAttention(nn.Module):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
 
+    @torch.no_grad()
+    def mimetic_init_(self, scale: float = 1.0) -> None:
+        """Start each head's queries and keys equal, ``W_q = W_k ~ N(0, scale²/Dh)``, so that
+        ``E[W_qᵀ W_k] = scale² · I`` per head: every token starts attending to the tokens and
+        positions most like its own (after Trockman & Kolter 2023, *Mimetic initialization of
+        self-attention layers*). Values and the output projection keep their initialisation."""
+        q, k, _ = self._qkv_weights()
+        nn.init.normal_(q, std=scale / math.sqrt(self.d_head))
+        k.copy_(q)
+
     def _qkv_weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """Views ``(H·Dh, D)``, ``(H·Dh, D)``, ``(H·Dv, D)`` of the fused weight."""
         hd, hv = self.n_heads * self.d_head, self.n_heads * self.d_value

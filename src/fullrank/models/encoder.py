@@ -14,6 +14,8 @@ Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -50,6 +52,11 @@ class EncoderConfig(TransformerConfig):
         pooler: build the pooler even when no head uses it (Hugging Face's ``BertModel`` holds
             one, which a classifier fine-tuned from it starts from).
         init_std: std of the normal initialisation of every weight (BERT: 0.02).
+        attn_init: ``normal`` (BERT: queries and keys ``N(0, init_std)`` like every weight) or
+            ``mimetic``: each head's queries and keys start equal with ``W_qᵀW_k ≈ I``
+            (:meth:`~fullrank.layers.attention.MultiHeadAttention.mimetic_init_`), so attention
+            starts on similar tokens and, with sinusoidal positions, on nearby ones — what lets
+            a small BERT leave the unigram plateau early (docs/bert-results.md).
     """
 
     activation: Activation = "gelu"
@@ -66,6 +73,7 @@ class EncoderConfig(TransformerConfig):
     span_head: Bool = False
     pooler: Bool = False
     init_std: PositiveFloat = 0.02
+    attn_init: Literal["normal", "mimetic"] = "normal"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -177,12 +185,17 @@ class Encoder(nn.Module):
         self._init_bert_weights()
 
     def _init_bert_weights(self) -> None:
-        """BERT's initialisation: every linear weight ``N(0, init_std)``, zero biases."""
+        """BERT's initialisation: every linear weight ``N(0, init_std)``, zero biases; then,
+        with ``attn_init: mimetic``, the queries and keys of every self-attention."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=self.config.init_std)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+        if self.config.attn_init == "mimetic":
+            for block in self.modules():
+                if isinstance(block, EncoderBlock):
+                    block.self_attn.mimetic_init_()
 
     def forward(self, tokens: Tensor, *, segments: Tensor | None = None,
                 mask: Tensor | None = None) -> Tensor:

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Hashable
 from dataclasses import field
 from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
@@ -473,6 +474,8 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
+            if not isinstance(key, Hashable):
+                break  # PyYAML's own mapping refuses it ("found unhashable key")
             if key in seen:
                 raise ConfigError(f"{self.name}:{line}: key '{key}' appears twice in this mapping "
                                   f"(first on line {seen[key]}); keep one")
@@ -487,11 +490,15 @@ _Loader.add_implicit_resolver(
 
 
 def parse_yaml(text: str, name: str = "<text>") -> Any:
-    """``text`` as YAML through :class:`_Loader` (``name`` is the file named in errors)."""
+    """``text`` as YAML through :class:`_Loader` (``name`` is the file named in errors); a
+    document nested deeper than PyYAML's recursion can follow is a :class:`yaml.YAMLError` like
+    any other invalid YAML."""
     loader = _Loader(text)
     loader.name = name
     try:
         return loader.get_single_data()
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
     finally:
         loader.dispose()
 
@@ -510,6 +517,8 @@ def read_file(path: Path, _seen: tuple[Path, ...] = (), *, kind: str = "config",
     text = decode_utf8(read_bytes(path), path)
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else parse_yaml(text, str(path))
+    except RecursionError:  # tomllib follows nested arrays and tables by recursion
+        raise ConfigError(f"{path}: not valid TOML (nested too deeply)") from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:
         detail = " ".join(str(e).split())
         raise ConfigError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'} "

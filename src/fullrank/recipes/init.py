@@ -5,13 +5,14 @@ The new run's model is the checkpoint's model config with the fields the experim
 section states on top, and the heads its task needs; its tokenizer is the checkpoint's. Weights
 are copied by name: every tensor of the backbone must be there with the same shape (else the
 one-line "another architecture" error); head tensors (``Encoder.head_modules``) the checkpoint
-lacks are new, head tensors the model lacks are dropped, and both are listed.
+lacks are new, head tensors the model lacks are dropped, and both are listed. The checkpoint
+is verified first, as every command that loads one verifies it (checksums, its task's metadata,
+finite weights, the tokenizer against the model).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,16 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, family_of
 from fullrank.recipes.config import TASK_MODELS, build_model_config
-from fullrank.training.checkpoints import MODEL_FILE, TOKENIZER_FILE, read_meta, read_safetensors, resolve
+from fullrank.training.checkpoints import (
+    TOKENIZER_FILE,
+    check_readable,
+    read_meta,
+    read_safetensors,
+    resolve,
+    verified_tokenizer,
+    verified_weights,
+    weight_aliases,
+)
 
 
 @dataclass
@@ -61,11 +71,12 @@ def find_start(exp: Any) -> Start | None:
     if not exp.train.init_from:
         return None
     path = resolve(exp.train.init_from)
+    try:  # what every command that loads a checkpoint checks: checksums, metadata, finite weights
+        check_readable(path)
+    except FullrankError as e:
+        raise CheckpointError(f"train.init_from: {e}") from None
     meta = read_meta(path)
-    try:
-        config = config_from_dict(meta["model"])
-    except (FullrankError, TypeError, KeyError) as e:
-        raise CheckpointError(f"{path}: invalid model config ({e})") from None
+    config = config_from_dict(meta["model"])
     want = TASK_MODELS[exp.task]
     if type(config) is not want:
         raise CheckpointError(f"train.init_from: {path} holds a {family_of(config)} model "
@@ -74,7 +85,7 @@ def find_start(exp: Any) -> Start | None:
     if not (path / TOKENIZER_FILE).is_file():
         raise CheckpointError(f"train.init_from: {path} has no {TOKENIZER_FILE}; the new run "
                               f"needs the tokenizer the weights were trained with")
-    return Start(path, config, Tokenizer.load(path / TOKENIZER_FILE), meta.get("step"))
+    return Start(path, config, Tokenizer.load(verified_tokenizer(path)), meta.get("step"))
 
 
 def start_config(exp: Any, start: Start | None, vocab_size: int, **fields: Any) -> ModelConfig:
@@ -97,8 +108,9 @@ def planned_config(exp: Any, vocab_size: int, base: ModelConfig | None,
 
 def load_start_weights(model: nn.Module, start: Start) -> LoadReport:
     """Copy the checkpoint's tensors into ``model`` by name (module docstring)."""
-    tensors, metadata = read_safetensors(start.path / MODEL_FILE)
-    aliases: dict[str, str] = json.loads(metadata.get("aliases", "{}"))
+    weights = verified_weights(start.path)
+    tensors, metadata = read_safetensors(weights)
+    aliases = weight_aliases(metadata, weights)
     full: dict[str, Tensor] = dict(tensors)
     full.update({a: tensors[k] for a, k in aliases.items() if k in tensors})
     heads = tuple(f"{h}." for h in getattr(model, "head_modules", ()))

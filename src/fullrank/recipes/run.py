@@ -41,7 +41,7 @@ from fullrank.fast.workers import num_threads
 from fullrank.models import ModelConfig
 from fullrank.models.budget import count_params
 from fullrank.output import console as make_console
-from fullrank.paths import check_output_dir
+from fullrank.paths import check_output_dir, is_run_dir
 from fullrank.recipes.config import Experiment, resolved_yaml
 from fullrank.recipes.init import Start, build_initialised, find_start, start_config
 from fullrank.training.checkpoints import (
@@ -92,19 +92,6 @@ class RunReport:
 
 
 # ------------------------------------------------------------------------ the run directory
-# what a run directory may hold before its config.yaml: the tokenizer (trained first), the log
-# that `fullrank sweep` opens for the run, and a parsing run's tree vocabulary and data/ (the
-# pairs and gold trees it writes before training)
-RUN_FIRST_FILES = frozenset({"tokenizer.json", "train.log", "tree_tokenizer.json", "data"})
-
-
-def is_run_dir(path: Path) -> bool:
-    """Whether ``path`` looks like a directory ``fullrank train`` wrote (its resolved config or
-    its checkpoints; or only what a run writes before them)."""
-    return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir() or \
-        {p.name for p in path.iterdir()} <= RUN_FIRST_FILES
-
-
 def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None = None,
                       dist: DistInfo | None = None,
                       log: Callable[[str], None] = print) -> Path | None:
@@ -134,9 +121,8 @@ def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None 
     if found is not None and resume == "never" and resume_from is None:
         raise ConfigError(f"{run_dir} already holds a checkpoint ({found.name}); pass --resume "
                           f"(or resume=auto) to continue it, or set name=… for a new run")
-    if found is None or resume_from is not None:
-        check_output_dir(run_dir, option="run directory", overwrite=True, replaceable=is_run_dir,
-                         kind="a fullrank run directory", new="set another name= or out_dir=")
+    check_output_dir(run_dir, option="run directory", overwrite=True, replaceable=is_run_dir,
+                     kind="a fullrank run directory", new="set another name= or out_dir=")
     if main and checkpoints.is_dir():
         removed = remove_temporaries(checkpoints)
         if removed:

@@ -41,11 +41,12 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 
+from fullrank.data.text import loads_json
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, FullrankError, closest
 from fullrank.models import ModelConfig
 from fullrank.models.budget import count_params, solve_for
-from fullrank.paths import check_output_dir
+from fullrank.paths import check_output_dir, write_text_atomic
 from fullrank.recipes.config import (
     EXPERIMENTS,
     TASK_MODELS,
@@ -188,10 +189,22 @@ class Sweep:
 
     def with_overrides(self, overrides: dict[str, Any]) -> Sweep:
         """This sweep with ``key=value`` overrides of the command line, which every point takes
-        last (each checked against every arm's task)."""
+        last (each checked against every arm's task). A key the sweep sets point by point — an
+        axis, ``train.seed`` (its seeds), the key it solves for to match parameters,
+        ``train.init_from`` where an arm starts from another's checkpoints — cannot be
+        overridden: that would make its points one point."""
+        varied = {k: "an axis" for k in self.coordinate_keys()}
+        varied["train.seed"] = "its seeds"
+        if self.match is not None:
+            varied[self.match.solve_for] = "match.solve_for"
+        if any(arm.init_from for arm in self.arms.values()):
+            varied["train.init_from"] = "an arm's init_from"
         for key in overrides:
             for arm in self.arms.values():
                 check_key(self.path, "overrides", key, arm.task)
+            if key in varied:
+                raise ConfigError(f"override '{key}': {self.path} sets it point by point "
+                                  f"({varied[key]}); choose points with --arms, or edit the file")
         return dataclasses.replace(self, cli={**self.cli, **overrides})
 
 
@@ -576,7 +589,7 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise ConfigError(f"{path}: unreadable sweep record; choose another --out") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -609,9 +622,7 @@ def claim_output(plan_: Plan, out: Path) -> None:
             tok.save(out / name)
     record = manifest(plan_)
     record["points"] = {**points, **record["points"]}
-    tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    tmp.replace(out / MANIFEST)
+    write_text_atomic(out / MANIFEST, json.dumps(record, indent=1))
 
 
 def finished(out: Path, point: Point) -> bool:
@@ -622,6 +633,8 @@ def train_command(point: Point, out: Path, *, threads: int | None = None,
                   quiet: bool = True) -> list[str]:
     """``fullrank train BASE OVERRIDES… name=POINT out_dir=OUT resume=auto``: one point, as
     anyone could run it by hand (or under ``torchrun``)."""
-    extra = [f"train.threads={threads}"] if threads else []
+    # the runner's share of the cores, unless the point's own settings fix the thread count
+    fixed = any(o.startswith("train.threads=") for o in point.overrides)
+    extra = [f"train.threads={threads}"] if threads and not fixed else []
     return ["fullrank", "train", str(point.base), *point.overrides, *extra,
             f"name={point.name}", f"out_dir={out}", "resume=auto", *(["--quiet"] if quiet else [])]

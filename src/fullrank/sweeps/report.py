@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fullrank.paths import atomic_path, write_text_atomic
 from fullrank.recipes.run import recipe_of
 from fullrank.sweeps.plan import DERIVED, Plan, PlotSpec, Point, coordinate, value_text
 
@@ -235,8 +236,8 @@ def write_summary(plan: Plan, out: Path) -> tuple[Path, Path, list[Row]]:
     rows = collect(plan, out)
     columns, records = table(plan, rows)
     md, csv_path = out / "summary.md", out / "summary.csv"
-    md.write_text(markdown(plan, rows), encoding="utf-8")
-    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+    write_text_atomic(md, markdown(plan, rows))
+    with atomic_path(csv_path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in rec.items()} for rec in records)
@@ -334,7 +335,8 @@ def write_plots(plan: Plan, rows: list[Row], out: Path) -> list[Path]:
             fig.tight_layout()
             series = "" if spec.series == "arm" else f"_by_{spec.series.rsplit('.', 1)[-1]}"
             path = out / f"{metric}_vs_{spec.x.rsplit('.', 1)[-1]}{series}.png"
-            fig.savefig(path, dpi=120)
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, dpi=120)
             plt.close(fig)
             written.append(path)
     return written

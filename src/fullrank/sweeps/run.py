@@ -13,8 +13,10 @@ plain ``fullrank train`` in each, or ``torchrun`` for a point on several GPUs.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fullrank.errors import ConfigError
 from fullrank.recipes.run import recipe_of
 from fullrank.sweeps.plan import Plan, Point, finished, train_command
 from fullrank.sweeps.report import ensemble_file, ensemble_sizes, figures, label
@@ -195,6 +198,20 @@ def _gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_executor(executor: str) -> None:
+    """One :class:`ConfigError` line unless ``executor`` (``local``, ``slurm``,
+    ``submitit-local``) can run here: submitit installed, and for ``slurm`` SLURM's ``sbatch``
+    on the ``PATH``."""
+    if executor == "local":
+        return
+    if importlib.util.find_spec("submitit") is None:
+        raise ConfigError(f"--executor {executor} needs submitit (pip install submitit), which "
+                          f"is not installed; or use --executor local")
+    if executor == "slurm" and shutil.which("sbatch") is None:
+        raise ConfigError("--executor slurm: no SLURM here (sbatch is not on the PATH); run the "
+                          "sweep on a SLURM login node, or use --executor local")
 
 
 def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, Any],

@@ -7,12 +7,12 @@ tokenizer), loadable like any other.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from fullrank.data.text import loads_json
 from fullrank.errors import CheckpointError
 from fullrank.training.checkpoints import (
     META_FILE,
@@ -45,7 +45,7 @@ def too_few(found: Sequence[Path], k: int, setting: str) -> str:
         return (f"no checkpoints, fewer than {setting} {k}; is this the directory of a run of "
                 f"`fullrank train`?")
     try:
-        meta = json.loads((found[-1] / META_FILE).read_text(encoding="utf-8"))
+        meta = loads_json((found[-1] / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         meta = {}
     every = meta.get("save_every")

@@ -35,14 +35,19 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from fullrank.data.text import loads_json
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, config_to_dict
+from fullrank.paths import write_text_atomic
 from fullrank.training.integrity import (
     FORMAT,
     CheckpointMeta,
+    ClassifyMeta,
     LoopMeta,
     OptimizerMeta,
+    ParseMeta,
+    SquadMeta,
     digest,
     inside,
     parse_meta,
@@ -70,17 +75,6 @@ def _fsync_dir(path: Path) -> None:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, fsync, and rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 # --------------------------------------------------------------------------- model weights
@@ -129,25 +123,31 @@ def save_weights(model: nn.Module, path: Path, state: dict[str, Tensor] | None =
 
 def read_safetensors(path: Path, *, fix: str = "use an earlier checkpoint"
                      ) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """All tensors and the metadata of a safetensors file; a missing, truncated or corrupt file
-    is one :class:`CheckpointError` (ending with ``fix``)."""
+    """All tensors and the metadata of a safetensors file; a missing, truncated or corrupt file,
+    or a floating-point tensor holding NaN or an infinity (such weights would train or decode
+    to nonsense), is one :class:`CheckpointError` (ending with ``fix``)."""
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file; point at a checkpoint directory "
                               f"(containing {MODEL_FILE}) or a run directory")
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
-            return {k: f.get_tensor(k) for k in f.keys()}, metadata
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CheckpointError(f"{path}: not a readable safetensors file ({msg}); the file is "
                               f"truncated or corrupt — {fix}") from None
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{path}: tensor '{name}' holds NaN or infinite values; the "
+                                  f"weights are unusable — {fix}")
+    return tensors, metadata
 
 
-def _aliases(metadata: dict[str, str], path: Path) -> dict[str, str]:
+def weight_aliases(metadata: dict[str, str], path: Path) -> dict[str, str]:
     """The ``alias → kept name`` table stored in a weights file's metadata, validated."""
     try:
-        aliases = json.loads(metadata.get("aliases", "{}"))
+        aliases = loads_json(metadata.get("aliases", "{}"))
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}: its 'aliases' metadata is not valid JSON ({e.msg}); the "
                               f"file is damaged — use another checkpoint") from None
@@ -177,7 +177,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
     """
     tensors, metadata = read_safetensors(path)
     full = dict(tensors)
-    full.update({alias: tensors[kept] for alias, kept in _aliases(metadata, path).items()
+    full.update({alias: tensors[kept] for alias, kept in weight_aliases(metadata, path).items()
                  if kept in tensors})
     expected = model.state_dict()
     for name, want in expected.items():  # in the model's order, so "first" means first layer
@@ -503,6 +503,12 @@ def verified_weights(ckpt: Path) -> Path:
     return verify_file(ckpt, _read_meta(ckpt)[1], MODEL_FILE)
 
 
+def verified_tokenizer(ckpt: Path) -> Path:
+    """The ``tokenizer.json`` of checkpoint directory ``ckpt``, checked against its recorded
+    checksum."""
+    return verify_file(ckpt, _read_meta(ckpt)[1], TOKENIZER_FILE)
+
+
 def _model_config(ckpt: Path, meta: CheckpointMeta) -> ModelConfig:
     """The model config of ``meta``, checked against the size of the stored weights before any
     model is built (a crafted ``vocab_size`` of 10¹² is an error, not an allocation)."""
@@ -519,27 +525,61 @@ def _model_config(ckpt: Path, meta: CheckpointMeta) -> ModelConfig:
         raise CheckpointError(f"{ckpt / META_FILE}: the model config describes {described:,} "
                               f"parameters but {MODEL_FILE} holds {stored:,} values; the metadata "
                               f"does not belong to these weights — use another checkpoint")
+    _check_task(ckpt, meta, config)
     return config
+
+
+def _check_task(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> None:
+    """What the task's commands rely on that the model config must agree with: a label per
+    class of a classifier, a span head for a span model, a tree vocabulary of the decoder's
+    size for a parser."""
+    where = ckpt / META_FILE
+    fix = "the metadata does not belong to these weights — use another checkpoint"
+    if isinstance(meta, ClassifyMeta):
+        classes = getattr(config, "n_classes", 0)
+        if len(meta.labels) != classes:
+            raise CheckpointError(f"{where}: {len(meta.labels)} labels "
+                                  f"({', '.join(meta.labels)}) for a classifier of {classes} "
+                                  f"classes; {fix}")
+    if isinstance(meta, SquadMeta) and not getattr(config, "span_head", False):
+        raise CheckpointError(f"{where}: task 'squad' but the model has no span head; {fix}")
+    if isinstance(meta, ParseMeta):
+        trees = Tokenizer.from_str(meta.tree_tokenizer, where=f"{where} (tree_tokenizer)")
+        if trees.vocab_size != config.vocab_size:
+            raise CheckpointError(f"{where}: the tree vocabulary holds {trees.vocab_size} "
+                                  f"symbols but the decoder {config.vocab_size}; {fix}")
+
+
+def _check_tokenizer(path: Path, tokenizer: Tokenizer, config: ModelConfig) -> None:
+    """The tokenizer's vocabulary is the one the model reads (the source side's, for a model
+    with two vocabularies)."""
+    expected = getattr(config, "src_vocab_size", None) or config.vocab_size
+    if tokenizer.vocab_size != expected:
+        raise CheckpointError(f"{path}: {tokenizer.vocab_size} tokens but the model reads "
+                              f"{expected}; the tokenizer does not belong to these weights — "
+                              f"use another checkpoint")
 
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: the model (eval mode, CPU), its config, tokenizer and metadata."""
+    """A loaded checkpoint: the model (eval mode, CPU), its config, tokenizer and metadata
+    (``meta`` as stored, ``info`` as validated by its task's schema)."""
 
     path: Path
     model: nn.Module
     config: ModelConfig
     tokenizer: Tokenizer | None
     meta: dict[str, Any]
+    info: CheckpointMeta
 
     @property
     def task(self) -> str | None:
-        return self.meta.get("task")
+        return self.info.task
 
     @property
     def eos_per_line(self) -> bool:
         """Whether the training text ended every line with EOS (language models)."""
-        return bool(self.meta.get("data", {}).get("eos_per_line", False))
+        return self.info.data.eos_per_line
 
 
 def load_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> Checkpoint:
@@ -548,12 +588,20 @@ def load_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> 
     ckpt = resolve(path)
     raw, meta = _read_meta(ckpt)
     config = _model_config(ckpt, meta)
+    tokenizer = _tokenizer(ckpt, meta, config)
     model = build_model(config)
     load_weights(model, ckpt / MODEL_FILE)
-    tokenizer = None
-    if (ckpt / TOKENIZER_FILE).exists() or TOKENIZER_FILE in meta.files:
-        tokenizer = Tokenizer.load(verify_file(ckpt, meta, TOKENIZER_FILE))
-    return Checkpoint(ckpt, model.to(device).eval(), config, tokenizer, raw)
+    return Checkpoint(ckpt, model.to(device).eval(), config, tokenizer, raw, meta)
+
+
+def _tokenizer(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> Tokenizer | None:
+    """The checkpoint's tokenizer (``None`` without one), verified and matched to the model."""
+    if not ((ckpt / TOKENIZER_FILE).exists() or TOKENIZER_FILE in meta.files):
+        return None
+    path = verify_file(ckpt, meta, TOKENIZER_FILE)
+    tokenizer = Tokenizer.load(path)
+    _check_tokenizer(path, tokenizer, config)
+    return tokenizer
 
 
 def read_training_state(ckpt: Path, optimizer: torch.optim.Optimizer
@@ -626,25 +674,27 @@ def check_pointer(root: Path) -> str:
 
 
 def check_readable(ckpt: Path, *, training: bool = False) -> str:
-    """Verify checkpoint directory ``ckpt`` without building its model: the metadata, every
-    recorded checksum, the weights' header against the model config, the other files'
-    formats; with ``training``, that it holds what a resume needs. Returns what was checked;
-    a :class:`CheckpointError` names the first problem."""
+    """Verify checkpoint directory ``ckpt`` without building its model — everything a command
+    that loads it checks: the metadata (its task's schema, and against the model config),
+    every recorded checksum, the weights' header against the model config, finite weights and
+    optimizer state, the tokenizer against the model; with ``training``, that it holds what a
+    resume needs. Returns what was checked; a :class:`CheckpointError` names the first
+    problem."""
     if not (ckpt / META_FILE).exists():
         raise CheckpointError(f"{ckpt}: no {META_FILE}; the checkpoint is incomplete")
     _, meta = _read_meta(ckpt)
     if training:
         _require_training_state(ckpt, meta)
-    _model_config(ckpt, meta)  # verifies the weights
+    config = _model_config(ckpt, meta)  # verifies the weights' checksum and the task's metadata
     if meta.files:
         present = {p.name for p in ckpt.iterdir()} - {META_FILE, MODEL_FILE}
         for name in sorted(set(meta.files) - {MODEL_FILE} | present):
             verify_file(ckpt, meta, name)  # a file missing, damaged or not recorded: named
-        return f"{len(meta.files)} files match their SHA-256"
-    # no checksums recorded: read every byte the formats allow
-    read_safetensors(ckpt / MODEL_FILE)
+    # what a load reads besides the checksums: finite weights, their aliases, the tokenizer
+    weight_aliases(read_safetensors(inside(ckpt, MODEL_FILE))[1], ckpt / MODEL_FILE)
     if (ckpt / STATE_FILE).exists():
         read_safetensors(inside(ckpt, STATE_FILE))
-    if (ckpt / TOKENIZER_FILE).exists():
-        Tokenizer.load(inside(ckpt, TOKENIZER_FILE))
+    _tokenizer(ckpt, meta, config)
+    if meta.files:
+        return f"{len(meta.files)} files match their SHA-256"
     return "no checksums recorded (written by an earlier fullrank); its files are readable"

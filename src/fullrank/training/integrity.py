@@ -2,10 +2,11 @@
 
 A checkpoint directory is untrusted input: it may be truncated, corrupted on disk, edited by
 hand or crafted. Before any model is built its ``meta.json`` is decoded (UTF-8 JSON) and
-validated by :class:`CheckpointMeta` (types, ranges; the model config by its own pydantic
-dataclass), and every file read from it must lie inside the directory and match the SHA-256
-recorded when it was written (:func:`verify_file`). Checkpoints written before checksums were
-recorded have no ``files`` entry and load as before.
+validated by :class:`CheckpointMeta`, or by its task's schema (:data:`TASK_SCHEMAS`: a
+classifier's labels, a span model's settings, a parser's tree vocabulary) — types, ranges; the
+model config by its own pydantic dataclass — and every file read from it must lie inside the
+directory and match the SHA-256 recorded when it was written (:func:`verify_file`).
+Checkpoints written before checksums were recorded have no ``files`` entry and load as before.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints, ValidationError
 
+from fullrank.data.linearize import LEAVES, ORDERS, Leaves, Order
+from fullrank.data.text import loads_json
 from fullrank.errors import CheckpointError
 from fullrank.validation import Bool, Float, NonNegativeFloat, NonNegativeInt, PositiveInt, Str, describe
 
 FORMAT = "fullrank-checkpoint-v1"
+# every task a checkpoint may be of (fullrank.recipes.config.TASK_MODELS trains each)
+Task = Literal["lm", "mt", "parse", "bert", "classify", "squad"]
 _CHUNK = 1 << 22  # bytes hashed at a time
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -75,12 +80,13 @@ class DataMeta(_Schema):
 
 class CheckpointMeta(_Schema):
     """``meta.json``. Other keys (the experiment, where an average came from, …) are kept as
-    they are."""
+    they are. A task's checkpoint is read by its own schema (:data:`TASK_SCHEMAS`), which adds
+    what the task's commands rely on."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
     format: Literal["fullrank-checkpoint-v1"]
     model: dict[Str, Any]
-    task: Str | None = None
+    task: Task | None = None
     step: NonNegativeInt | None = None
     save_every: PositiveInt | None = None
     loop: LoopMeta | None = None
@@ -88,6 +94,62 @@ class CheckpointMeta(_Schema):
     files: dict[FileName, FileDigest] = {}
     data: DataMeta = DataMeta()
     experiment: dict[Str, Any] | None = None
+
+
+def _distinct(labels: list[str]) -> list[str]:
+    repeated = next((x for i, x in enumerate(labels) if x in labels[:i]), None)
+    if repeated is not None:
+        raise ValueError(f"labels: '{repeated}' appears twice; each class needs a label of its own")
+    return labels
+
+
+def _one_field(label: str) -> str:
+    if not label.strip() or any(c in label for c in "\t\n\r"):
+        raise ValueError(f"labels: {label!r} is not a label `fullrank classify` can print (one "
+                         f"TAB-separated field: not empty, no TAB or line break)")
+    return label
+
+
+# a class's name as `fullrank classify` prints it: "label<TAB>label=0.9…"
+Label = Annotated[str, Strict(), AfterValidator(_one_field)]
+
+
+class ClassifyMeta(CheckpointMeta):
+    """A classifier's checkpoint (``task: classify``): the name of each class, in the order
+    of the classifier's outputs."""
+
+    task: Literal["classify"]
+    labels: Annotated[list[Label], Field(min_length=2), AfterValidator(_distinct)]
+
+
+class SquadSettings(_Schema):
+    """How a span model reads a question (the run's ``data`` settings; BERT's defaults)."""
+
+    doc_stride: PositiveInt = 64
+    n_best: PositiveInt = 20
+    max_answer_len: PositiveInt = 30
+
+
+class SquadMeta(CheckpointMeta):
+    """A span model's checkpoint (``task: squad``)."""
+
+    task: Literal["squad"]
+    squad: SquadSettings = SquadSettings()
+
+
+class ParseMeta(CheckpointMeta):
+    """A parser's checkpoint (``task: parse``): the tree symbols' vocabulary (the JSON of a
+    word-level tokenizer) and how the trees were written (:mod:`fullrank.data.linearize`)."""
+
+    task: Literal["parse"]
+    tree_tokenizer: Annotated[str, Strict(), Field(min_length=1)]
+    tree_leaves: Leaves = LEAVES[0]
+    tree_order: Order = ORDERS[0]
+
+
+# the schema of each task's meta.json (the others' is CheckpointMeta)
+TASK_SCHEMAS: dict[str, type[CheckpointMeta]] = {
+    "classify": ClassifyMeta, "squad": SquadMeta, "parse": ParseMeta}
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -98,7 +160,7 @@ def read_json(path: Path, what: str) -> Any:
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror}); {what}") from None
     try:
-        return json.loads(data.decode("utf-8"))
+        return loads_json(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{path}: not UTF-8 (byte 0x{data[e.start]:02x} at offset "
                               f"{e.start}); {what}") from None
@@ -115,8 +177,10 @@ def parse_meta(data: Any, path: Path) -> CheckpointMeta:
     if data.get("format") != FORMAT:
         raise CheckpointError(f"{path}: format {data.get('format')!r} is not {FORMAT!r}; this "
                               f"is not a fullrank checkpoint")
+    task = data.get("task")
+    schema = TASK_SCHEMAS.get(task, CheckpointMeta) if isinstance(task, str) else CheckpointMeta
     try:
-        return CheckpointMeta.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as e:
         raise CheckpointError(f"{path}: {describe(e)}; the metadata is damaged — use another "
                               f"checkpoint") from None

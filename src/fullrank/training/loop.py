@@ -29,13 +29,13 @@ from torch.nn.parallel import DistributedDataParallel
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import TrainingError
 from fullrank.output import progress as progress_bar
+from fullrank.paths import write_text_atomic
 from fullrank.training.checkpoints import (
     load_weights,
     read_training_state,
     restore_rng,
     save_training_checkpoint,
     verified_weights,
-    write_text_atomic,
 )
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import (

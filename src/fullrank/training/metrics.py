@@ -8,7 +8,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fullrank.data.text import loads_json
 from fullrank.errors import DataError
+from fullrank.paths import atomic_path
 
 METRICS_FILE = "metrics.jsonl"
 RESULTS_FILE = "results.json"
@@ -58,7 +60,7 @@ def _step_of(line: str) -> float:
     """The step of a metrics record; infinity for a line that is not one (a record torn by a
     killed run, which a resume drops)."""
     try:
-        record = json.loads(line)
+        record = loads_json(line)
         return float(record["step"])
     except (ValueError, TypeError, KeyError):
         return math.inf
@@ -73,7 +75,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_json(line)
         except ValueError:
             record = None
         if not isinstance(record, dict) or "step" not in record or "split" not in record:
@@ -101,7 +103,7 @@ def read_final(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
     """``(step, valid)`` of a finished run's ``results.json``: the exact validation figure over the
     whole validation text at its last step; ``None`` before the run has finished."""
     try:
-        results = json.loads((Path(run_dir) / RESULTS_FILE).read_text(encoding="utf-8"))
+        results = loads_json((Path(run_dir) / RESULTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     valid = results.get("valid") if isinstance(results, dict) else None
@@ -120,7 +122,8 @@ def plot_run(run_dir: Path, out: Path | None = None, *,
     fig = curves_figure(read_metrics(run_dir), final or read_final(run_dir),
                         title=Path(run_dir).resolve().name)
     out = out or Path(run_dir) / "curves.png"
-    fig.savefig(out, dpi=110)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return out
 

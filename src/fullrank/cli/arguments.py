@@ -1,0 +1,49 @@
+"""What every command's arguments share: one rule for text, one for numbers.
+
+- **Text.** Every argument must be UTF-8. Python hands the bytes of an argument that is not to
+  the program as lone surrogates (``\\udce9`` for byte 0xe9), which no tokenizer, file name in
+  a checkpoint's record or JSON file can hold; :func:`check_text` refuses them in one line
+  naming the option (``--question: not valid UTF-8 (byte 0xe9 at character 4)``) before the
+  command runs. Standard input is read as bytes and decoded by the same rule, line by line
+  (:func:`fullrank.data.text.read_stdin_lines`).
+- **Numbers.** A float option is :func:`finite_float`: ``nan`` and ``inf`` are usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import PurePath
+
+from fullrank.errors import check_utf8
+
+OVERRIDES = "KEY=VALUE"  # the metavar of a command's dotted key=value overrides
+
+
+def finite_float(text: str) -> float:
+    """An argparse ``type``: ``text`` as a finite float (``nan``, ``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def check_text(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse, in one :class:`~fullrank.errors.DataError` line naming the option, any argument
+    of ``parser`` (one command's) whose value in ``args`` is not UTF-8 text."""
+    for action in parser._actions:  # argparse has no public list of a parser's arguments
+        value = getattr(args, action.dest, None)
+        name = (max(action.option_strings, key=len) if action.option_strings
+                else action.metavar or action.dest)
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, (str, PurePath)):
+                continue
+            text, where = str(item), str(name)
+            if action.metavar == OVERRIDES and "=" in text:
+                key, _, text = text.partition("=")
+                check_utf8(key, "an override's key")
+                where = f"override '{key}'"
+            check_utf8(text, where)
