@@ -33,14 +33,22 @@ CONFIG = "configs/bert/wikipedia/bert.yaml"
 # every probe: 2,000 steps of 32 sequences of 128 tokens (8.2M tokens), warm-up 10%, one thread
 COMMON = ["train.steps=2000", "train.warmup=200", "train.eval_every=250", "train.eval_batches=20",
           "train.save_every=1000", "train.log_every=50", "train.threads=1"]
-# the settings that leave the plateau fastest, found by the probes below (the shipped recipe,
-# configs/bert/wikipedia/recipe.yaml, uses them)
+# pre-LN, masked LM alone, 40% masking, no dropout, lr 2e-3: the settings Cramming (Geiping &
+# Goldstein 2022) and Izsak et al. (2021) train small BERTs with
 CRAM = ["model.norm_first=true", "model.next_sentence=false", "data.mlm_prob=0.4",
         "data.max_predictions=52", "model.dropout=0", "model.attn_dropout=0", "train.lr=2e-3"]
 PROBES: dict[str, tuple[str, list[str]]] = {
     "pA_bert": ("BERT's recipe: post-LN, NSP, 15% masking, dropout 0.1, lr 1e-3", []),
     "pZ_all": ("pre-LN, no NSP, 40% masking, no dropout, lr 2e-3", CRAM),
+    "pS_sinusoid": ("pZ_all with sinusoidal positions and embeddings scaled by √d",
+                    [*CRAM, "model.positions=sinusoidal", "model.scale_embeddings=true"]),
+    "pH_lr5e-3": ("pZ_all with lr 5e-3", [*CRAM, "train.lr=5e-3"]),
+    "pL_seq32": ("pZ_all with n = 32, batch 128 (same tokens a step)",
+                 [*CRAM, "model.seq_len=32", "data.max_predictions=13", "train.batch_size=128"]),
 }
+# the shipped recipe (configs/bert/wikipedia/recipe.yaml), trained on its own; its curve is drawn
+# beside the probes when --recipe-run holds it
+RECIPE = ("recipe", "pre-LN, no NSP, 15% masking, sinusoidal positions, mimetic q/k, lr 2e-3")
 
 
 def _run(name: str, overrides: list[str], out: Path, extra: list[str]) -> tuple[str, int, float]:
@@ -70,13 +78,16 @@ def curve(run_dir: Path) -> tuple[list[tuple[int, float, float]], dict | None]:
     return points, (json.loads(results.read_text()) if results.is_file() else None)
 
 
-def report(out: Path, results: Path, plot: Path, tokens_per_step: int) -> None:
-    rows = ["| probe | what changes | MLM acc % at 1M / 2M / 4M / 8.2M tokens | final MLM acc % "
-            "(all valid) | final MLM ppl | NSP acc % |",
+def report(out: Path, results: Path, plot: Path, tokens_per_step: int,
+           recipe_run: Path | None = None) -> None:
+    rows = ["| probe | what changes | MLM acc % at 1M / 2M / 4M / 8.2M / 12.3M / 20.5M tokens | "
+            "final MLM acc % (all valid) | final MLM ppl | NSP acc % |",
             "|---|---|---|---|---|---|"]
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, (what, _) in PROBES.items():
-        run_dir = out / name
+    runs = [(name, what, out / name) for name, (what, _) in PROBES.items()]
+    if recipe_run is not None:
+        runs.append((*RECIPE, recipe_run))
+    for name, what, run_dir in runs:
         if not (run_dir / "metrics.jsonl").is_file():
             continue
         points, final = curve(run_dir)
@@ -85,18 +96,20 @@ def report(out: Path, results: Path, plot: Path, tokens_per_step: int) -> None:
         steps, acc, _ = zip(*points)
         ax.plot([s * tokens_per_step / 1e6 for s in steps], acc, marker="o", ms=3, label=name)
         at = {s: a for s, a, _ in points}
-        marks = " / ".join(f"{at[s]:.1f}" if s in at else "–" for s in (250, 500, 1000, 2000))
+        marks = " / ".join(f"{at[s]:.1f}" if s in at else "–"
+                           for s in (250, 500, 1000, 2000, 3000, 5000))
         v = (final or {}).get("valid") or {}
-        rows.append(f"| {name} | {what} | {marks} | {v.get('mlm_acc', float('nan')):.2f} | "
-                    f"{v.get('mlm_ppl', float('nan')):.1f} | "
-                    f"{v['nsp_acc']:.1f} |" if "nsp_acc" in v else
-                    f"| {name} | {what} | {marks} | {v.get('mlm_acc', float('nan')):.2f} | "
-                    f"{v.get('mlm_ppl', float('nan')):.1f} | – |")
+        if v:
+            nsp = f"{v['nsp_acc']:.1f}" if "nsp_acc" in v else "–"
+            last = f"{v['mlm_acc']:.2f} | {v['mlm_ppl']:.1f} | {nsp}"
+        else:
+            last = f"stopped at step {steps[-1]} | – | –"
+        rows.append(f"| {name} | {what} | {marks} | {last} |")
     ax.axhline(15, color="grey", lw=0.8, ls="--")
     ax.text(0.1, 15.4, "unigram plateau (~15%)", color="grey", fontsize=8)
     ax.set_xlabel("tokens seen (millions; steps × 32 × 128)")
     ax.set_ylabel("validation MLM accuracy % (15% masking, fixed masks)")
-    ax.set_title("Leaving the plateau: 2,000-step probes on the Wikipedia corpus")
+    ax.set_title("Leaving the plateau: probes and the recipe on the Wikipedia corpus")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
@@ -115,6 +128,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "probes")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "bert_probes.md")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bert_probes.png")
+    ap.add_argument("--recipe-run", type=Path, default=ROOT / "runs" / "bert" / "wiki_recipe",
+                    help="the recipe's run, drawn beside the probes when it has metrics")
     args = ap.parse_args()
     names = args.only or list(PROBES)
     if args.run:
@@ -128,7 +143,8 @@ def main() -> None:
         with ThreadPoolExecutor(args.jobs) as pool:
             for name, rc, secs in pool.map(lambda n: _run(n, PROBES[n][1], args.out, args.set), names):
                 print(f"{name}: {'ok' if rc == 0 else f'failed (exit {rc})'} in {secs / 60:.1f} min")
-    report(args.out, args.results, args.plot, tokens_per_step=32 * 128)
+    recipe = args.recipe_run if (args.recipe_run / "metrics.jsonl").is_file() else None
+    report(args.out, args.results, args.plot, tokens_per_step=32 * 128, recipe_run=recipe)
 
 
 if __name__ == "__main__":
