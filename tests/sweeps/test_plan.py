@@ -13,7 +13,7 @@ from fullrank.cli import main
 from fullrank.errors import ConfigError
 from fullrank.models import build_model
 from fullrank.recipes.config import parse_assignment
-from fullrank.sweeps.plan import claim_output, load_sweep, plan
+from fullrank.sweeps.plan import claim_output, load_sweep, own_threads, plan, train_command
 from tests.e2e.lm_fixture import tiny_experiment
 from tests.helpers import shared_data
 
@@ -78,6 +78,27 @@ def test_command_line_overrides_win_over_the_sweep_file(tmp_path):
         last = dict(item.split("=", 1) for item in p.overrides)
         assert (last["train.steps"], last["train.lr"], last["model.dropout"]) == ("3", "0.002",
                                                                                   "0.0")
+
+
+def test_a_key_set_point_by_point_cannot_be_overridden(tmp_path):
+    text = TOY.replace("standard: {", "standard: {init_from: fixed, ")
+    sweep = load_sweep(toy_sweep(tmp_path, text))
+    for key, why in (("model.n_heads", "an axis"), ("train.seed", "its seeds"),
+                     ("model.d_ff", "match.solve_for"), ("train.init_from", "an arm's init_from")):
+        with pytest.raises(ConfigError, match=rf"override '{key}': .*point by point \({why}\)"):
+            sweep.with_overrides({key: 1})
+    assert sweep.with_overrides({"train.lr": 0.1}).cli == {"train.lr": 0.1}
+
+
+def test_a_points_own_thread_count_is_kept_and_the_others_take_the_runners_share(tmp_path):
+    sweep = load_sweep(toy_sweep(tmp_path, TOY + "set: {train.threads: 3}\n"))
+    fixed = plan(sweep, tmp_path / "out").points[0]
+    free = plan(load_sweep(toy_sweep(tmp_path)), tmp_path / "out").points[0]
+    assert own_threads(fixed) == "3" and own_threads(free) is None
+    for point, want in ((fixed, "3"), (free, "2")):
+        command = train_command(point, tmp_path / "out", threads=2)
+        assert [a for a in command if a.startswith("train.threads=")][-1] == f"train.threads={want}"
+    assert not any(a.startswith("train.threads=") for a in train_command(free, tmp_path / "out"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])

@@ -629,12 +629,17 @@ def finished(out: Path, point: Point) -> bool:
     return (out / point.name / "results.json").is_file()
 
 
+def own_threads(point: Point) -> str | None:
+    """The thread count that the point's own settings fix (its last ``train.threads=``), if
+    any: the runner's share of the cores does not replace it."""
+    return next((o.split("=", 1)[1] for o in reversed(point.overrides)
+                 if o.startswith("train.threads=")), None)
+
+
 def train_command(point: Point, out: Path, *, threads: int | None = None,
                   quiet: bool = True) -> list[str]:
     """``fullrank train BASE OVERRIDES… name=POINT out_dir=OUT resume=auto``: one point, as
     anyone could run it by hand (or under ``torchrun``)."""
-    # the runner's share of the cores, unless the point's own settings fix the thread count
-    fixed = any(o.startswith("train.threads=") for o in point.overrides)
-    extra = [f"train.threads={threads}"] if threads and not fixed else []
+    extra = [f"train.threads={threads}"] if threads and own_threads(point) is None else []
     return ["fullrank", "train", str(point.base), *point.overrides, *extra,
             f"name={point.name}", f"out_dir={out}", "resume=auto", *(["--quiet"] if quiet else [])]

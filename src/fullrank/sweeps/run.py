@@ -29,7 +29,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fullrank.errors import ConfigError
 from fullrank.recipes.run import recipe_of
-from fullrank.sweeps.plan import Plan, Point, finished, train_command
+from fullrank.sweeps.plan import Plan, Point, finished, own_threads, train_command
 from fullrank.sweeps.report import ensemble_file, ensemble_sizes, figures, label
 
 POLL_S = 1.0
@@ -138,8 +138,12 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
                     TextColumn("{task.completed}/{task.total} steps {task.fields[loss]}"),
                     TimeElapsedColumn(), console=console, disable=not progress, transient=True)
     tasks: dict[str, Any] = {}
+    own = {own_threads(p) for p in pending}
+    share = f"{threads} thread{'s' if threads > 1 else ''}"
+    each = (share if own == {None} else f"train.threads={own.pop()}" if len(own) == 1
+            else f"its own train.threads, or {share}")
     console.print(f"{len(pending)} points to train ({len(outcome.skipped)} finished before), "
-                  f"{jobs} at a time on {threads} thread{'s' if threads > 1 else ''} each")
+                  f"{jobs} at a time, each on {each}")
     try:
         with bars:
             while pending or running:
