@@ -23,6 +23,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 

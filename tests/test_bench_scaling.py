@@ -35,8 +35,25 @@ def test_cost_model_grows_as_theory_says(scaling):
 
 @pytest.mark.slow
 def test_a_toy_sweep_writes_table_json_and_plot(scaling, tmp_path):
-    assert scaling.main(["--lengths", "32", "64", "--heads", "2", "4", "--steps", "1",
-                         "--threads", "1", "--out", str(tmp_path)]) == 0
+    assert (
+        scaling.main(
+            [
+                "--lengths",
+                "32",
+                "64",
+                "--heads",
+                "2",
+                "4",
+                "--steps",
+                "1",
+                "--threads",
+                "1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     res = json.loads((tmp_path / "scaling.json").read_text())
     assert [r["seq"] for r in res["by_n"]] == [32, 64] and [r["heads"] for r in res["by_heads"]] == [2, 4]
     assert all(r["step_ms"] > 0 and r["step_rss_mb"] >= 0 for r in res["by_n"] + res["by_heads"])

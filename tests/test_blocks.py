@@ -11,9 +11,21 @@ from fullrank.layers.masks import causal_mask, padding_mask
 
 
 def spec(d: int, h: int, f: int, norm_first: bool, **kw) -> BlockSpec:
-    base = dict(d_model=d, n_heads=h, d_head=None, d_value=None, d_ff=f, dropout=0.1,
-                attn_dropout=0.0, ffn_dropout=0.0, activation="relu", norm_first=norm_first,
-                norm_eps=1e-5, bias=True, fused_attention=True)
+    base = dict(
+        d_model=d,
+        n_heads=h,
+        d_head=None,
+        d_value=None,
+        d_ff=f,
+        dropout=0.1,
+        attn_dropout=0.0,
+        ffn_dropout=0.0,
+        activation="relu",
+        norm_first=norm_first,
+        norm_eps=1e-5,
+        bias=True,
+        fused_attention=True,
+    )
     return BlockSpec(**{**base, **kw})
 
 
@@ -56,8 +68,9 @@ def perturb_norms(module: nn.Module) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_stack_matches_torch(norm_first):
     d, h, f, n = 24, 4, 37, 3
-    layer = nn.TransformerEncoderLayer(d, h, f, dropout=0.1, activation="relu", batch_first=True,
-                                       norm_first=norm_first)
+    layer = nn.TransformerEncoderLayer(
+        d, h, f, dropout=0.1, activation="relu", batch_first=True, norm_first=norm_first
+    )
     ref = nn.TransformerEncoder(layer, n, enable_nested_tensor=False)
     perturb_norms(ref)
     ours = nn.ModuleList(EncoderBlock(spec(d, h, f, norm_first)) for _ in range(n))
@@ -80,8 +93,9 @@ def test_encoder_stack_matches_torch(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_stack_matches_torch(norm_first):
     d, h, f, n = 24, 4, 37, 2
-    layer = nn.TransformerDecoderLayer(d, h, f, dropout=0.1, activation="relu", batch_first=True,
-                                       norm_first=norm_first)
+    layer = nn.TransformerDecoderLayer(
+        d, h, f, dropout=0.1, activation="relu", batch_first=True, norm_first=norm_first
+    )
     ref = nn.TransformerDecoder(layer, n)
     perturb_norms(ref)
     ours = nn.ModuleList(DecoderBlock(spec(d, h, f, norm_first)) for _ in range(n))
@@ -95,8 +109,14 @@ def test_decoder_stack_matches_torch(norm_first):
     tgt_keep = torch.ones(5, t, dtype=torch.bool)
     tgt_keep[4, 3:] = False
     causal = ~causal_mask(t)  # torch's bool convention: True = not allowed
-    expected = ref(x, mem, tgt_mask=causal, tgt_is_causal=True, tgt_key_padding_mask=~tgt_keep,
-                   memory_key_padding_mask=~src_keep)
+    expected = ref(
+        x,
+        mem,
+        tgt_mask=causal,
+        tgt_is_causal=True,
+        tgt_key_padding_mask=~tgt_keep,
+        memory_key_padding_mask=~src_keep,
+    )
     got = x
     for block in ours:
         got = block(got, mem, self_mask=padding_mask(tgt_keep), memory_mask=padding_mask(src_keep))
@@ -133,8 +153,9 @@ def test_evaluation_calls_no_dropout_module_and_training_calls_them_all():
     altogether (decoding calls nothing for them); in training every one of them runs."""
     from fullrank.models import EncoderDecoder, EncoderDecoderConfig
 
-    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=24,
-                                                n_layers=2, dropout=0.1))
+    model = EncoderDecoder(
+        EncoderDecoderConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=24, n_layers=2, dropout=0.1)
+    )
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     calls = []
     for m in dropouts:

@@ -32,8 +32,10 @@ DOCUMENTS = _documents()
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
 CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.S)
-INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s>]+(?:\([^()\s]*\)[^()\s>]*)*)>?"
-                         r"(?:\s+[\"'(][^)]*)?\)")
+INLINE_LINK = re.compile(
+    r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s>]+(?:\([^()\s]*\)[^()\s>]*)*)>?"
+    r"(?:\s+[\"'(][^)]*)?\)"
+)
 REF_DEFINITION = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.M)
 HTML_ATTR = re.compile(r"<(?:a|img|source)\b[^>]*?\b(?:href|src)\s*=\s*[\"']([^\"']+)[\"']", re.I)
 HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$", re.M)
@@ -49,8 +51,7 @@ def _prose(text: str) -> str:
 def links(text: str) -> list[str]:
     """Every link target written in ``text`` (outside code)."""
     prose = _prose(text)
-    return (INLINE_LINK.findall(prose) + REF_DEFINITION.findall(prose)
-            + HTML_ATTR.findall(prose))
+    return INLINE_LINK.findall(prose) + REF_DEFINITION.findall(prose) + HTML_ATTR.findall(prose)
 
 
 def is_external(target: str) -> bool:
@@ -90,7 +91,7 @@ def config_paths(text: str) -> list[str]:
     out = []
     for match in CONFIG_PATH.finditer(text):
         raw = match.group(0).rstrip(".,;:)")
-        following = text[match.end():match.end() + 1]
+        following = text[match.end() : match.end() + 1]
         if PLACEHOLDER.search(raw) or following in ("…", "<") or raw.count("{") != raw.count("}"):
             continue
         out.extend(expand_braces(raw))
@@ -125,19 +126,24 @@ def test_relative_links_resolve(doc: Path):
 
 @pytest.mark.parametrize("doc", DOCUMENTS, ids=_ids(DOCUMENTS))
 def test_named_config_paths_exist(doc: Path):
-    missing = [p for p in config_paths(doc.read_text(encoding="utf-8"))
-               if not any(ROOT.glob(p)) and not (ROOT / p).exists()]
+    missing = [
+        p
+        for p in config_paths(doc.read_text(encoding="utf-8"))
+        if not any(ROOT.glob(p)) and not (ROOT / p).exists()
+    ]
     assert not missing, f"{doc.relative_to(ROOT)} names config paths that do not exist: {missing}"
 
 
 # The checker itself: each helper against what it must find and what it must skip.
 
+
 def test_links_are_found_outside_code_only():
-    text = ("see [a](docs/a.md), ![pic](img/p.png \"title\") and [b](x.md#part)\n"
-            "[ref]: other.md\n<img src=\"i.png\"> `[not](a link)`\n"
-            "```\n[also not](a link)\n```\n[web](https://example.org)")
-    assert links(text) == ["docs/a.md", "img/p.png", "x.md#part", "https://example.org",
-                           "other.md", "i.png"]
+    text = (
+        'see [a](docs/a.md), ![pic](img/p.png "title") and [b](x.md#part)\n'
+        '[ref]: other.md\n<img src="i.png"> `[not](a link)`\n'
+        "```\n[also not](a link)\n```\n[web](https://example.org)"
+    )
+    assert links(text) == ["docs/a.md", "img/p.png", "x.md#part", "https://example.org", "other.md", "i.png"]
 
 
 def test_github_slugs():
@@ -149,7 +155,13 @@ def test_github_slugs():
 
 
 def test_config_paths_are_expanded_and_placeholders_skipped():
-    text = ("`configs/lm/ptb_{standard,fixed}.yaml`, configs/mt/table3/*.yaml and configs/mt. "
-            "Not configs/NAME.yaml, configs/… nor ../configs/x.yaml or src/configs/y")
-    assert config_paths(text) == ["configs/lm/ptb_standard.yaml", "configs/lm/ptb_fixed.yaml",
-                                  "configs/mt/table3/*.yaml", "configs/mt"]
+    text = (
+        "`configs/lm/ptb_{standard,fixed}.yaml`, configs/mt/table3/*.yaml and configs/mt. "
+        "Not configs/NAME.yaml, configs/… nor ../configs/x.yaml or src/configs/y"
+    )
+    assert config_paths(text) == [
+        "configs/lm/ptb_standard.yaml",
+        "configs/lm/ptb_fixed.yaml",
+        "configs/mt/table3/*.yaml",
+        "configs/mt",
+    ]

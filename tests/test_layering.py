@@ -12,23 +12,46 @@ import fullrank
 PACKAGE = Path(fullrank.__file__).parent
 
 # rank of each top-level part; a module may import only parts of lower or equal rank
-RANK = {"errors": 0, "validation": 0, "paths": 0, "output": 0, "layers": 1, "blocks": 2,
-        "fast": 2, "models": 3, "data": 3, "evaluation": 3, "training": 4, "inference": 4,
-        "analysis": 5, "recipes": 5, "interop": 5, "sweeps": 6, "cli": 7, "__init__": 8,
-        "__main__": 8}
+RANK = {
+    "errors": 0,
+    "validation": 0,
+    "paths": 0,
+    "output": 0,
+    "layers": 1,
+    "blocks": 2,
+    "fast": 2,
+    "models": 3,
+    "data": 3,
+    "evaluation": 3,
+    "training": 4,
+    "inference": 4,
+    "analysis": 5,
+    "recipes": 5,
+    "interop": 5,
+    "sweeps": 6,
+    "cli": 7,
+    "__init__": 8,
+    "__main__": 8,
+}
 # parts nobody may import (besides the entry points)
 LEAVES = {"cli", "analysis"}
 # The papers' model code imports nothing of the speed engine, which plugs into its seams; the
 # engine knows layers alone (no model class). data and evaluation import no model code.
 # Training never names a model class and runs no speed setting itself (the recipes enter
 # fast.cpu around it). Inference receives a step function, never a model class.
-FORBIDDEN = {"layers": {"fast"}, "blocks": {"fast"}, "models": {"fast"},
-             "fast": {"blocks", "models"},
-             "data": {"models", "blocks", "layers", "fast"},
-             "evaluation": {"models", "blocks", "layers", "fast"},
-             "training": {"models", "blocks", "fast"},
-             "inference": {"models"}, "analysis": {"recipes"}, "recipes": {"analysis"},
-             "sweeps": {"analysis"}}
+FORBIDDEN = {
+    "layers": {"fast"},
+    "blocks": {"fast"},
+    "models": {"fast"},
+    "fast": {"blocks", "models"},
+    "data": {"models", "blocks", "layers", "fast"},
+    "evaluation": {"models", "blocks", "layers", "fast"},
+    "training": {"models", "blocks", "fast"},
+    "inference": {"models"},
+    "analysis": {"recipes"},
+    "recipes": {"analysis"},
+    "sweeps": {"analysis"},
+}
 # The one module allowed past FORBIDDEN, and why: loading a checkpoint builds the model its
 # config describes, and writing one stores that config (the model families' own table).
 EXCEPTIONS = {("training/checkpoints.py", "models")}
@@ -43,8 +66,7 @@ def imported_parts(path: Path) -> list[str]:
     parts = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] if node.module != "fullrank" else \
-                [f"fullrank.{a.name}" for a in node.names]
+            names = [node.module] if node.module != "fullrank" else [f"fullrank.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:
@@ -76,8 +98,14 @@ def test_imports_point_one_way():
 def test_the_models_code_imports_no_speed_machinery_and_training_no_model_class():
     """The rules this file states, each seen to fail on a module that breaks it."""
     assert imported_parts(PACKAGE / "fast" / "engine.py")  # the walk sees imports at all
-    for src, dst in (("layers", "fast"), ("blocks", "fast"), ("models", "fast"),
-                     ("training", "models"), ("training", "fast"), ("fast", "models")):
+    for src, dst in (
+        ("layers", "fast"),
+        ("blocks", "fast"),
+        ("models", "fast"),
+        ("training", "models"),
+        ("training", "fast"),
+        ("fast", "models"),
+    ):
         assert dst in FORBIDDEN[src], (src, dst)
     assert "from fullrank import fast" in (PACKAGE / "inference" / "translate.py").read_text()
 
@@ -87,8 +115,9 @@ def test_a_forbidden_import_is_reported(tmp_path):
     (tmp_path / "layers").mkdir()
     (tmp_path / "training").mkdir()
     (tmp_path / "layers" / "x.py").write_text("from fullrank import fast\n")
-    (tmp_path / "training" / "y.py").write_text(
-        "def f():\n    import fullrank.models.config\n")
-    assert problems_in(tmp_path) == ["layers/x.py imports upward: fast",
-                                     "layers/x.py (layers) imports fast",
-                                     "training/y.py (training) imports models"]
+    (tmp_path / "training" / "y.py").write_text("def f():\n    import fullrank.models.config\n")
+    assert problems_in(tmp_path) == [
+        "layers/x.py imports upward: fast",
+        "layers/x.py (layers) imports fast",
+        "training/y.py (training) imports models",
+    ]

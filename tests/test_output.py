@@ -56,7 +56,8 @@ def test_a_finished_count_has_no_time_left():
 
 
 def test_piped_rich_output_is_not_folded_at_80_columns():
-    out = subprocess.run([sys.executable, "-m", "fullrank", "info", "aiayn_base"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "fullrank", "info", "aiayn_base"], capture_output=True, text=True, check=True
+    ).stdout
     line = next(x for x in out.splitlines() if "layers 6" in x)
     assert len(line) > 80 and line.rstrip().endswith("positions")

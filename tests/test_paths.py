@@ -35,22 +35,31 @@ def ours(path):
     return (path / "meta.json").exists()
 
 
-@pytest.mark.parametrize("out, message", [
-    (".", r"-o \.: is the working directory"),
-    ("..", r"-o \.\.: is the working directory"),
-    ("/", r"is the working directory"),
-    ("~", r"the home directory"),
-    ("{t}/inputs/ckpt", r"is the input"),
-    ("{t}/inputs", r"contains the input"),
-    ("{t}/inputs/ckpt/sub", r"is inside .*ckpt, which the command reads"),
-    ("{t}/theirs", r"already exists and is not a checkpoint; name a new directory"),
-    ("{t}/ours", r"already holds a checkpoint; pass --overwrite"),
-    ("{t}/file.txt", r"is a file"),
-])
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        (".", r"-o \.: is the working directory"),
+        ("..", r"-o \.\.: is the working directory"),
+        ("/", r"is the working directory"),
+        ("~", r"the home directory"),
+        ("{t}/inputs/ckpt", r"is the input"),
+        ("{t}/inputs", r"contains the input"),
+        ("{t}/inputs/ckpt/sub", r"is inside .*ckpt, which the command reads"),
+        ("{t}/theirs", r"already exists and is not a checkpoint; name a new directory"),
+        ("{t}/ours", r"already holds a checkpoint; pass --overwrite"),
+        ("{t}/file.txt", r"is a file"),
+    ],
+)
 def test_refusals(tree, out, message):
     with pytest.raises(ConfigError, match=message) as info:
-        check_output_dir(out.format(t=tree), option="-o", inputs=[tree / "inputs" / "ckpt"],
-                         within=[tree / "inputs" / "ckpt"], replaceable=ours, kind="a checkpoint")
+        check_output_dir(
+            out.format(t=tree),
+            option="-o",
+            inputs=[tree / "inputs" / "ckpt"],
+            within=[tree / "inputs" / "ckpt"],
+            replaceable=ours,
+            kind="a checkpoint",
+        )
     assert "\n" not in str(info.value)
 
 
@@ -71,8 +80,7 @@ def test_output_files(tree):
     with pytest.raises(ConfigError, match="is a directory"):
         check_output_files([tree / "theirs"], option="-o", overwrite=True)
     with pytest.raises(ConfigError, match="is \\(or contains\\) the input"):
-        check_output_files([tree / "file.txt"], option="-o", overwrite=True,
-                           inputs=[tree / "file.txt"])
+        check_output_files([tree / "file.txt"], option="-o", overwrite=True, inputs=[tree / "file.txt"])
     with pytest.raises(ConfigError, match="which the command reads"):
         check_output_files([tree / "ours" / "x.png"], option="-o", within=[tree / "ours"])
 
@@ -92,14 +100,17 @@ def run(tmp_path, monkeypatch):
     return root
 
 
-@pytest.mark.parametrize("target, message", [
-    ("averaged-last2/meta.json", r"is inside the checkpoint .*averaged-last2"),
-    ("averaged-last2/sub/x.txt", r"is inside the checkpoint"),
-    ("checkpoints/step-00000002/x.png", r"is inside the checkpoint .*step-00000002"),
-    ("checkpoints/x.png", r"is the run .*tiny's own 'checkpoints'"),
-    ("config.yaml", r"is the run .*tiny's own 'config\.yaml'"),
-    ("parses/test.trees", r"own 'parses'"),
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("averaged-last2/meta.json", r"is inside the checkpoint .*averaged-last2"),
+        ("averaged-last2/sub/x.txt", r"is inside the checkpoint"),
+        ("checkpoints/step-00000002/x.png", r"is inside the checkpoint .*step-00000002"),
+        ("checkpoints/x.png", r"is the run .*tiny's own 'checkpoints'"),
+        ("config.yaml", r"is the run .*tiny's own 'config\.yaml'"),
+        ("parses/test.trees", r"own 'parses'"),
+    ],
+)
 def test_nothing_is_written_inside_a_checkpoint_or_a_run_record(run, target, message):
     for overwrite in (False, True):
         with pytest.raises(ConfigError, match=message):
@@ -149,7 +160,6 @@ def test_atomic_path_renames_a_complete_file_and_leaves_nothing_on_failure(tmp_p
     with pytest.raises(RuntimeError), atomic_path(target) as tmp:
         tmp.write_text("half")
         raise RuntimeError("killed")
-    assert target.read_text() == "new" and sorted(p.name for p in target.parent.iterdir()) == \
-        ["trees.txt"]
+    assert target.read_text() == "new" and sorted(p.name for p in target.parent.iterdir()) == ["trees.txt"]
     write_text_atomic(target, "newer")
     assert target.read_text() == "newer"

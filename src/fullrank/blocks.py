@@ -39,12 +39,20 @@ class BlockSpec:
     fused_attention: bool
 
     def attention(self) -> MultiHeadAttention:
-        return MultiHeadAttention(self.d_model, self.n_heads, self.d_head, self.d_value,
-                                  dropout=self.attn_dropout, bias=self.bias, fused=self.fused_attention)
+        return MultiHeadAttention(
+            self.d_model,
+            self.n_heads,
+            self.d_head,
+            self.d_value,
+            dropout=self.attn_dropout,
+            bias=self.bias,
+            fused=self.fused_attention,
+        )
 
     def feedforward(self) -> FeedForward:
-        return FeedForward(self.d_model, self.d_ff, activation=self.activation,
-                           dropout=self.ffn_dropout, bias=self.bias)
+        return FeedForward(
+            self.d_model, self.d_ff, activation=self.activation, dropout=self.ffn_dropout, bias=self.bias
+        )
 
     def norm(self) -> nn.LayerNorm:
         return nn.LayerNorm(self.d_model, eps=self.norm_eps)
@@ -74,13 +82,13 @@ class EncoderBlock(nn.Module):
         self.ffn_norm = spec.norm()
         self.dropout = nn.Dropout(spec.dropout)
 
-    def forward(self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
-                cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False, cache: KVCache | None = None
+    ) -> Tensor:
         """``x (B, T, D) → (B, T, D)``; ``mask`` broadcastable to ``(B, H, T, T)``."""
         drop = active(self.dropout)
         if self.norm_first:
-            x = x + drop(self.self_attn(self.attn_norm(x), mask=mask, is_causal=is_causal,
-                                        cache=cache))
+            x = x + drop(self.self_attn(self.attn_norm(x), mask=mask, is_causal=is_causal, cache=cache))
             return x + drop(self.ffn(self.ffn_norm(x)))
         x = self.attn_norm(x + drop(self.self_attn(x, mask=mask, is_causal=is_causal, cache=cache)))
         return self.ffn_norm(x + drop(self.ffn(x)))
@@ -101,9 +109,16 @@ class DecoderBlock(nn.Module):
         self.ffn_norm = spec.norm()
         self.dropout = nn.Dropout(spec.dropout)
 
-    def forward(self, x: Tensor, memory: Tensor, *, self_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None, self_cache: KVCache | None = None,
-                cross_cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        *,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> Tensor:
         """``x (B, T, D)``, ``memory (B, S, D)`` → ``(B, T, D)``.
 
         ``self_mask`` (padding of the target, broadcastable to ``(B, H, T, T)``) is combined with
@@ -111,13 +126,9 @@ class DecoderBlock(nn.Module):
         """
         drop = active(self.dropout)
         if self.norm_first:
-            x = x + drop(self.self_attn(self.attn_norm(x), mask=self_mask, is_causal=True,
-                                        cache=self_cache))
-            x = x + drop(self.cross_attn(self.cross_norm(x), memory, mask=memory_mask,
-                                         cache=cross_cache))
+            x = x + drop(self.self_attn(self.attn_norm(x), mask=self_mask, is_causal=True, cache=self_cache))
+            x = x + drop(self.cross_attn(self.cross_norm(x), memory, mask=memory_mask, cache=cross_cache))
             return x + drop(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x + drop(self.self_attn(x, mask=self_mask, is_causal=True,
-                                                   cache=self_cache)))
-        x = self.cross_norm(x + drop(self.cross_attn(x, memory, mask=memory_mask,
-                                                     cache=cross_cache)))
+        x = self.attn_norm(x + drop(self.self_attn(x, mask=self_mask, is_causal=True, cache=self_cache)))
+        x = self.cross_norm(x + drop(self.cross_attn(x, memory, mask=memory_mask, cache=cross_cache)))
         return self.ffn_norm(x + drop(self.ffn(x)))

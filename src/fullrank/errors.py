@@ -37,6 +37,7 @@ def closest(name: str, choices: Iterable[str]) -> str:
     Similarity is difflib's ratio, raised to 0.9 when one name is a whole ``_``-separated word of
     the other (``lr_rate`` → ``lr``).
     """
+
     def score(choice: str) -> float:
         ratio = difflib.SequenceMatcher(None, name.lower(), choice.lower()).ratio()
         words = (set(name.lower().split("_")), set(choice.lower().split("_")))
@@ -56,6 +57,7 @@ def check_utf8(text: str, where: str) -> str:
     except UnicodeEncodeError as e:
         code = ord(text[e.start])
         byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-        raise DataError(f"{where}: not valid UTF-8 ({byte} at character {e.start + 1}); "
-                        "pass UTF-8 text") from None
+        raise DataError(
+            f"{where}: not valid UTF-8 ({byte} at character {e.start + 1}); pass UTF-8 text"
+        ) from None
     return text

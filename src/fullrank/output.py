@@ -43,27 +43,36 @@ class Progress(Protocol):
     def close(self) -> None: ...
 
 
-def progress(*, total: int, desc: str, unit: str, initial: int = 0, enabled: bool = True,
-             file: IO[str] | None = None) -> Progress:
+def progress(
+    *, total: int, desc: str, unit: str, initial: int = 0, enabled: bool = True, file: IO[str] | None = None
+) -> Progress:
     """Progress of ``total`` ``unit``s (``initial`` already done) on ``file`` (default stderr):
     tqdm's bar on a terminal, :class:`ProgressLines` elsewhere, nothing unless ``enabled``."""
     file = file or sys.stderr
     if enabled and not file.isatty():
         seconds = float(os.environ.get("FULLRANK_PROGRESS_SECONDS", LINE_SECONDS))
-        return ProgressLines(total=total, desc=desc, unit=unit, initial=initial, file=file,
-                             every_s=seconds)
+        return ProgressLines(total=total, desc=desc, unit=unit, initial=initial, file=file, every_s=seconds)
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=file,
-                disable=not enabled, dynamic_ncols=True)
+    return tqdm(
+        total=total, initial=initial, desc=desc, unit=unit, file=file, disable=not enabled, dynamic_ncols=True
+    )
 
 
 class ProgressLines:
     """Progress as log lines: ``train 1,200/2,000 steps (60%) · 6:40 elapsed · 3.0 steps/s ·
     4:27 left · loss=3.1416``, at most one every ``every_s`` seconds, and one when closed."""
 
-    def __init__(self, *, total: int, desc: str, unit: str, initial: int = 0, file: IO[str],
-                 every_s: float = LINE_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        total: int,
+        desc: str,
+        unit: str,
+        initial: int = 0,
+        file: IO[str],
+        every_s: float = LINE_SECONDS,
+    ) -> None:
         self.total, self.desc, self.unit, self.file, self.every_s = total, desc, unit, file, every_s
         self.n = self.initial = initial
         self.start = self.last = time.monotonic()
@@ -94,8 +103,10 @@ class ProgressLines:
         """The line for ``elapsed`` seconds since the start."""
         done = self.n - self.initial
         units = self.unit + ("es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s")
-        parts = [f"{self.desc} {self.n:,}/{self.total:,} {units} "
-                 f"({100 * self.n / max(self.total, 1):.0f}%)", f"{_clock(elapsed)} elapsed"]
+        parts = [
+            f"{self.desc} {self.n:,}/{self.total:,} {units} ({100 * self.n / max(self.total, 1):.0f}%)",
+            f"{_clock(elapsed)} elapsed",
+        ]
         if done > 0 and elapsed > 0:
             rate = done / elapsed
             parts.append(f"{rate:.3g} {units}/s")

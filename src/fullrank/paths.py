@@ -41,9 +41,23 @@ from fullrank.errors import ConfigError
 CHECKPOINT_FILES = ("meta.json", "model.safetensors")
 # what a run directory holds of its own: written by `fullrank train` (and the sweeps that run
 # it), never replaced by another command
-RUN_RECORDS = frozenset({"config.yaml", "metrics.jsonl", "results.json", "tokenizer.json",
-                         "tree_tokenizer.json", "train.log", "sample.txt", "predictions.json",
-                         "checkpoints", "data", "parses", "translations", "tb"})
+RUN_RECORDS = frozenset(
+    {
+        "config.yaml",
+        "metrics.jsonl",
+        "results.json",
+        "tokenizer.json",
+        "tree_tokenizer.json",
+        "train.log",
+        "sample.txt",
+        "predictions.json",
+        "checkpoints",
+        "data",
+        "parses",
+        "translations",
+        "tb",
+    }
+)
 # what a run directory may hold before its config.yaml: the tokenizer (trained first), the log
 # that `fullrank sweep` opens for the run, and a parsing run's tree vocabulary and data/ (the
 # pairs and gold trees it writes before training)
@@ -53,16 +67,20 @@ RUN_FIRST_FILES = frozenset({"tokenizer.json", "train.log", "tree_tokenizer.json
 def is_run_dir(path: Path) -> bool:
     """Whether ``path`` looks like a directory ``fullrank train`` wrote (its resolved config or
     its checkpoints; or only what a run writes before them)."""
-    return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir() or \
-        {p.name for p in path.iterdir()} <= RUN_FIRST_FILES
+    return (
+        (path / "config.yaml").is_file()
+        or (path / "checkpoints").is_dir()
+        or {p.name for p in path.iterdir()} <= RUN_FIRST_FILES
+    )
 
 
 def _is_run(path: Path) -> bool:
     """Whether ``path`` holds a run that has started training (its resolved config and its
     metrics or checkpoints, or a ``latest`` pointer)."""
-    return ((path / "config.yaml").is_file() and ((path / "metrics.jsonl").is_file()
-                                                  or (path / "checkpoints").is_dir())) \
-        or (path / "checkpoints" / "latest").is_file()
+    return (
+        (path / "config.yaml").is_file()
+        and ((path / "metrics.jsonl").is_file() or (path / "checkpoints").is_dir())
+    ) or (path / "checkpoints" / "latest").is_file()
 
 
 def _contains(outer: Path, inner: Path) -> bool:
@@ -74,34 +92,39 @@ def _check_not_above(path: Path, option: str, inputs: Sequence[str | Path]) -> P
     """``path`` resolved, or a refusal if it is, or contains, the working directory or an input."""
     where = path.expanduser().resolve()
     if _contains(where, Path.cwd().resolve()) or _contains(where, Path.home().resolve()):
-        raise ConfigError(f"{option} {path}: is the working directory, the home directory or "
-                          f"one of their parents; name a new directory for the output")
+        raise ConfigError(
+            f"{option} {path}: is the working directory, the home directory or "
+            f"one of their parents; name a new directory for the output"
+        )
     for item in inputs:
         source = Path(item).expanduser().resolve()
         if _contains(where, source):
             relation = "is" if where == source else "contains"
-            raise ConfigError(f"{option} {path}: {relation} the input {item}; name a new "
-                              f"path for the output")
+            raise ConfigError(f"{option} {path}: {relation} the input {item}; name a new path for the output")
     return where
 
 
-def _check_not_inside(where: Path, path: Path, option: str,
-                      within: Sequence[str | Path]) -> None:
+def _check_not_inside(where: Path, path: Path, option: str, within: Sequence[str | Path]) -> None:
     """Refuse ``where`` (resolved ``path``) inside a checkpoint the command reads (``within``),
     inside any fullrank checkpoint, or in a run directory's own records."""
     for outer in within:
         if Path(outer).resolve() in where.parents:
-            raise ConfigError(f"{option} {path}: is inside {outer}, which the command reads; "
-                              f"name a path outside it")
+            raise ConfigError(
+                f"{option} {path}: is inside {outer}, which the command reads; name a path outside it"
+            )
     for parent in where.parents:
         if all((parent / name).is_file() for name in CHECKPOINT_FILES):
-            raise ConfigError(f"{option} {path}: is inside the checkpoint {parent}, which holds "
-                              f"its own files alone; name a path outside it")
+            raise ConfigError(
+                f"{option} {path}: is inside the checkpoint {parent}, which holds "
+                f"its own files alone; name a path outside it"
+            )
         if _is_run(parent):
             record = where.relative_to(parent).parts[0]
             if record in RUN_RECORDS:
-                raise ConfigError(f"{option} {path}: is the run {parent}'s own '{record}'; name "
-                                  f"a path outside the run's records")
+                raise ConfigError(
+                    f"{option} {path}: is the run {parent}'s own '{record}'; name "
+                    f"a path outside the run's records"
+                )
 
 
 def _check_writable(folder: Path, path: Path, option: str) -> None:
@@ -109,23 +132,29 @@ def _check_writable(folder: Path, path: Path, option: str) -> None:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise ConfigError(f"{option} {path}: {folder} is a file, not a folder; name a path in a "
-                          f"folder")
+        raise ConfigError(f"{option} {path}: {folder} is a file, not a folder; name a path in a folder")
     try:
         fd, probe = tempfile.mkstemp(prefix=".fullrank-write-test-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise ConfigError(f"{option} {path}: cannot write in {folder} ({e.strerror}); choose a "
-                          f"folder you can write to") from None
+        raise ConfigError(
+            f"{option} {path}: cannot write in {folder} ({e.strerror}); choose a folder you can write to"
+        ) from None
 
 
-def check_output_dir(path: str | Path, *, option: str, overwrite: bool = False,
-                     inputs: Sequence[str | Path] = (), within: Sequence[str | Path] = (),
-                     replaceable: Callable[[Path], bool] = lambda p: False,
-                     kind: str = "a fullrank output",
-                     fix: str = "pass --overwrite to replace it, or name a new directory",
-                     new: str = "name a new directory") -> Path:
+def check_output_dir(
+    path: str | Path,
+    *,
+    option: str,
+    overwrite: bool = False,
+    inputs: Sequence[str | Path] = (),
+    within: Sequence[str | Path] = (),
+    replaceable: Callable[[Path], bool] = lambda p: False,
+    kind: str = "a fullrank output",
+    fix: str = "pass --overwrite to replace it, or name a new directory",
+    new: str = "name a new directory",
+) -> Path:
     """Check that a command may write the directory ``path`` (given as option ``option``);
     return it.
 
@@ -144,17 +173,24 @@ def check_output_dir(path: str | Path, *, option: str, overwrite: bool = False,
         raise ConfigError(f"{option} {path}: is a file; name a new directory for the output")
     if where.exists() and any(where.iterdir()):
         if not replaceable(where):
-            raise ConfigError(f"{option} {path}: already exists and is not {kind}; {new} "
-                              f"(fullrank never replaces what it did not write)")
+            raise ConfigError(
+                f"{option} {path}: already exists and is not {kind}; {new} "
+                f"(fullrank never replaces what it did not write)"
+            )
         if not overwrite:
             raise ConfigError(f"{option} {path}: already holds {kind}; {fix}")
     _check_writable(where if where.exists() else where.parent, path, option)
     return path
 
 
-def check_output_files(paths: Sequence[str | Path], *, option: str, overwrite: bool = False,
-                       inputs: Sequence[str | Path] = (),
-                       within: Sequence[str | Path] = ()) -> None:
+def check_output_files(
+    paths: Sequence[str | Path],
+    *,
+    option: str,
+    overwrite: bool = False,
+    inputs: Sequence[str | Path] = (),
+    within: Sequence[str | Path] = (),
+) -> None:
     """Check that a command may write each of the files ``paths`` (named by option
     ``option``): none is a directory, an input, inside one of ``within``, inside any checkpoint
     or in a run's records, or in a folder the command cannot write in; and none exists unless
@@ -164,14 +200,16 @@ def check_output_files(paths: Sequence[str | Path], *, option: str, overwrite: b
         where = path.expanduser().resolve()
         for source in inputs:
             if _contains(where, Path(source).expanduser().resolve()):
-                raise ConfigError(f"{option} {path}: is (or contains) the input {source}; name a "
-                                  f"new file for the output")
+                raise ConfigError(
+                    f"{option} {path}: is (or contains) the input {source}; name a new file for the output"
+                )
         _check_not_inside(where, path, option, within)
         if where.is_dir():
             raise ConfigError(f"{option} {path}: is a directory; name a file for the output")
         if where.exists() and not overwrite:
-            raise ConfigError(f"{option} {path}: already exists; pass --overwrite to replace "
-                              f"it, or name a new file")
+            raise ConfigError(
+                f"{option} {path}: already exists; pass --overwrite to replace it, or name a new file"
+            )
         _check_writable(where.parent, path, option)
 
 
@@ -200,8 +238,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise ConfigError(f"{path}: cannot be written ({e.strerror or e}); choose another "
-                          f"place") from None
+        raise ConfigError(f"{path}: cannot be written ({e.strerror or e}); choose another place") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

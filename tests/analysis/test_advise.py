@@ -9,9 +9,17 @@ from fullrank.errors import ConfigError
 from fullrank.models import build_model
 
 
-@pytest.mark.parametrize("text,value", [("110M", 110_000_000), ("1.2B", 1_200_000_000),
-                                        ("350K", 350_000), ("5000", 5000), (" 2.5m ", 2_500_000),
-                                        (".5G", 500_000_000)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("110M", 110_000_000),
+        ("1.2B", 1_200_000_000),
+        ("350K", 350_000),
+        ("5000", 5000),
+        (" 2.5m ", 2_500_000),
+        (".5G", 500_000_000),
+    ],
+)
 def test_parse_count(text, value):
     assert parse_count(text) == value
 
@@ -47,8 +55,9 @@ def test_candidates_fill_the_budget_and_flag_the_bottleneck():
 
 @pytest.mark.parametrize("family", ["encoder", "decoder_lm", "encoder_decoder"])
 def test_counts_match_the_built_model(family):
-    (c, *_) = advise(d_model=24, seq_len=10, n_layers=2, param_budget=60_000, family=family,
-                     vocab_size=50, heads=(3,))
+    (c, *_) = advise(
+        d_model=24, seq_len=10, n_layers=2, param_budget=60_000, family=family, vocab_size=50, heads=(3,)
+    )
     model = build_model(c.config)
     assert c.params == sum(p.numel() for p in model.parameters())
 

@@ -25,8 +25,7 @@ V = 29
 
 def lm(**kw: Any) -> DecoderLM:
     sizes: dict[str, Any] = {**ODD, **kw}
-    return DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, seq_len=12, dropout=0.0,
-                                     **sizes)).eval()
+    return DecoderLM(DecoderLMConfig(vocab_size=V, n_layers=2, seq_len=12, dropout=0.0, **sizes)).eval()
 
 
 def hooks_left(model) -> int:
@@ -89,14 +88,14 @@ def test_cached_decoding_records_equal_full_forward_rows():
         cache = model.init_cache()
         model.decode_step(tokens[:, :3], cache)  # a 3-token prompt, then one token at a time
         for t in range(3, 7):
-            model.decode_step(tokens[:, t:t + 1], cache)
+            model.decode_step(tokens[:, t : t + 1], cache)
     full_probs = full.by_name()["layers.1.self_attn"][0].probs  # (2, 3, 7, 7)
     recs = steps.by_name()["layers.1.self_attn"]
     assert [r.call for r in recs] == [0, 1, 2, 3, 4]
     torch.testing.assert_close(recs[0].probs, full_probs[:, :, :3, :3], atol=1e-6, rtol=0)
     for t, r in zip(range(3, 7), recs[1:]):
         assert r.probs.shape == (2, 3, 1, t + 1)
-        torch.testing.assert_close(r.probs[:, :, 0], full_probs[:, :, t, :t + 1], atol=1e-6, rtol=0)
+        torch.testing.assert_close(r.probs[:, :, 0], full_probs[:, :, t, : t + 1], atol=1e-6, rtol=0)
 
 
 def test_records_of_a_beam_search_keep_their_keys():
@@ -107,12 +106,12 @@ def test_records_of_a_beam_search_keep_their_keys():
     from fullrank.inference.search import beam_search
 
     torch.manual_seed(0)
-    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=V, n_layers=2, dropout=0.0,
-                                                **ODD)).eval()
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=V, n_layers=2, dropout=0.0, **ODD)).eval()
     src = torch.randint(3, V, (2, 6))
     with capture_attention(model) as rec:
-        beam_search(Seq2SeqDecoder(model, src), batch_size=2, beam_size=3, bos_id=1, eos_id=2,
-                    max_len=8, min_len=8)
+        beam_search(
+            Seq2SeqDecoder(model, src), batch_size=2, beam_size=3, bos_id=1, eos_id=2, max_len=8, min_len=8
+        )
     selfs = [r for r in rec.records if "self_attn" in r.name and r.name.startswith("decoder")]
     assert len(selfs) == 2 * 8
     for r in selfs:
@@ -120,16 +119,22 @@ def test_records_of_a_beam_search_keep_their_keys():
 
 
 def test_encoder_decoder_names_and_cross_attention_shapes():
-    cfg = EncoderDecoderConfig(vocab_size=V, n_layers=1, n_decoder_layers=2, max_len=32, seq_len=8,
-                               dropout=0.0, **ODD)
+    cfg = EncoderDecoderConfig(
+        vocab_size=V, n_layers=1, n_decoder_layers=2, max_len=32, seq_len=8, dropout=0.0, **ODD
+    )
     model = EncoderDecoder(cfg).eval()
     src, tgt = torch.randint(0, V, (2, 6)), torch.randint(0, V, (2, 5))
     src_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     with capture_attention(model) as rec:
         model(src, tgt, src_mask=src_mask)
     names = rec.names()
-    assert names == ["encoder.0.self_attn", "decoder.0.self_attn", "decoder.0.cross_attn",
-                     "decoder.1.self_attn", "decoder.1.cross_attn"]
+    assert names == [
+        "encoder.0.self_attn",
+        "decoder.0.self_attn",
+        "decoder.0.cross_attn",
+        "decoder.1.self_attn",
+        "decoder.1.cross_attn",
+    ]
     cross = rec.by_name()["decoder.0.cross_attn"][0]
     assert cross.probs.shape == (2, 3, 5, 6)
     assert (cross.probs[1, :, :, 4:] == 0).all()
@@ -137,8 +142,9 @@ def test_encoder_decoder_names_and_cross_attention_shapes():
 
 
 def test_encoder_bidirectional():
-    model = Encoder(EncoderConfig(vocab_size=V, n_layers=1, max_len=16, seq_len=8, dropout=0.0,
-                                  attn_dropout=0.0, **ODD)).eval()
+    model = Encoder(
+        EncoderConfig(vocab_size=V, n_layers=1, max_len=16, seq_len=8, dropout=0.0, attn_dropout=0.0, **ODD)
+    ).eval()
     with capture_attention(model) as rec:
         model(torch.randint(0, V, (2, 6)))
     (r,) = rec.records

@@ -25,9 +25,22 @@ def is_png(path) -> bool:
 
 def test_rank_plot(tmp_path):
     nan = float("nan")
-    rows = [RankFitRow(seed=s, n=4, d_model=6, d_head=dh, opt_max_abs=e, opt_kl=e,
-                       construction_max_abs=nan, construction_kl=nan, best_max_abs=e, best_kl=e)
-            for s in (0, 1) for dh, e in ((1, 0.2), (3, 1e-16), (4, 0.0))]
+    rows = [
+        RankFitRow(
+            seed=s,
+            n=4,
+            d_model=6,
+            d_head=dh,
+            opt_max_abs=e,
+            opt_kl=e,
+            construction_max_abs=nan,
+            construction_kl=nan,
+            best_max_abs=e,
+            best_kl=e,
+        )
+        for s in (0, 1)
+        for dh, e in ((1, 0.2), (3, 1e-16), (4, 0.0))
+    ]
     fig = plot_rank_experiment(rows, tmp_path / "r.png")
     assert is_png(tmp_path / "r.png")
     legend_clear_of_the_data(fig)
@@ -45,12 +58,27 @@ def legend_clear_of_the_data(fig) -> None:
 
 def test_multihead_plot(tmp_path):
     def fit(h, d_head, residual):
-        return LayerFit(n_heads=h, d_head=d_head, d_value=d_head, n_params=0,
-                        train_residual=residual, test_residual=2 * residual, weights=None)
+        return LayerFit(
+            n_heads=h,
+            d_head=d_head,
+            d_value=d_head,
+            n_params=0,
+            train_residual=residual,
+            test_residual=2 * residual,
+            weights=None,
+        )
 
-    rows = [MultiHeadRow(n_heads=h, d_model=8, n=4, n_train=40,
-                         standard=None if 8 % h else fit(h, 8 // h, 1e-9 if 8 // h >= 4 else 0.3),
-                         fixed=fit(h, 4, 1e-9)) for h in (1, 2, 3, 4)]
+    rows = [
+        MultiHeadRow(
+            n_heads=h,
+            d_model=8,
+            n=4,
+            n_train=40,
+            standard=None if 8 % h else fit(h, 8 // h, 1e-9 if 8 // h >= 4 else 0.3),
+            fixed=fit(h, 4, 1e-9),
+        )
+        for h in (1, 2, 3, 4)
+    ]
     fig = plot_multihead(rows, tmp_path / "m.png")
     assert is_png(tmp_path / "m.png")
     legend_clear_of_the_data(fig)
@@ -64,9 +92,21 @@ def test_multihead_plot(tmp_path):
 
 
 def test_head_heatmap(tmp_path):
-    stats = [HeadStats(name=f"layers.{i}.self_attn", head=j, d_head=4, n_keys=9.0, logit_rank=4.0,
-                       logit_rank_max=4, effective_rank=3.0 + j, entropy=1.5, max_entropy=2.2)
-             for i in range(3) for j in range(5)]
+    stats = [
+        HeadStats(
+            name=f"layers.{i}.self_attn",
+            head=j,
+            d_head=4,
+            n_keys=9.0,
+            logit_rank=4.0,
+            logit_rank_max=4,
+            effective_rank=3.0 + j,
+            entropy=1.5,
+            max_entropy=2.2,
+        )
+        for i in range(3)
+        for j in range(5)
+    ]
     plot_head_heatmap(stats, tmp_path / "h.png")
     assert is_png(tmp_path / "h.png")
 

@@ -19,8 +19,9 @@ from fullrank.analysis.theorem1 import head_attention
 
 def test_zero_from_n_minus_1_bounded_below(tmp_path):
     n = 8
-    rows = rank_experiment(n=n, d_model=10, seeds=2, d_heads=(1, 3, n - 2, n - 1, n, 12),
-                           restarts=1, max_iter=200)
+    rows = rank_experiment(
+        n=n, d_model=10, seeds=2, d_heads=(1, 3, n - 2, n - 1, n, 12), restarts=1, max_iter=200
+    )
     by = {s.d_head: s for s in summarise(rows)}
     for dh in (n - 1, n, 12):
         assert by[dh].reaches_zero and by[dh].best_max_abs_worst < 1e-12

@@ -19,8 +19,9 @@ def test_column_layer_equals_fullrank_attention_transposed():
     w = HeadWeights.random(d, h, dk, dv, generator=gen)
     mha = MultiHeadAttention(d, h, dk, dv, bias=False, fused=False).double()
     with torch.no_grad():
-        mha.qkv_proj.weight.copy_(torch.cat([w.w_q.reshape(h * dk, d), w.w_k.reshape(h * dk, d),
-                                             w.w_v.reshape(h * dv, d)]))
+        mha.qkv_proj.weight.copy_(
+            torch.cat([w.w_q.reshape(h * dk, d), w.w_k.reshape(h * dk, d), w.w_v.reshape(h * dv, d)])
+        )
         mha.out_proj.weight.copy_(w.w_o)
     x = torch.randn(2, d, n, generator=gen, dtype=torch.float64)
     ours = layer_output(w, x)
@@ -46,8 +47,7 @@ def test_witness_meets_the_conditions():
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.func.jacfwd uses torch.jit
 def test_standard_layer_cannot_fit_fixed_layer_can():
-    (row,) = theorem2_experiment(((4, 2, 4),), n=3, n_train=24, n_test=16, restarts=2,
-                                 max_iter=30)
+    (row,) = theorem2_experiment(((4, 2, 4),), n=3, n_train=24, n_test=16, restarts=2, max_iter=30)
     assert row.conditions_hold
     assert row.standard.d_head == 1 and row.fixed.d_head == 2
     assert row.standard.train_residual > 1e-2

@@ -36,12 +36,13 @@ def outputs(model, tokens, mask, tgt=None, tgt_mask=None):
 
 FAMILIES = {
     "lm": lambda **kw: DecoderLM(DecoderLMConfig(seq_len=12, **{**STANDARD, **kw})),
-    "lm_pre_ln_nobias": lambda **kw: DecoderLM(DecoderLMConfig(seq_len=12, norm_first=True,
-                                                              bias=False, **{**STANDARD, **kw})),
-    "encoder": lambda **kw: Encoder(EncoderConfig(max_len=16, seq_len=12, attn_dropout=0.0,
-                                                  **{**STANDARD, **kw})),
-    "encdec": lambda **kw: EncoderDecoder(EncoderDecoderConfig(max_len=16, seq_len=12,
-                                                               **{**STANDARD, **kw})),
+    "lm_pre_ln_nobias": lambda **kw: DecoderLM(
+        DecoderLMConfig(seq_len=12, norm_first=True, bias=False, **{**STANDARD, **kw})
+    ),
+    "encoder": lambda **kw: Encoder(
+        EncoderConfig(max_len=16, seq_len=12, attn_dropout=0.0, **{**STANDARD, **kw})
+    ),
+    "encdec": lambda **kw: EncoderDecoder(EncoderDecoderConfig(max_len=16, seq_len=12, **{**STANDARD, **kw})),
 }
 
 
@@ -71,7 +72,7 @@ def test_widened_lm_decodes_with_cache_like_the_original():
     for m in (model, wide):
         cache = m.init_cache()
         with torch.no_grad():
-            outs.append(torch.cat([m.decode_step(tokens[:, i:i + 1], cache) for i in range(6)], 1))
+            outs.append(torch.cat([m.decode_step(tokens[:, i : i + 1], cache) for i in range(6)], 1))
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=0)
 
 
@@ -100,8 +101,7 @@ def test_zero_init_is_a_saddle():
 
 
 def test_explicit_d_value_is_kept_and_shrinking_is_refused():
-    model = DecoderLM(DecoderLMConfig(seq_len=8, d_head=4, d_value=8, **{
-        k: v for k, v in STANDARD.items()}))
+    model = DecoderLM(DecoderLMConfig(seq_len=8, d_head=4, d_value=8, **{k: v for k, v in STANDARD.items()}))
     wide = widen(model, d_head=8)
     assert wide.config.head_sizes == (8, 8) and wide.config.d_value == 8
     with pytest.raises(ConfigError, match="must not shrink"):

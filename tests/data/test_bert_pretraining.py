@@ -32,18 +32,31 @@ def rule(**kw) -> MaskingRule:
 
 
 def batches(instances, masking="dynamic", batch_size=6, **kw) -> PretrainingBatches:
-    return PretrainingBatches(instances, rule(**kw), cls_id=CLS, sep_id=SEP, pad_id=PAD,
-                              batch_size=batch_size, seed=5, masking=masking)
+    return PretrainingBatches(
+        instances,
+        rule(**kw),
+        cls_id=CLS,
+        sep_id=SEP,
+        pad_id=PAD,
+        batch_size=batch_size,
+        seed=5,
+        masking=masking,
+    )
 
 
 def test_sentences_and_documents(tmp_path):
-    assert split_sentences("It rained . Then it stopped ! Why ? ok") == \
-        ["It rained .", "Then it stopped !", "Why ?", "ok"]
+    assert split_sentences("It rained . Then it stopped ! Why ? ok") == [
+        "It rained .",
+        "Then it stopped !",
+        "Why ?",
+        "ok",
+    ]
     wiki = tmp_path / "w.txt"
-    wiki.write_text(" \n = First = \n \n A 1 @,@ 000 b . C <unk> d .\n = = Part = = \n E f .\n"
-                    " = Second = \n G h . I j .\n")
-    assert read_documents(wiki, "wikitext") == [["A 1,000 b .", "C [UNK] d .", "E f ."],
-                                               ["G h .", "I j ."]]
+    wiki.write_text(
+        " \n = First = \n \n A 1 @,@ 000 b . C <unk> d .\n = = Part = = \n E f .\n"
+        " = Second = \n G h . I j .\n"
+    )
+    assert read_documents(wiki, "wikitext") == [["A 1,000 b .", "C [UNK] d .", "E f ."], ["G h .", "I j ."]]
     blocks = tmp_path / "b.txt"
     blocks.write_text("one. two.\nthree.\n\n\nfour. five.\n")
     assert read_documents(blocks, "blocks") == [["one.", "two.", "three."], ["four.", "five."]]
@@ -65,14 +78,20 @@ def test_a_one_sentence_document_is_an_error_or_skipped():
     from fullrank.data.document_cache import tokenize_documents
     from fullrank.data.tokenizers import Tokenizer
 
-    hf = tokenizers.Tokenizer(tokenizers.models.WordPiece(
-        {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "."])},
-        unk_token="[UNK]"))
+    hf = tokenizers.Tokenizer(
+        tokenizers.models.WordPiece(
+            {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "."])},
+            unk_token="[UNK]",
+        )
+    )
     hf.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
     tok = Tokenizer(hf, "wordpiece")
     docs = [["a b .", "b a ."], ["a ."], ["b b .", "a a ."]]
-    with pytest.raises(DataError, match=r"document 2 .* one sentence, too short to make a "
-                                        r"sentence pair.*short_documents=skip"):
+    with pytest.raises(
+        DataError,
+        match=r"document 2 .* one sentence, too short to make a "
+        r"sentence pair.*short_documents=skip",
+    ):
         tokenize_documents(docs, tok)
     kept = tokenize_documents(docs, tok, skip_short=True)
     assert kept.n_docs == 2 and kept.skipped == 1
@@ -82,6 +101,7 @@ def test_pairs_fit_and_random_next_segments_come_from_other_documents():
     c = corpus(n_docs=9, sentences=30)
     instances = make_instances(c, max_seq_len=40, seed=1)
     assert len(instances) > 80
+
     def doc_of(t):
         return int(t) // 100
 
@@ -93,8 +113,9 @@ def test_pairs_fit_and_random_next_segments_come_from_other_documents():
         assert (a_doc != b_doc) == inst.random_next
     share = np.mean([i.random_next for i in instances])
     assert 0.4 < share < 0.75  # ½, plus the one-sentence chunks that must take a random B
-    assert [i.a.tolist() for i in make_instances(c, max_seq_len=40, seed=1)] == \
-        [i.a.tolist() for i in instances]
+    assert [i.a.tolist() for i in make_instances(c, max_seq_len=40, seed=1)] == [
+        i.a.tolist() for i in instances
+    ]
 
 
 def test_masking_statistics_over_many_draws():
@@ -108,8 +129,9 @@ def test_masking_statistics_over_many_draws():
             assert set(positions) <= set(candidates)  # never [CLS], [SEP] (no padding here)
             assert len(positions) == min(n_predictions(len(original), 0.15, 20), len(candidates))
             assert (labels == original[positions]).all()
-            assert (tokens[np.setdiff1d(np.arange(len(tokens)), positions)] ==
-                    np.delete(original, positions)).all()  # the rest untouched
+            assert (
+                tokens[np.setdiff1d(np.arange(len(tokens)), positions)] == np.delete(original, positions)
+            ).all()  # the rest untouched
             got = tokens[positions]
             chosen += len(positions)
             masked += int((got == MASK).sum())

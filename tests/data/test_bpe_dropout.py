@@ -39,7 +39,7 @@ def test_p0_is_the_tokenizers_own_segmentation(tok, lines):
     epoch = bd.epoch(0)
     expected = tok.encode_batch(texts)
     assert all(np.array_equal(e, x) for e, x in zip(epoch, expected))
-    assert tok.unk_id in epoch[len(lines)]                      # "ö", "Ä", "—" are unseen
+    assert tok.unk_id in epoch[len(lines)]  # "ö", "Ä", "—" are unseen
 
 
 def test_dropout_resegments_but_keeps_the_text(tok, lines):
@@ -47,17 +47,17 @@ def test_dropout_resegments_but_keeps_the_text(tok, lines):
     e1, e2 = bd.epoch(1), bd.epoch(2)
     n_std = sum(len(x) for x in bd.standard)
     n1 = sum(len(x) for x in e1)
-    assert n1 > n_std                                           # smaller pieces, more of them
+    assert n1 > n_std  # smaller pieces, more of them
     assert sum(not np.array_equal(a, b) for a, b in zip(e1, bd.standard)) > len(lines) // 4
     assert any(not np.array_equal(a, b) for a, b in zip(e1, e2))  # a new epoch, new pieces
     for sampled, standard in zip(e1, bd.standard):
-        assert tok.decode(sampled) == tok.decode(standard)       # the same text
+        assert tok.decode(sampled) == tok.decode(standard)  # the same text
         assert sampled.dtype == np.int32 and sampled.min() >= 0 and sampled.max() < tok.vocab_size
 
 
 def test_sampling_is_a_function_of_seed_and_epoch(tok, lines):
     a = BPEDropout(tok, lines[:500], 0.2, seed=7)
-    b = BPEDropout(tok, lines[:500], 0.2, seed=7)               # a resumed run rebuilds it
+    b = BPEDropout(tok, lines[:500], 0.2, seed=7)  # a resumed run rebuilds it
     c = BPEDropout(tok, lines[:500], 0.2, seed=8)
     assert all(np.array_equal(x, y) for x, y in zip(a.epoch(5), b.epoch(5)))
     assert any(not np.array_equal(x, y) for x, y in zip(a.epoch(5), c.epoch(5)))
@@ -66,7 +66,7 @@ def test_sampling_is_a_function_of_seed_and_epoch(tok, lines):
 def test_segment_follows_the_paper():
     ranks = {("a", "b"): 0, ("ab", "c"): 1, ("b", "c"): 2}
     rng = np.random.default_rng(0)
-    assert _segment("abc", ranks, 0.0, rng) == ["abc"]          # best rank first: ab, then abc
+    assert _segment("abc", ranks, 0.0, rng) == ["abc"]  # best rank first: ab, then abc
     assert _segment("xbc", ranks, 0.0, rng) == ["x", "bc"]
     # p → 1: every merge dropped at the first step, so the characters stay
     assert _segment("abc", ranks, 0.999999, rng) == ["a", "b", "c"]
@@ -108,10 +108,11 @@ def test_parallel_batches_batch_each_epoch_by_its_own_lengths(tok, lines):
 
     kw = dict(max_tokens=512, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, seed=1)
     plain, resampled = ParallelBatches(data, **kw), ParallelBatches(data, **kw, sampler=sampler)
-    assert len(resampled) == len(plain)                          # counted on the standard ids
+    assert len(resampled) == len(plain)  # counted on the standard ids
     src, tgt = sampler(2)
-    assert resampled.n_tokens() == plain.n_tokens(2) == sum(len(x) + len(y)
-                                                           for x, y in zip(data.src, data.tgt))
+    assert (
+        resampled.n_tokens() == plain.n_tokens(2) == sum(len(x) + len(y) for x, y in zip(data.src, data.tgt))
+    )
     assert resampled.n_tokens(2) == sum(len(x) + len(y) for x, y in zip(src, tgt))
     seen = []
     for i in range(resampled.epoch_length(2)):
@@ -120,5 +121,5 @@ def test_parallel_batches_batch_each_epoch_by_its_own_lengths(tok, lines):
         assert b.src.numel() <= 512 and b.tgt_in.numel() <= 512  # the budget holds for them
         assert [int(x) for x in b.src[0][: len(src[idx[0]])]] == src[idx[0]].tolist()
         seen.extend(idx.tolist())
-    assert sorted(seen) == list(range(len(data)))                # every pair once (world 1)
-    assert resampled.epoch_length(2) > plain.epoch_length(2)     # more tokens, more batches
+    assert sorted(seen) == list(range(len(data)))  # every pair once (world 1)
+    assert resampled.epoch_length(2) > plain.epoch_length(2)  # more tokens, more batches

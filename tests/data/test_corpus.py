@@ -106,15 +106,13 @@ def test_missing_file_and_no_tokens_are_one_line_errors(tmp_path):
     with pytest.raises(DataError, match="finds no tokens"):
         tokenize_file(control, tok, tmp_path / "cache", eos_per_line=False)
     assert not (tmp_path / "cache").exists() or not any(
-        p.name.startswith("control") for p in (tmp_path / "cache").iterdir())
+        p.name.startswith("control") for p in (tmp_path / "cache").iterdir()
+    )
     assert os.path.exists(path)
 
 
-
-@pytest.mark.parametrize("kind, vocab", [("char", None), ("word", None), ("bpe", 200),
-                                          ("wordpiece", 200)])
-def test_long_lines_are_tokenized_in_bounded_pieces_with_the_same_ids(tmp_path, monkeypatch,
-                                                                      kind, vocab):
+@pytest.mark.parametrize("kind, vocab", [("char", None), ("word", None), ("bpe", 200), ("wordpiece", 200)])
+def test_long_lines_are_tokenized_in_bounded_pieces_with_the_same_ids(tmp_path, monkeypatch, kind, vocab):
     # One long line costs what the same text in lines does: the tokenizer never sees more than
     # _PIECE_CHARS characters at once (cut before whitespace), and the ids are the whole line's.
     text = (REPO / "data" / "tinyshakespeare" / "valid.txt").read_text(encoding="utf-8")[:20000]
@@ -126,8 +124,9 @@ def test_long_lines_are_tokenized_in_bounded_pieces_with_the_same_ids(tmp_path, 
     whole = tok.encode(line)
     seen: list[int] = []
     encode_batch = tok.encode_batch
-    monkeypatch.setattr(tok, "encode_batch",
-                        lambda texts: seen.extend(map(len, texts)) or encode_batch(texts))
+    monkeypatch.setattr(
+        tok, "encode_batch", lambda texts: seen.extend(map(len, texts)) or encode_batch(texts)
+    )
     monkeypatch.setattr(corpus_module, "_PIECE_CHARS", 97)
     monkeypatch.setattr(corpus_module, "_CALL_CHARS", 1000)
     for eos in (False, True):

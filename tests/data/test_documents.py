@@ -34,9 +34,16 @@ Albedo
 
 </doc>
 """
-DOCS = [["Anarchism is a political philosophy.", "It holds the state to be harmful!", "History.",
-         "Its roots are old?", "Some say so."],
-        ["Autism is a disorder.", "It affects people."]]
+DOCS = [
+    [
+        "Anarchism is a political philosophy.",
+        "It holds the state to be harmful!",
+        "History.",
+        "Its roots are old?",
+        "Some say so.",
+    ],
+    ["Autism is a disorder.", "It affects people."],
+]
 
 
 def write(path, text: str):
@@ -60,7 +67,7 @@ def test_wikiextractor_articles_are_documents_in_plain_and_compressed_files(tmp_
 def test_a_folder_and_a_glob_read_their_files_in_name_order(tmp_path):
     folder = tmp_path / "corpus"
     folder.mkdir()
-    second, first = ARTICLES.split("<doc id=\"25\"")
+    second, first = ARTICLES.split('<doc id="25"')
     write(folder / "b.txt.xz", '<doc id="25"' + first)
     write(folder / "a.txt", second)
     (folder / ".hidden").write_text("not a corpus file")
@@ -70,10 +77,14 @@ def test_a_folder_and_a_glob_read_their_files_in_name_order(tmp_path):
 
 
 BAD = {
-    "unclosed": ('<doc id="1" url="u" title="T">\nT\n\nA b. C d.\n',
-                 r"wiki.txt: the <doc> opened at line 1 is not closed before the end of the file"),
-    "nested": ('<doc id="1" url="u" title="T">\nT\nA b.\n<doc id="2" url="u" title="U">\n',
-               r"wiki.txt:4: <doc> inside the <doc> opened at line 1"),
+    "unclosed": (
+        '<doc id="1" url="u" title="T">\nT\n\nA b. C d.\n',
+        r"wiki.txt: the <doc> opened at line 1 is not closed before the end of the file",
+    ),
+    "nested": (
+        '<doc id="1" url="u" title="T">\nT\nA b.\n<doc id="2" url="u" title="U">\n',
+        r"wiki.txt:4: <doc> inside the <doc> opened at line 1",
+    ),
     "stray close": ("</doc>\n", r"wiki.txt:1: </doc> without an open <doc>"),
     "plain text": ("Just some text.\n", r"wiki.txt:1: text outside <doc"),
 }
@@ -95,11 +106,13 @@ def test_damaged_compressed_files_bad_bytes_and_empty_patterns_are_one_line_erro
     garbled[len(data) // 2] ^= 0xFF
     (tmp_path / "garbled.txt.xz").write_bytes(bytes(garbled))
     (tmp_path / "latin1.txt").write_bytes(ARTICLES.replace("Autism", "Autism caf\xe9").encode("latin-1"))
-    for name, error in [("cut.txt.xz", r"cut.txt.xz: the compressed data is damaged after line \d+"),
-                        ("garbled.txt.xz", r"garbled.txt.xz: the compressed data is damaged"),
-                        ("latin1.txt", r"latin1.txt:8: not valid UTF-8 \(byte 0xe9"),
-                        ("nothing-*.xz", r"nothing-\*.xz: no file matches this pattern"),
-                        ("missing.txt", r"missing.txt: no such file or folder")]:
+    for name, error in [
+        ("cut.txt.xz", r"cut.txt.xz: the compressed data is damaged after line \d+"),
+        ("garbled.txt.xz", r"garbled.txt.xz: the compressed data is damaged"),
+        ("latin1.txt", r"latin1.txt:8: not valid UTF-8 \(byte 0xe9"),
+        ("nothing-*.xz", r"nothing-\*.xz: no file matches this pattern"),
+        ("missing.txt", r"missing.txt: no such file or folder"),
+    ]:
         with pytest.raises(DataError, match=error) as e:
             read_documents(tmp_path / name, "wikiextractor")
         assert "\n" not in str(e.value)
@@ -108,8 +121,9 @@ def test_damaged_compressed_files_bad_bytes_and_empty_patterns_are_one_line_erro
 def wordpiece() -> Tokenizer:
     words = sorted({w.strip(".!?").lower() for d in DOCS for s in d for w in s.split()})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", "?", *words]
-    hf = tokenizers.Tokenizer(tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)},
-                                                          unk_token="[UNK]"))
+    hf = tokenizers.Tokenizer(
+        tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]")
+    )
     hf.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
     hf.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
     return Tokenizer(hf, "wordpiece")
@@ -154,11 +168,22 @@ def test_a_changed_corpus_or_a_damaged_cache_is_tokenized_again(tmp_path):
 
 def test_single_segments_cover_each_document_in_order_and_fit(tmp_path):
     rng = np.random.default_rng(0)
-    docs = [[" ".join(rng.choice(["a", "b", "c", "d"], int(rng.integers(1, 30)))) + "."
-             for _ in range(int(rng.integers(2, 12)))] for _ in range(20)]
-    hf = tokenizers.Tokenizer(tokenizers.models.WordPiece(
-        {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c",
-                                     "d", "."])}, unk_token="[UNK]"))
+    docs = [
+        [
+            " ".join(rng.choice(["a", "b", "c", "d"], int(rng.integers(1, 30)))) + "."
+            for _ in range(int(rng.integers(2, 12)))
+        ]
+        for _ in range(20)
+    ]
+    hf = tokenizers.Tokenizer(
+        tokenizers.models.WordPiece(
+            {
+                t: i
+                for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d", "."])
+            },
+            unk_token="[UNK]",
+        )
+    )
     hf.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
     corpus = tokenize_documents(docs, Tokenizer(hf, "wordpiece"))
     segs = make_segments(corpus, max_seq_len=24, seed=3)

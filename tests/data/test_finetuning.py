@@ -23,8 +23,10 @@ from fullrank.errors import DataError
 from tests.helpers import shared_data
 
 LABELS = ["entailment", "neutral", "contradiction"]
-WORDS = ("the quick brown fox jumps over a lazy dog while Paris London 1856 Tesla was born in "
-         "Smiljan an engineer who worked on alternating current systems").split()
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while Paris London 1856 Tesla was born in "
+    "Smiljan an engineer who worked on alternating current systems"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -36,42 +38,57 @@ def tok(tmp_path_factory) -> Tokenizer:
 
 
 def test_every_format_reads_the_same_examples(tmp_path):
-    rows = [{"text_a": "A man sleeps.", "text_b": "A person rests.", "label": "entailment"},
-            {"text_a": "Dogs bark.", "text_b": "Cats fly.", "label": "contradiction"}]
+    rows = [
+        {"text_a": "A man sleeps.", "text_b": "A person rests.", "label": "entailment"},
+        {"text_a": "Dogs bark.", "text_b": "Cats fly.", "label": "contradiction"},
+    ]
     (tmp_path / "d.json").write_text(json.dumps({str(i): r for i, r in enumerate(rows)}))
     (tmp_path / "l.json").write_text(json.dumps(rows))
-    (tmp_path / "x.jsonl").write_text("".join(json.dumps({"sentence1": r["text_a"], "sentence2":
-                                                          r["text_b"], "gold_label": r["label"]}) + "\n"
-                                              for r in rows))
-    (tmp_path / "x.tsv").write_text("id\tsentence1\tsentence2\tgold_label\n" + "".join(
-        f"{i}\t{r['text_a']}\t{r['text_b']}\t{r['label']}\n" for i, r in enumerate(rows)))
+    (tmp_path / "x.jsonl").write_text(
+        "".join(
+            json.dumps({"sentence1": r["text_a"], "sentence2": r["text_b"], "gold_label": r["label"]}) + "\n"
+            for r in rows
+        )
+    )
+    (tmp_path / "x.tsv").write_text(
+        "id\tsentence1\tsentence2\tgold_label\n"
+        + "".join(f"{i}\t{r['text_a']}\t{r['text_b']}\t{r['label']}\n" for i, r in enumerate(rows))
+    )
     d = tmp_path / "hard"
     d.mkdir()
     (d / "s1.test").write_text("A man sleeps .\nDogs bark .\n")
     (d / "s2.test").write_text("A person rests .\nCats fly .\n")
     (d / "labels.test").write_text("entailment\ncontradiction\n")
-    want = [(("A man sleeps.", "A person rests."), "entailment"),
-            (("Dogs bark.", "Cats fly."), "contradiction")]
+    want = [
+        (("A man sleeps.", "A person rests."), "entailment"),
+        (("Dogs bark.", "Cats fly."), "contradiction"),
+    ]
     for name in ("d.json", "l.json", "x.jsonl", "x.tsv"):
         got = read_examples(tmp_path / name)
         assert [(e.texts, e.label) for e in got] == want, name
     got = read_examples(d, detokenized=True)
     assert [(e.texts, e.label) for e in got] == want
-    assert read_examples(tmp_path / "l.json", text_fields=["text_b"], label_field="label")[0].texts \
-        == ("A person rests.",)
+    assert read_examples(tmp_path / "l.json", text_fields=["text_b"], label_field="label")[0].texts == (
+        "A person rests.",
+    )
 
 
 def test_detokenization_rule():
     assert detokenize("I do n't know , he said .") == "I don't know, he said."
-    assert detokenize("It 's John 's `` book '' ( here ) .") == 'It\'s John\'s "book" (here).'
+    assert detokenize("It 's John 's `` book '' ( here ) .") == "It's John's \"book\" (here)."
 
 
 def test_a_label_outside_the_label_set_names_file_and_line(tmp_path):
-    (tmp_path / "x.jsonl").write_text('{"premise": "a", "hypothesis": "b", "label": "neutral"}\n'
-                                      '{"premise": "a", "hypothesis": "b", "label": "maybe"}\n')
+    (tmp_path / "x.jsonl").write_text(
+        '{"premise": "a", "hypothesis": "b", "label": "neutral"}\n'
+        '{"premise": "a", "hypothesis": "b", "label": "maybe"}\n'
+    )
     examples = read_examples(tmp_path / "x.jsonl")
-    with pytest.raises(DataError, match=r"x\.jsonl:2: label 'maybe' is not one of entailment, "
-                                        r"neutral, contradiction") as e:
+    with pytest.raises(
+        DataError,
+        match=r"x\.jsonl:2: label 'maybe' is not one of entailment, "
+        r"neutral, contradiction",
+    ) as e:
         label_ids(examples, LABELS)
     assert "\n" not in str(e.value)
 
@@ -82,7 +99,7 @@ def test_pairs_are_cls_a_sep_b_sep_and_cut_from_the_longer(tok):
     assert len(row) == 8 and row[0] == tok.cls_id and row[-1] == tok.sep_id
     first_sep = list(row).index(tok.sep_id)
     assert seg.tolist() == [0] * (first_sep + 1) + [1] * (8 - first_sep - 1)
-    assert tok.decode(row[first_sep + 1:]).split() == ["a", "dog"]  # the shorter text intact
+    assert tok.decode(row[first_sep + 1 :]).split() == ["a", "dog"]  # the shorter text intact
 
 
 def squad_sample(n_articles: int = 5) -> dict:
@@ -96,10 +113,15 @@ def squad_sample(n_articles: int = 5) -> dict:
             qas = []
             for k in range(4):
                 i = int(rng.integers(0, 66))
-                answer = " ".join(words[i: i + int(rng.integers(1, 4))])
+                answer = " ".join(words[i : i + int(rng.integers(1, 4))])
                 start = len(" ".join(words[:i])) + (1 if i else 0)
-                qas.append({"id": f"{a}-{len(paragraphs)}-{k}", "question": f"what is {words[i]} ?",
-                            "answers": [{"text": answer, "answer_start": start}]})
+                qas.append(
+                    {
+                        "id": f"{a}-{len(paragraphs)}-{k}",
+                        "question": f"what is {words[i]} ?",
+                        "answers": [{"text": answer, "answer_start": start}],
+                    }
+                )
             paragraphs.append({"context": context, "qas": qas})
         data.append({"title": f"t{a}", "paragraphs": paragraphs})
     return {"version": "1.1", "data": data}
@@ -114,7 +136,7 @@ def assert_answers_recoverable(windows, questions) -> None:
             continue
         q = questions[windows.question[w]]
         off = windows.offsets[w]
-        assert q.context[off[s, 0]: off[e, 1]] == q.answers[0][0]
+        assert q.context[off[s, 0] : off[e, 1]] == q.answers[0][0]
         holding.add(windows.question[w])
     kept = {i for i, q in enumerate(questions) if q.id not in set(windows.skipped)}
     assert holding == kept  # every kept answer is in at least one of its windows
@@ -152,13 +174,19 @@ def test_bad_squad_inputs_are_one_line_errors(tmp_path, tok):
     sample["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
     path = tmp_path / "s.json"
     path.write_text(json.dumps(sample))
-    with pytest.raises(DataError, match=r"question 0-0-0: answer .* is not the context at "
-                                        r"answer_start") as e:
+    with pytest.raises(
+        DataError,
+        match=r"question 0-0-0: answer .* is not the context at "
+        r"answer_start",
+    ) as e:
         read_squad(path)
     assert "\n" not in str(e.value)
     q = SquadQuestion("long", " ".join(["quick"] * 30), "a dog", [("dog", 2)], 0)
-    with pytest.raises(DataError, match=r"question long has \d+ tokens, longer than the 24-token "
-                                        r"window"):
+    with pytest.raises(
+        DataError,
+        match=r"question long has \d+ tokens, longer than the 24-token "
+        r"window",
+    ):
         make_windows([q], tok, max_seq_len=24, doc_stride=8, training=True)
 
 
@@ -169,8 +197,11 @@ def test_every_answer_of_the_real_squad_file_is_recovered(tmp_path):
     train, test = split_articles(articles, 4)
     assert (len(train), len(test)) == (7793, 2777)
     text = tmp_path / "contexts.txt"
-    text.write_text("\n".join(dict.fromkeys(q.context for q in train + test)) + "\n" +
-                    "\n".join(q.question for q in train))
+    text.write_text(
+        "\n".join(dict.fromkeys(q.context for q in train + test))
+        + "\n"
+        + "\n".join(q.question for q in train)
+    )
     tok = Tokenizer.train("wordpiece", [text], 6000)
     windows = make_windows(train, tok, max_seq_len=128, doc_stride=64, training=True)
     assert len(windows.skipped) < 0.01 * len(train)  # answers cutting a word piece

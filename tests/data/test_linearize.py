@@ -45,29 +45,34 @@ def test_the_word_scheme_writes_each_word_where_its_tag_was():
 
 def test_in_order_opens_each_constituent_after_its_first_child():
     t = tree("(S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .))")
-    assert " ".join(linearize(t, "word", "in_order")) == \
-        "Ms. (NP Haag )NP (S plays (VP Elianti (NP )NP )VP . )S"
+    assert (
+        " ".join(linearize(t, "word", "in_order")) == "Ms. (NP Haag )NP (S plays (VP Elianti (NP )NP )VP . )S"
+    )
     # a unary chain, and a noun phrase inside a noun phrase: named once its first child is done
     t = tree("(S (NP (NP (DT the) (NN issue)) (VP (VBN raised))) (VP (VBZ is)))")
-    assert " ".join(linearize(t, "placeholder", "in_order")) == \
-        "XX (NP XX )NP (NP XX (VP )VP )NP (S XX (VP )VP )S"
+    assert (
+        " ".join(linearize(t, "placeholder", "in_order"))
+        == "XX (NP XX )NP (NP XX (VP )VP )NP (S XX (VP )VP )S"
+    )
     assert top_down(linearize(t, "placeholder", "in_order")) == linearize(t)
 
 
 def test_top_down_carries_a_malformed_in_order_sequence_over_for_repair():
-    assert top_down("(NP XX )NP".split()) == "(NP XX )NP".split()   # opened over nothing
-    assert top_down("XX )S XX".split()) == "XX )S XX".split()         # closed with nothing open
+    assert top_down("(NP XX )NP".split()) == "(NP XX )NP".split()  # opened over nothing
+    assert top_down("XX )S XX".split()) == "XX )S XX".split()  # closed with nothing open
     assert top_down("XX (S XX (VP XX".split()) == "(S XX (VP XX XX".split()  # left open
-    assert delinearize(placeholders(top_down("XX (S XX (VP XX".split())), ["a", "b", "c"]) \
-        .repairs == ("unclosed",)
+    assert delinearize(placeholders(top_down("XX (S XX (VP XX".split())), ["a", "b", "c"]).repairs == (
+        "unclosed",
+    )
 
 
 def assert_round_trip(trees: list[Tree]) -> None:
     back = [delinearize(linearize(t), t.leaves()) for t in trees]
     assert [delinearize(placeholders(linearize(t, "word")), t.leaves()) for t in trees] == back
     for leaves in ("placeholder", "word"):  # the in-order sequence holds the same tree
-        assert [top_down(linearize(t, leaves, "in_order")) for t in trees] == \
-            [linearize(t, leaves) for t in trees]
+        assert [top_down(linearize(t, leaves, "in_order")) for t in trees] == [
+            linearize(t, leaves) for t in trees
+        ]
     assert [b.repairs for b in back] == [()] * len(trees)
     assert [b.tree for b in back] == [with_placeholder_tags(t) for t in trees]
     report = score_trees([b.tree for b in back], trees)
@@ -96,30 +101,59 @@ def repaired(text: str, words: list[str] = WORDS) -> tuple[str, tuple[str, ...]]
     return out.tree.to_string(), out.repairs
 
 
-@pytest.mark.parametrize("text,expected,repairs", [
-    ("(S (NP XX XX )NP (VP XX XX XX )VP )S",
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ()),
-    ("(S (NP XX XX )NP (VP XX XX XX",  # never closed
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("unclosed",)),
-    (")NP (S (NP XX XX )NP (VP XX XX XX )VP )S )S",  # closes nothing, twice
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("unopened",)),
-    ("(S (NP XX XX )VP (VP XX XX XX )NP )S",  # the innermost closes, whatever the label says
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("mismatched",)),
-    ("(S (NP XX <unk> XX )NP (VP XX XX XX )VP )S",
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("unknown",)),
-    ("(S (NP XX XX )NP (PP )PP (VP XX XX XX (NP )NP )VP )S",
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("empty",)),
-    ("(NP XX XX )NP (VP XX XX XX )VP",  # two roots
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("roots",)),
-    ("", "(S (XX a) (XX b) (XX c) (XX d) (XX e))", ("roots", "missing")),
-    ("XX XX XX XX XX", "(S (XX a) (XX b) (XX c) (XX d) (XX e))", ("roots",)),
-    ("(S (NP XX XX )NP (VP XX XX XX (NP XX XX )NP )VP )S",  # two placeholders too many
-     "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ("surplus",)),
-    ("(S (NP XX XX )NP (VP XX )VP )S",  # two too few
-     "(S (NP (XX a) (XX b)) (VP (XX c)) (XX d) (XX e))", ("missing",)),
-    ("(S (NP XX XX (VP XX XX XX XX XX XX",
-     "(S (NP (XX a) (XX b) (VP (XX c) (XX d) (XX e))))", ("unclosed", "surplus")),
-])
+@pytest.mark.parametrize(
+    "text,expected,repairs",
+    [
+        ("(S (NP XX XX )NP (VP XX XX XX )VP )S", "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))", ()),
+        (
+            "(S (NP XX XX )NP (VP XX XX XX",  # never closed
+            "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))",
+            ("unclosed",),
+        ),
+        (
+            ")NP (S (NP XX XX )NP (VP XX XX XX )VP )S )S",  # closes nothing, twice
+            "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))",
+            ("unopened",),
+        ),
+        (
+            "(S (NP XX XX )VP (VP XX XX XX )NP )S",  # the innermost closes, whatever the label says
+            "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))",
+            ("mismatched",),
+        ),
+        (
+            "(S (NP XX <unk> XX )NP (VP XX XX XX )VP )S",
+            "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))",
+            ("unknown",),
+        ),
+        (
+            "(S (NP XX XX )NP (PP )PP (VP XX XX XX (NP )NP )VP )S",
+            "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))",
+            ("empty",),
+        ),
+        (
+            "(NP XX XX )NP (VP XX XX XX )VP",  # two roots
+            "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))",
+            ("roots",),
+        ),
+        ("", "(S (XX a) (XX b) (XX c) (XX d) (XX e))", ("roots", "missing")),
+        ("XX XX XX XX XX", "(S (XX a) (XX b) (XX c) (XX d) (XX e))", ("roots",)),
+        (
+            "(S (NP XX XX )NP (VP XX XX XX (NP XX XX )NP )VP )S",  # two placeholders too many
+            "(S (NP (XX a) (XX b)) (VP (XX c) (XX d) (XX e)))",
+            ("surplus",),
+        ),
+        (
+            "(S (NP XX XX )NP (VP XX )VP )S",  # two too few
+            "(S (NP (XX a) (XX b)) (VP (XX c)) (XX d) (XX e))",
+            ("missing",),
+        ),
+        (
+            "(S (NP XX XX (VP XX XX XX XX XX XX",
+            "(S (NP (XX a) (XX b) (VP (XX c) (XX d) (XX e))))",
+            ("unclosed", "surplus"),
+        ),
+    ],
+)
 def test_each_repair(text, expected, repairs):
     assert repaired(text) == (expected, repairs)
     assert set(repairs) <= set(REPAIRS)
@@ -133,7 +167,7 @@ def test_any_token_sequence_becomes_a_well_formed_tree_over_the_words():
         out = delinearize([rng.choice(vocab) for _ in range(rng.randint(0, 30))], words)
         assert out.tree.leaves() == words
         assert all(t.children for t in out.tree.subtrees())  # no constituent over no word
-        (_, again), = read_trees(out.tree.to_string())    # and it is a readable tree
+        ((_, again),) = read_trees(out.tree.to_string())  # and it is a readable tree
         assert again == out.tree
         # a repaired output's tree linearizes into a sequence that needs no repair
         assert not delinearize(linearize(out.tree), words).repaired

@@ -45,8 +45,9 @@ def test_deterministic_in_seed_epoch_index_regardless_of_call_order():
     for x, y in zip(forward, reversed(backward)):
         assert torch.equal(x, y)
     # resuming: a fresh object asked for (epoch 1, index 7) gives what a long run saw there
-    assert torch.equal(LMBlocks(stream(), seq_len=T, batch_size=B, seed=5).get(1, 7).tokens,
-                       forward[len(a) + 7])
+    assert torch.equal(
+        LMBlocks(stream(), seq_len=T, batch_size=B, seed=5).get(1, 7).tokens, forward[len(a) + 7]
+    )
 
 
 def test_different_epochs_and_seeds_differ():
@@ -93,8 +94,10 @@ def test_works_on_a_uint16_memmap(tmp_path):
 def test_corpus_shorter_than_one_block_names_both_sizes():
     with pytest.raises(DataError) as info:
         LMBlocks(stream(7), seq_len=7, batch_size=2, name="ptb.valid.txt")
-    assert str(info.value) == ("ptb.valid.txt: 7 tokens is shorter than one block of seq_len+1 = 8 tokens; "
-                               "use a longer corpus or a smaller seq_len")
+    assert str(info.value) == (
+        "ptb.valid.txt: 7 tokens is shorter than one block of seq_len+1 = 8 tokens; "
+        "use a longer corpus or a smaller seq_len"
+    )
     data = LMBlocks(stream(8), seq_len=7, batch_size=2)  # one block: enough for evaluation
     assert len(data) == 0 and len(list(data.eval_batches())) == 1
     with pytest.raises(DataError, match="fewer than batch_size = 2"):

@@ -29,9 +29,11 @@ SENTENCES = [
     "Ein Mädchen mit Schürze und Äpfeln läuft über die Straße.",
     "A girl in an apron with apples runs across the street.",
 ]
-PTB = (" aer banknote berlitz calloway centrust cluett fromstein gitano guterman\n"
-       " pierre <unk> N years old will join the board as a nonexecutive director nov. N\n"
-       " mr. <unk> is chairman of <unk> n.v. the dutch publishing group\n")
+PTB = (
+    " aer banknote berlitz calloway centrust cluett fromstein gitano guterman\n"
+    " pierre <unk> N years old will join the board as a nonexecutive director nov. N\n"
+    " mr. <unk> is chairman of <unk> n.v. the dutch publishing group\n"
+)
 
 
 def write(tmp_path, name: str, text: str):
@@ -194,8 +196,12 @@ def test_training_twice_in_two_processes_gives_byte_identical_files(tmp_path):
     for i in range(2):
         out = tmp_path / f"run{i}"
         out.mkdir()
-        subprocess.run([sys.executable, "-c", TRAIN_BOTH, str(corpus), str(out)], check=True,
-                       env={**os.environ, "PYTHONHASHSEED": str(i)}, timeout=300)
+        subprocess.run(
+            [sys.executable, "-c", TRAIN_BOTH, str(corpus), str(out)],
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(i)},
+            timeout=300,
+        )
         outs.append(out)
     for kind in ("bpe", "wordpiece"):
         first, second = ((o / f"{kind}.json").read_bytes() for o in outs)
@@ -249,8 +255,10 @@ def test_vocab_mismatch_is_one_line(corpora):
     with pytest.raises(DataError) as info:
         ensure_vocab_matches(tok, tok.vocab_size + 5, "ckpt/model.safetensors")
     n = tok.vocab_size
-    assert str(info.value) == (f"tokenizer has {n} tokens but the model (ckpt/model.safetensors) expects "
-                               f"{n + 5}; use the tokenizer saved with the checkpoint")
+    assert str(info.value) == (
+        f"tokenizer has {n} tokens but the model (ckpt/model.safetensors) expects "
+        f"{n + 5}; use the tokenizer saved with the checkpoint"
+    )
 
 
 def test_saved_json_is_canonical(corpora, tmp_path):

@@ -10,16 +10,20 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
 from fullrank.errors import ConfigError, DataError
 
-EN = ["Two young, White males are outside near many bushes.",
-      "Several men in hard hats are operating a giant pulley system.",
-      "A little girl climbing into a wooden playhouse.",
-      "A man in a blue shirt is standing on a ladder cleaning windows.",
-      "Two men are at the stove preparing food."]
-DE = ["Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
-      "Mehrere Männer mit Schutzhelmen bedienen ein Antriebsradsystem.",
-      "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
-      "Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt ein Fenster.",
-      "Zwei Männer stehen am Herd und bereiten Essen zu."]
+EN = [
+    "Two young, White males are outside near many bushes.",
+    "Several men in hard hats are operating a giant pulley system.",
+    "A little girl climbing into a wooden playhouse.",
+    "A man in a blue shirt is standing on a ladder cleaning windows.",
+    "Two men are at the stove preparing food.",
+]
+DE = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Mehrere Männer mit Schutzhelmen bedienen ein Antriebsradsystem.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt ein Fenster.",
+    "Zwei Männer stehen am Herd und bereiten Essen zu.",
+]
 
 
 @pytest.fixture
@@ -67,8 +71,9 @@ def test_encode_pairs_drops_and_counts_long_pairs(files, tok):
 
 def test_parallel_batches(files, tok):
     data = encode_pairs(read_parallel(*files), tok, max_len=100)
-    pb = ParallelBatches(data, max_tokens=120, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
-                         seed=3)
+    pb = ParallelBatches(
+        data, max_tokens=120, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, seed=3
+    )
     assert len(pb) > 2
     seen = []
     for i in range(len(pb)):
@@ -103,10 +108,10 @@ def test_ranks_take_their_own_batches(files, tok):
         two.get(0, 0)
     # more processes than batches: a one-line error when the batches are built, not an
     # IndexError from the first step of the processes left without a batch
-    with pytest.raises(DataError, match=f"make {one.n_batches} batch.* fewer than the "
-                                        f"{one.n_batches + 1} processes"):
-        ParallelBatches(data, max_tokens=100, pad_id=0, bos_id=2, eos_id=3,
-                        world=one.n_batches + 1)
+    with pytest.raises(
+        DataError, match=f"make {one.n_batches} batch.* fewer than the {one.n_batches + 1} processes"
+    ):
+        ParallelBatches(data, max_tokens=100, pad_id=0, bos_id=2, eos_id=3, world=one.n_batches + 1)
 
 
 def test_budget_and_empty_data_errors(files, tok):
@@ -114,5 +119,6 @@ def test_budget_and_empty_data_errors(files, tok):
     with pytest.raises(ConfigError, match="max_tokens = 5 is smaller than the longest pair"):
         ParallelBatches(data, max_tokens=5, pad_id=0, bos_id=2, eos_id=3)
     with pytest.raises(DataError, match="no sentence pairs"):
-        ParallelBatches(EncodedPairs(src=[], tgt=[], n_dropped=7), max_tokens=100,
-                        pad_id=0, bos_id=2, eos_id=3)
+        ParallelBatches(
+            EncodedPairs(src=[], tgt=[], n_dropped=7), max_tokens=100, pad_id=0, bos_id=2, eos_id=3
+        )

@@ -32,28 +32,47 @@ def test_the_bundled_sample_reads_with_the_line_each_tree_starts_on():
 
 
 def test_clean_drops_traces_empty_constituents_function_tags_and_the_outer_bracket():
-    (_, raw), = read_trees("( (S (NP-SBJ-1 (-NONE- *)) (VP (VBD said) (SBAR (-NONE- 0) "
-                           "(S (-NONE- *T*-2)))) (PP-LOC=2 (IN in) (NP (-LRB- -LRB-) "
-                           "(NNP Paris) (-RRB- -RRB-))) (. .)) )")
-    assert clean(raw) == Tree("S", [
-        Tree("VP", [Tree("VBD", ["said"])]),
-        Tree("PP", [Tree("IN", ["in"]), Tree("NP", [Tree("-LRB-", ["-LRB-"]),
-                                                     Tree("NNP", ["Paris"]),
-                                                     Tree("-RRB-", ["-RRB-"])])]),
-        Tree(".", ["."])])
+    ((_, raw),) = read_trees(
+        "( (S (NP-SBJ-1 (-NONE- *)) (VP (VBD said) (SBAR (-NONE- 0) "
+        "(S (-NONE- *T*-2)))) (PP-LOC=2 (IN in) (NP (-LRB- -LRB-) "
+        "(NNP Paris) (-RRB- -RRB-))) (. .)) )"
+    )
+    assert clean(raw) == Tree(
+        "S",
+        [
+            Tree("VP", [Tree("VBD", ["said"])]),
+            Tree(
+                "PP",
+                [
+                    Tree("IN", ["in"]),
+                    Tree("NP", [Tree("-LRB-", ["-LRB-"]), Tree("NNP", ["Paris"]), Tree("-RRB-", ["-RRB-"])]),
+                ],
+            ),
+            Tree(".", ["."]),
+        ],
+    )
 
 
 def test_clean_labels_an_outer_bracket_over_several_constituents_top_and_keeps_nothing_of_traces():
-    (_, raw), = read_trees("( (NP (NNP Acme)) (. .) )")
+    ((_, raw),) = read_trees("( (NP (NNP Acme)) (. .) )")
     assert clean(raw).label == "TOP"
-    (_, traces), = read_trees("( (S (NP-SBJ (-NONE- *)) (VP (-NONE- *?*))) )")
+    ((_, traces),) = read_trees("( (S (NP-SBJ (-NONE- *)) (VP (-NONE- *?*))) )")
     assert clean(traces) is None
 
 
-@pytest.mark.parametrize("label,stripped", [("NP-SBJ-1", "NP"), ("PP=2", "PP"), ("S-TPC-3", "S"),
-                                            ("NP-SBJ=4", "NP"), ("PRT|ADVP", "PRT|ADVP"),
-                                            ("-LRB-", "-LRB-"), ("-NONE-", "-NONE-"),
-                                            ("PRP$", "PRP$")])
+@pytest.mark.parametrize(
+    "label,stripped",
+    [
+        ("NP-SBJ-1", "NP"),
+        ("PP=2", "PP"),
+        ("S-TPC-3", "S"),
+        ("NP-SBJ=4", "NP"),
+        ("PRT|ADVP", "PRT|ADVP"),
+        ("-LRB-", "-LRB-"),
+        ("-NONE-", "-NONE-"),
+        ("PRP$", "PRP$"),
+    ],
+)
 def test_function_tags_and_indices_are_stripped(label, stripped):
     assert strip_function_tags(label) == stripped
 
@@ -61,12 +80,13 @@ def test_function_tags_and_indices_are_stripped(label, stripped):
 def test_to_string_writes_one_line_and_escapes_bracket_words():
     tree = Tree("S", [Tree("NP", [Tree("XX", ["("]), Tree("XX", ["it"]), Tree("XX", [")"])])])
     assert tree.to_string() == "(S (NP (XX -LRB-) (XX it) (XX -RRB-)))"
-    assert read_tree_line(tree.to_string(), source="x", line_number=1).leaves() == \
-        ["-LRB-", "it", "-RRB-"]
+    assert read_tree_line(tree.to_string(), source="x", line_number=1).leaves() == ["-LRB-", "it", "-RRB-"]
 
 
-@pytest.mark.parametrize("word,written", [("(a)", "-LRB-a-RRB-"), (":-)", ":--RRB-"),
-                                          ("f(x)(y", "f-LRB-x-RRB--LRB-y"), ("(", "-LRB-")])
+@pytest.mark.parametrize(
+    "word,written",
+    [("(a)", "-LRB-a-RRB-"), (":-)", ":--RRB-"), ("f(x)(y", "f-LRB-x-RRB--LRB-y"), ("(", "-LRB-")],
+)
 def test_brackets_inside_a_word_are_escaped_so_the_tree_reads_back(word, written):
     line = Tree("S", [Tree("XX", [word]), Tree("XX", ["b"])]).to_string()
     assert line == f"(S (XX {written}) (XX b))"
@@ -85,22 +105,24 @@ def test_a_tree_nested_ten_thousand_deep_reads_writes_cleans_and_linearizes():
     assert cleaned.to_string() == "(NP " * depth + "(NN a)" + ")" * depth
     tokens = linearize(cleaned)
     assert tokens == ["(NP"] * depth + ["XX"] + [")NP"] * depth
-    assert delinearize(tokens, ["a"]).tree.to_string() == \
-        with_placeholder_tags(cleaned).to_string()
+    assert delinearize(tokens, ["a"]).tree.to_string() == with_placeholder_tags(cleaned).to_string()
     assert score_trees([cleaned], [cleaned]).all.matched == depth
 
 
-@pytest.mark.parametrize("text,line,what", [
-    ("(S (NP (DT a) (NN b))\n", 1, "never closed"),
-    ("(S (NP (DT a)))\n\n(NP (DT b)))", 3, "closes no bracket"),
-    ("(S (NP (DT a)))\nstray (NP (DT b))", 2, "'stray' is outside any bracket"),
-    ("(S\n  (NP (DT a) ()) )", 2, "empty brackets"),
-    ("(S (NP (DT a b)))", 1, "two words under the tag 'DT'"),
-    ("(S\n (NP (DT a) the))", 2, "the word 'the' beside subtrees"),
-    ("(S (NN dog (DT a)))", 1, "holds a word and a bracket"),
-    ("(S\n\n  ( (DT a)))", 3, "no label holds subtrees"),
-    ("(S (NP))", 1, "'(NP' has nothing inside"),
-])
+@pytest.mark.parametrize(
+    "text,line,what",
+    [
+        ("(S (NP (DT a) (NN b))\n", 1, "never closed"),
+        ("(S (NP (DT a)))\n\n(NP (DT b)))", 3, "closes no bracket"),
+        ("(S (NP (DT a)))\nstray (NP (DT b))", 2, "'stray' is outside any bracket"),
+        ("(S\n  (NP (DT a) ()) )", 2, "empty brackets"),
+        ("(S (NP (DT a b)))", 1, "two words under the tag 'DT'"),
+        ("(S\n (NP (DT a) the))", 2, "the word 'the' beside subtrees"),
+        ("(S (NN dog (DT a)))", 1, "holds a word and a bracket"),
+        ("(S\n\n  ( (DT a)))", 3, "no label holds subtrees"),
+        ("(S (NP))", 1, "'(NP' has nothing inside"),
+    ],
+)
 def test_a_malformed_tree_is_one_line_naming_the_file_and_line(tmp_path, text, line, what):
     path = tmp_path / "bad.mrg"
     path.write_text(text)
@@ -120,10 +142,11 @@ def test_read_tree_line_takes_one_tree_per_line():
 def test_file_patterns_expand_ranges_with_their_padding_and_globs(tmp_path):
     for n in (1, 2, 3, 10, 11):
         (tmp_path / f"wsj_{n:04d}.mrg").write_text("(S (NN x))")
-    assert [p.name for p in treebank_files(tmp_path, "wsj_{0002..0003}.mrg")] == \
-        ["wsj_0002.mrg", "wsj_0003.mrg"]
-    assert [p.name for p in treebank_files(tmp_path, "wsj_001?.mrg")] == \
-        ["wsj_0010.mrg", "wsj_0011.mrg"]
+    assert [p.name for p in treebank_files(tmp_path, "wsj_{0002..0003}.mrg")] == [
+        "wsj_0002.mrg",
+        "wsj_0003.mrg",
+    ]
+    assert [p.name for p in treebank_files(tmp_path, "wsj_001?.mrg")] == ["wsj_0010.mrg", "wsj_0011.mrg"]
     with pytest.raises(DataError, match=r"wsj_0004\.mrg: no such treebank file"):
         treebank_files(tmp_path, "wsj_{0001..0004}.mrg")
     with pytest.raises(DataError, match="matches no file"):

@@ -18,38 +18,41 @@ from fullrank.errors import ConfigError, DataError
 TINY = Path(__file__).parent / "treebank"
 
 
-@pytest.mark.parametrize("word, sig", [
-    ("Nissans", "<unk-INITC-s>"),          # capitalised, plural
-    ("IBM", "<unk-CAPS>"),                 # all capitals
-    ("RMS", "<unk-CAPS-s>"),               # the ending is read on the lower-cased word
-    ("1,000", "<unk-NUM>"),                # no letter: no case class
-    ("2645.90", "<unk-NUM>"),
-    ("Interleukin-3", "<unk-INITC-NUM-DASH>"),
-    ("profit-taking", "<unk-LC-DASH>"),    # a hyphen: no ending but -s
-    ("anti-dumping", "<unk-LC-DASH>"),
-    ("fourth-quarters", "<unk-LC-DASH-s>"),
-    ("softening", "<unk-LC-ing>"),
-    ("warned", "<unk-LC-ed>"),
-    ("exploration", "<unk-LC-ion>"),
-    ("quickly", "<unk-LC-ly>"),
-    ("subdued", "<unk-LC-ed>"),
-    ("bus", "<unk-LC>"),                   # -us, -ss, -is are not plurals
-    ("class", "<unk-LC>"),
-    ("analysis", "<unk-LC>"),
-    ("ships", "<unk-LC-s>"),
-    ("ton", "<unk-LC>"),                   # too short for an ending
-    ("Army", "<unk-INITC>"),
-    ("Hurricane", "<unk-INITC>"),
-    ("Spiegel", "<unk-INITC>"),
-    ("bushel", "<unk-LC>"),
-    ("harvest", "<unk-LC-est>"),
-    ("qualified", "<unk-LC-ed>"),
-    ("electricity", "<unk-LC-ity>"),
-    ("Federal", "<unk-INITC-al>"),
-    ("worker", "<unk-LC-er>"),
-    ("-", "<unk-DASH>"),
-    ("%", "<unk>"),
-])
+@pytest.mark.parametrize(
+    "word, sig",
+    [
+        ("Nissans", "<unk-INITC-s>"),  # capitalised, plural
+        ("IBM", "<unk-CAPS>"),  # all capitals
+        ("RMS", "<unk-CAPS-s>"),  # the ending is read on the lower-cased word
+        ("1,000", "<unk-NUM>"),  # no letter: no case class
+        ("2645.90", "<unk-NUM>"),
+        ("Interleukin-3", "<unk-INITC-NUM-DASH>"),
+        ("profit-taking", "<unk-LC-DASH>"),  # a hyphen: no ending but -s
+        ("anti-dumping", "<unk-LC-DASH>"),
+        ("fourth-quarters", "<unk-LC-DASH-s>"),
+        ("softening", "<unk-LC-ing>"),
+        ("warned", "<unk-LC-ed>"),
+        ("exploration", "<unk-LC-ion>"),
+        ("quickly", "<unk-LC-ly>"),
+        ("subdued", "<unk-LC-ed>"),
+        ("bus", "<unk-LC>"),  # -us, -ss, -is are not plurals
+        ("class", "<unk-LC>"),
+        ("analysis", "<unk-LC>"),
+        ("ships", "<unk-LC-s>"),
+        ("ton", "<unk-LC>"),  # too short for an ending
+        ("Army", "<unk-INITC>"),
+        ("Hurricane", "<unk-INITC>"),
+        ("Spiegel", "<unk-INITC>"),
+        ("bushel", "<unk-LC>"),
+        ("harvest", "<unk-LC-est>"),
+        ("qualified", "<unk-LC-ed>"),
+        ("electricity", "<unk-LC-ity>"),
+        ("Federal", "<unk-INITC-al>"),
+        ("worker", "<unk-LC-er>"),
+        ("-", "<unk-DASH>"),
+        ("%", "<unk>"),
+    ],
+)
 def test_each_rule(word, sig):
     assert signature(word) == sig
 
@@ -62,8 +65,14 @@ def test_no_treebank_word_looks_like_a_signature():
 
 def test_rare_training_words_become_their_signatures():
     rare = rare_to_signatures(["the Nissans ran", "the dog ran ."], min_frequency=2)
-    assert [rare(w) for w in "the Nissans ran dog . unseen".split()] == \
-        ["the", "<unk-INITC-s>", "ran", "<unk-LC>", "<unk>", "<unk-LC>"]
+    assert [rare(w) for w in "the Nissans ran dog . unseen".split()] == [
+        "the",
+        "<unk-INITC-s>",
+        "ran",
+        "<unk-LC>",
+        "<unk>",
+        "<unk-LC>",
+    ]
     keep = rare_to_signatures(["a b"], min_frequency=1)
     assert keep("a") == "a" and keep("c") == "<unk-LC>"
 
@@ -75,8 +84,9 @@ def test_the_vocabulary_maps_words_as_training_did(tmp_path):
     text.write_text("".join(" ".join(map(rare, s.split())) + "\n" for s in sentences))
     tok = Tokenizer.train("word", [text], min_frequency=2)
     known = known_word(lambda w: tok.token_to_id(w) is not None)
-    assert any(tok.token_to_id(rare(w)) is not None and rare(w) != w
-               for s in sentences for w in s.split())  # some signature made it in
+    assert any(
+        tok.token_to_id(rare(w)) is not None and rare(w) != w for s in sentences for w in s.split()
+    )  # some signature made it in
     for w in {w for s in sentences for w in s.split()}:
         # the id a word gets later is the id its training form got
         assert tok.encode(known(w)) == tok.encode(rare(w)), w
@@ -89,23 +99,28 @@ def dropout_fixture(tmp_path, alpha=0.5):
     sentences = [" ".join(t.leaves()) for t in trees]
     rare = rare_to_signatures(sentences, min_frequency=2)
     sentences = [" ".join(map(rare, s.split())) for s in sentences]
-    targets = [" ".join(rare(x) if x[0] not in "()" else x for x in linearize(t, "word"))
-               for t in trees]
+    targets = [" ".join(rare(x) if x[0] not in "()" else x for x in linearize(t, "word")) for t in trees]
     (tmp_path / "src").write_text("\n".join(sentences) + "\n")
     (tmp_path / "tgt").write_text("\n".join(targets) + "\n")
     words = Tokenizer.train("word", [tmp_path / "src"], min_frequency=2)
     tree_tok = Tokenizer.train("word", [tmp_path / "tgt"])
     src = [np.array(words.encode(s)) for s in sentences]
     tgt = [np.array(tree_tok.encode(t)) for t in targets]
-    return sentences, src, tgt, words, tree_tok, SignatureDropout(
-        sentences, src, tgt, words, tree_tok, alpha, seed=3)
+    return (
+        sentences,
+        src,
+        tgt,
+        words,
+        tree_tok,
+        SignatureDropout(sentences, src, tgt, words, tree_tok, alpha, seed=3),
+    )
 
 
 def test_word_dropout_puts_signatures_in_both_sides_at_the_same_words(tmp_path):
     sentences, src, tgt, words, trees, drop = dropout_fixture(tmp_path)
     s0, t0 = drop.epoch(0)
     again, other = drop.epoch(0), drop.epoch(1)
-    assert all((a == b).all() for a, b in zip(s0, again[0]))      # a function of (seed, epoch)
+    assert all((a == b).all() for a, b in zip(s0, again[0]))  # a function of (seed, epoch)
     assert any((a != b).any() for a, b in zip(s0, other[0]))
     changed = 0
     for sent, s, t, ds, dt in zip(sentences, src, tgt, s0, t0):
@@ -119,7 +134,7 @@ def test_word_dropout_puts_signatures_in_both_sides_at_the_same_words(tmp_path):
             else:
                 assert dt[leaves[k]] == t[leaves[k]]
         brackets = [j for j in range(len(t)) if j not in leaves]
-        assert (dt[brackets] == t[brackets]).all()                 # the brackets never change
+        assert (dt[brackets] == t[brackets]).all()  # the brackets never change
     assert changed > 0
 
 
@@ -129,8 +144,7 @@ def test_word_dropout_rate_is_alpha_over_alpha_plus_count(tmp_path):
     w, c = next((w, c) for w, c in counts.most_common() if not w.startswith("<unk"))
     where = [(i, k) for i, s in enumerate(sentences) for k, x in enumerate(s.split()) if x == w]
     epochs = 400
-    dropped = sum(int(drop.epoch(e)[0][i][k] != src[i][k]) for e in range(epochs)
-                  for i, k in where)
+    dropped = sum(int(drop.epoch(e)[0][i][k] != src[i][k]) for e in range(epochs) for i, k in where)
     rate, p = dropped / (epochs * len(where)), 0.5 / (0.5 + c)
     assert abs(rate - p) < 4 * (p * (1 - p) / (epochs * len(where))) ** 0.5, (w, c, rate, p)
 

@@ -28,10 +28,10 @@ def mt_run(tmp_path_factory):
     cfg.write_text(f"""
 name: mt
 task: mt
-out_dir: {tmp / 'runs'}
+out_dir: {tmp / "runs"}
 model: {{d_model: 24, n_heads: 3, d_ff: 37, n_layers: 2, max_len: 64, seq_len: 8, dropout: 0.0}}
 data: {{root: {tmp}, train: train, valid: val, src_lang: en, tgt_lang: de, tokenizer: bpe,
-        vocab_size: 60, max_tokens: 256, cache_dir: {tmp / 'cache'}}}
+        vocab_size: 60, max_tokens: 256, cache_dir: {tmp / "cache"}}}
 train: {{steps: 6, lr: 2.0, warmup: 3, eval_every: 6, save_every: 6, threads: 1}}
 decode: {{average_last: 0, splits: []}}
 """)
@@ -42,8 +42,9 @@ decode: {{average_last: 0, splits: []}}
 def test_heads_on_a_language_model(lm_run, capsys):
     tmp, run = lm_run
     out = tmp / "heads.png"
-    assert main(["heads", str(run), "--data", str(tmp / "valid.txt"), "--sequences", "3",
-                 "-o", str(out)]) == 0
+    assert (
+        main(["heads", str(run), "--data", str(tmp / "valid.txt"), "--sequences", "3", "-o", str(out)]) == 0
+    )
     printed = capsys.readouterr().out
     assert "logit rank" in printed and "6 of 6 heads have d_head < n" in printed
     rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
@@ -79,27 +80,62 @@ def test_attention_maps_for_lm_and_mt(lm_run, mt_run, capsys):
     text = "KING RICHARD: Now is the winter of our discontent, made glorious"
     assert main(["attention", str(run), "--text", text, "--max-tokens", "30", "-o", str(out)]) == 2
     assert "att.png: already exists; pass --overwrite" in capsys.readouterr().err
-    assert main(["attention", str(run), "--text", text, "--max-tokens", "30", "-o", str(out),
-                 "--overwrite"]) == 0
+    assert (
+        main(["attention", str(run), "--text", text, "--max-tokens", "30", "-o", str(out), "--overwrite"])
+        == 0
+    )
     width, height = Image.open(out).size
     assert width <= 1800 and height <= 1250
-    assert main(["attention", str(run), "--text", text, "--max-tokens", "-1", "-o", str(out),
-                 "--overwrite"]) == 2
+    assert (
+        main(["attention", str(run), "--text", text, "--max-tokens", "-1", "-o", str(out), "--overwrite"])
+        == 2
+    )
     mtmp, mrun = mt_run
     for view in ("encoder", "decoder", "cross"):
         png = mtmp / f"{view}.png"
-        assert main(["attention", str(mrun), "--text", "the big dog sees a cat", "--view", view,
-                     "--layer", "1", "-o", str(png)]) == 0
+        assert (
+            main(
+                [
+                    "attention",
+                    str(mrun),
+                    "--text",
+                    "the big dog sees a cat",
+                    "--view",
+                    view,
+                    "--layer",
+                    "1",
+                    "-o",
+                    str(png),
+                ]
+            )
+            == 0
+        )
         assert png.stat().st_size > 5_000
-    assert main(["attention", str(mrun), "--text", "a dog", "--layer", "7", "-o", str(png),
-                 "--overwrite"]) == 2
+    assert (
+        main(["attention", str(mrun), "--text", "a dog", "--layer", "7", "-o", str(png), "--overwrite"]) == 2
+    )
     assert "out of range" in capsys.readouterr().err
 
 
 def test_heads_on_a_translation_model(mt_run, capsys):
     tmp, run = mt_run
-    assert main(["heads", str(run), "--data", str(tmp / "val.en"), "--ref", str(tmp / "val.de"),
-                 "--sequences", "5", "-o", str(tmp / "h.png")]) == 0
+    assert (
+        main(
+            [
+                "heads",
+                str(run),
+                "--data",
+                str(tmp / "val.en"),
+                "--ref",
+                str(tmp / "val.de"),
+                "--sequences",
+                "5",
+                "-o",
+                str(tmp / "h.png"),
+            ]
+        )
+        == 0
+    )
     rows = list(csv.DictReader(open(tmp / "h.csv")))
     names = {r["name"] for r in rows}
     assert {"encoder.0.self_attn", "decoder.1.self_attn", "decoder.1.cross_attn"} <= names

@@ -33,8 +33,11 @@ def test_pretraining_records_mlm_and_nsp_metrics(pipeline):
     run = tmp / "runs" / "pre"
     results = json.loads((run / "results.json").read_text())
     assert {"mlm_acc", "mlm_ppl", "nsp_acc"} <= results["valid"].keys()
-    valid = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()
-             if json.loads(x)["split"] == "valid"]
+    valid = [
+        json.loads(x)
+        for x in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(x)["split"] == "valid"
+    ]
     assert [r["step"] for r in valid] == [4, 8] and all("mlm_acc" in r for r in valid)
     assert (run / "curves.png").stat().st_size > 10_000 and (run / "tb").is_dir()
     assert (run / "checkpoints" / "latest").is_file()
@@ -69,28 +72,35 @@ def test_classify_and_answer_commands(pipeline, capsys, monkeypatch):
         assert float(values[label]) == max(map(float, values.values()))
     context = tmp / "context.txt"
     context.write_text("First Citizen: Before we proceed any further, hear me speak.")
-    assert main(["answer", str(tmp / "runs" / "qa"), "--context", str(context),
-                 "--question", "who speaks?"]) == 0
+    assert (
+        main(["answer", str(tmp / "runs" / "qa"), "--context", str(context), "--question", "who speaks?"])
+        == 0
+    )
     answer = capsys.readouterr().out.strip()
     assert answer and answer in context.read_text()  # a span of the context, as it is written
     # a checkpoint of another task: one line, status 2
-    assert main(["answer", str(tmp / "runs" / "cls"), "--context", str(context),
-                 "--question", "x"]) == 2
+    assert main(["answer", str(tmp / "runs" / "cls"), "--context", str(context), "--question", "x"]) == 2
     err = capsys.readouterr().err.strip()
     assert "needs a checkpoint of a `task: squad` run" in err and "\n" not in err
 
 
 def test_bad_inputs_are_one_line_errors(pipeline, capsys):
     tmp, cfgs = pipeline
-    (tmp / "bad_labels.jsonl").write_text('{"text_a": "a b", "text_b": "c", "label": "same"}\n'
-                                          '{"text_a": "a b", "text_b": "c", "label": "maybe"}\n')
+    (tmp / "bad_labels.jsonl").write_text(
+        '{"text_a": "a b", "text_b": "c", "label": "same"}\n'
+        '{"text_a": "a b", "text_b": "c", "label": "maybe"}\n'
+    )
     cases = [
-        ([str(cfgs["classify"]), "name=e1", "data.labels=[same, other]",
-          "data.valid=bad_labels.jsonl"], "bad_labels.jsonl:2: label 'maybe' is not one of same, other"),
+        (
+            [str(cfgs["classify"]), "name=e1", "data.labels=[same, other]", "data.valid=bad_labels.jsonl"],
+            "bad_labels.jsonl:2: label 'maybe' is not one of same, other",
+        ),
         ([str(cfgs["classify"]), "name=e2", "model.n_layers=3"], "has no tensor 'layers.2."),
         ([str(cfgs["classify"]), "name=e3", "model.d_ff=40"], "in this model; the model section changes"),
-        ([str(cfgs["squad"]), "name=e4", f"train.init_from={tmp / 'runs' / 'cls'}"],
-         None),  # an encoder of another task is fine: its heads are dropped
+        (
+            [str(cfgs["squad"]), "name=e4", f"train.init_from={tmp / 'runs' / 'cls'}"],
+            None,
+        ),  # an encoder of another task is fine: its heads are dropped
     ]
     for args, message in cases:
         status = main(["train", *args, "--quiet", "train.steps=1"])
@@ -102,11 +112,15 @@ def test_bad_inputs_are_one_line_errors(pipeline, capsys):
     (tmp / "lm").mkdir(exist_ok=True)
     lm = tiny_experiment(tmp / "lm")
     assert main(["train", str(lm), "--quiet"]) == 0
-    assert main(["train", str(cfgs["classify"]), "name=e5",
-                 f"train.init_from={tmp / 'lm' / 'runs' / 'tiny'}"]) == 2
+    assert (
+        main(["train", str(cfgs["classify"]), "name=e5", f"train.init_from={tmp / 'lm' / 'runs' / 'tiny'}"])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
-    assert "holds a decoder_lm model (DecoderLMConfig), but task 'classify' trains a EncoderConfig" \
-        in err and "\n" not in err
+    assert (
+        "holds a decoder_lm model (DecoderLMConfig), but task 'classify' trains a EncoderConfig" in err
+        and "\n" not in err
+    )
 
 
 def final_weights(run: Path) -> dict:
@@ -142,26 +156,41 @@ def test_a_widened_checkpoint_trains_on_with_init_from(tmp_path, capsys):
     cfg = tiny_experiment(tmp_path, steps=6)
     assert main(["train", str(cfg), "--quiet"]) == 0
     run = tmp_path / "runs" / "tiny"
-    assert main(["widen", str(run), "--d-head", "16", "--d-value", "8", "-o",
-                 str(tmp_path / "wide")]) == 0
+    assert main(["widen", str(run), "--d-head", "16", "--d-value", "8", "-o", str(tmp_path / "wide")]) == 0
     capsys.readouterr()
     # the experiment file states d_head 10 and d_value 6: the run states the widened sizes
-    assert main(["train", str(cfg), "--quiet", "name=wide_on", f"train.init_from={tmp_path / 'wide'}",
-                 "model.d_head=16", "model.d_value=8"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(cfg),
+                "--quiet",
+                "name=wide_on",
+                f"train.init_from={tmp_path / 'wide'}",
+                "model.d_head=16",
+                "model.d_value=8",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "tensors loaded" in out and "new tensors (0): none" in out and "dropped tensors (0): none" in out
     config = (tmp_path / "runs" / "wide_on" / "config.yaml").read_text()
     assert "d_head: 16" in config and "d_value: 8" in config
     # the first evaluation starts where the widened model is, not from scratch
-    first = [json.loads(x) for x in (tmp_path / "runs" / "wide_on" / "metrics.jsonl").read_text()
-             .splitlines()][0]
+    first = [
+        json.loads(x) for x in (tmp_path / "runs" / "wide_on" / "metrics.jsonl").read_text().splitlines()
+    ][0]
     scratch = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][0]
     assert first["loss"] < scratch["loss"]
     # a model section that contradicts the checkpoint: one line
     assert main(["train", str(cfg), "--quiet", "name=wide_bad", f"train.init_from={tmp_path / 'wide'}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "layers.0.self_attn.qkv_proj.weight' is (120, 24) in" in err and \
-        "the model section changes the architecture" in err and "\n" not in err
+    assert (
+        "layers.0.self_attn.qkv_proj.weight' is (120, 24) in" in err
+        and "the model section changes the architecture" in err
+        and "\n" not in err
+    )
 
 
 def test_a_wikiextractor_corpus_pretrains_without_next_sentence_from_its_cache(tmp_path, capsys):
@@ -170,7 +199,7 @@ def test_a_wikiextractor_corpus_pretrains_without_next_sentence_from_its_cache(t
     from tests.e2e.bert_fixture import LINES
 
     def article(i: int) -> str:
-        body = "\n".join(". ".join(LINES[i * 6 + k: i * 6 + k + 2]) + "." for k in range(0, 6, 2))
+        body = "\n".join(". ".join(LINES[i * 6 + k : i * 6 + k + 2]) + "." for k in range(0, 6, 2))
         return f'<doc id="{i}" url="u{i}" title="T{i}">\nT{i}\n\n{body}\n</doc>\n'
 
     (tmp_path / "wiki").mkdir()
@@ -181,12 +210,12 @@ def test_a_wikiextractor_corpus_pretrains_without_next_sentence_from_its_cache(t
     cfg = tmp_path / "wiki.yaml"
     cfg.write_text(f"""name: wiki
 task: bert
-out_dir: {tmp_path / 'runs'}
+out_dir: {tmp_path / "runs"}
 model: {{d_model: 24, n_heads: 3, d_head: 10, d_ff: 37, n_layers: 2, seq_len: 48, max_len: 48,
         norm_first: true, next_sentence: false}}
 data: {{root: {tmp_path}, train: "wiki/train_*.txt.xz", valid: valid.txt, corpus_format: wikiextractor,
         tokenizer_sample: 0.5, vocab_size: 300, mlm_prob: 0.4, max_predictions: 19,
-        short_seq_prob: 0.0, cache_dir: {tmp_path / 'cache'}}}
+        short_seq_prob: 0.0, cache_dir: {tmp_path / "cache"}}}
 train: {{steps: 4, batch_size: 8, eval_every: 2, eval_batches: 2, save_every: 4, optimizer: adamw,
          lr: 0.003, schedule: linear, warmup: 1, log_every: 2, threads: 1}}
 """)
@@ -208,8 +237,10 @@ train: {{steps: 4, batch_size: 8, eval_every: 2, eval_batches: 2, save_every: 4,
     good = (tmp_path / "wiki" / "train_0.txt.xz").read_bytes()
     cases = [
         (good[: len(good) // 2], "train_0.txt.xz: the compressed data is damaged"),
-        (lzma.compress(article(1).encode() + b'<doc id="9" url="u" title="x">\nx\n\nA b.\n'),
-         "train_0.txt.xz: the <doc> opened at line 8 is not closed before the end of the file"),
+        (
+            lzma.compress(article(1).encode() + b'<doc id="9" url="u" title="x">\nx\n\nA b.\n'),
+            "train_0.txt.xz: the <doc> opened at line 8 is not closed before the end of the file",
+        ),
     ]
     for data, message in cases:
         (tmp_path / "wiki" / "train_0.txt.xz").write_bytes(data)

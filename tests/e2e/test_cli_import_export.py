@@ -17,8 +17,10 @@ from tests.e2e.lm_fixture import TEXT
 from tests.reference.hf_models import bert_dir, gpt2_dir, marian_dir
 from tests.robustness.conftest import assert_kept, assert_one_line_error, snapshot
 
-TRAIN = ("optimizer: adamw, lr: 0.003, schedule: linear, warmup: 2, log_every: 2, threads: 1, "
-         "batch_size: 8, eval_every: 4, save_every: 4")
+TRAIN = (
+    "optimizer: adamw, lr: 0.003, schedule: linear, warmup: 2, log_every: 2, threads: 1, "
+    "batch_size: 8, eval_every: 4, save_every: 4"
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +28,12 @@ def hf(tmp_path_factory):
     """Hugging Face directories, built once: BERT (pre-training, QA), GPT-2, Marian (with a
     tokenizer.json, and as shipped: sentencepiece files only)."""
     root = tmp_path_factory.mktemp("hf")
-    dirs = {"bert": bert_dir(root, "BertForPreTraining"),
-            "qa": bert_dir(root, "BertForQuestionAnswering"), "gpt2": gpt2_dir(root),
-            "marian": marian_dir(root)}
+    dirs = {
+        "bert": bert_dir(root, "BertForPreTraining"),
+        "qa": bert_dir(root, "BertForQuestionAnswering"),
+        "gpt2": gpt2_dir(root),
+        "marian": marian_dir(root),
+    }
     (root / "spm").mkdir()
     dirs["marian_spm"] = marian_dir(root / "spm", with_tokenizer=False)
     return dirs
@@ -42,8 +47,10 @@ def run(argv: list[str], capsys) -> str:
 def test_the_b20_path_on_an_imported_bert(hf, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = run(["import", str(hf["bert"]), "-o", "bert"], capsys)
-    assert out.splitlines()[1:3] == ["mapped 62 tensors onto 50 of fullrank's encoder model",
-                                     "dropped (0): none"]
+    assert out.splitlines()[1:3] == [
+        "mapped 62 tensors onto 50 of fullrank's encoder model",
+        "dropped (0): none",
+    ]
     assert "checkpoint: bert (task bert)" in out
     (tmp_path / "text.txt").write_text(TEXT[:3000], encoding="utf-8")
     out = run(["heads", "bert", "--data", "text.txt", "-o", "heads.png"], capsys)
@@ -85,8 +92,7 @@ def test_an_imported_span_model_answers_and_exports_back(hf, tmp_path, capsys, m
     assert config["architectures"] == ["BertForQuestionAnswering"]
 
 
-def test_an_imported_gpt2_measures_widens_trains_generates_and_exports(hf, tmp_path, capsys,
-                                                                      monkeypatch):
+def test_an_imported_gpt2_measures_widens_trains_generates_and_exports(hf, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run(["import", str(hf["gpt2"]), "-o", "gpt2"], capsys)
     (tmp_path / "train.txt").write_text(TEXT[:6000], encoding="utf-8")
@@ -107,7 +113,11 @@ sample: {{max_new_tokens: 5}}
     run(["generate", "runs/lm", "--prompt", "ROMEO:", "--max-new-tokens", "4"], capsys)
     run(["export", "gpt2", "-o", "gpt2-hf"], capsys)
     assert sorted(p.name for p in (tmp_path / "gpt2-hf").iterdir()) == [
-        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert main(["export", "runs/lm", "-o", "lm-hf"]) == 2  # widened: no Hugging Face form
     assert "d_head=12" in capsys.readouterr().err and not (tmp_path / "lm-hf").exists()
 
@@ -117,8 +127,23 @@ def test_an_imported_marian_translates(hf, tmp_path, capsys, monkeypatch):
     out = run(["import", str(hf["marian"]), "-o", "marian"], capsys)
     assert "checkpoint: marian (task mt)" in out
     (tmp_path / "in.txt").write_text("the king is here\nand so is the queen\n")
-    run(["translate", "marian", "-i", "in.txt", "-o", "out.txt", "--beam", "2", "--max-len-a", "0",
-         "--max-len-b", "4"], capsys)
+    run(
+        [
+            "translate",
+            "marian",
+            "-i",
+            "in.txt",
+            "-o",
+            "out.txt",
+            "--beam",
+            "2",
+            "--max-len-a",
+            "0",
+            "--max-len-b",
+            "4",
+        ],
+        capsys,
+    )
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
     tokenizer = str(hf["marian"] / "tokenizer.json")
     out = run(["import", str(hf["marian_spm"]), "--tokenizer", tokenizer, "-o", "given"], capsys)
@@ -165,59 +190,118 @@ def exported(hf: dict[str, Path], root: Path) -> Path:
 
 # (name, argv from the built directories and the sandbox, the error line's pattern)
 CASES: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
-    ("a directory that is not a model", lambda hf, r: ["import", str(r), "-o", str(r / "o")],
-     r"not a Hugging Face model directory \(no config\.json\)"),
-    ("no such directory", lambda hf, r: ["import", str(r / "nothing"), "-o", str(r / "o")],
-     r"nothing: no such directory"),
-    ("an architecture not supported", lambda hf, r: [
-        "import", str(edit_config(copy_of(hf, "bert", r), architectures=["RobertaForMaskedLM"])),
-        "-o", str(r / "o")], r"architecture RobertaForMaskedLM is not supported; fullrank "
-                             r"imports BertForPreTraining, .*GPT2LMHeadModel"),
-    ("config.json with more layers than the weights", lambda hf, r: [
-        "import", str(edit_config(copy_of(hf, "bert", r), num_hidden_layers=4)),
-        "-o", str(r / "o")], r"no tensor 'bert\.encoder\.layer\.3\.attention\.self\.query\."
-                             r"weight'.*config\.json and the weights do not match"),
-    ("config.json with fewer layers than the weights", lambda hf, r: [
-        "import", str(edit_config(copy_of(hf, "gpt2", r), n_layer=1)), "-o", str(r / "o")],
-     r"holds 'transformer\.h\.1\.attn\.c_attn\.bias', which a GPT2LMHeadModel with this "
-     r"config\.json does not have"),
-    ("config.json with another width than the weights", lambda hf, r: [
-        "import", str(edit_config(copy_of(hf, "marian", r), encoder_ffn_dim=41,
-                                  decoder_ffn_dim=41)), "-o", str(r / "o")],
-     r"'model\.encoder\.layers\.0\.fc1\.weight' is \(37, 24\) but config\.json describes "
-     r"\(41, 24\)"),
-    ("a setting fullrank cannot represent", lambda hf, r: [
-        "import", str(edit_config(copy_of(hf, "marian", r), tie_word_embeddings=False)),
-        "-o", str(r / "o")], r"config\.json: tie_word_embeddings=False is not supported"),
-    ("a truncated safetensors file", lambda hf, r: [
-        "import", str(truncated(copy_of(hf, "gpt2", r))), "-o", str(r / "o")],
-     r"model\.safetensors: not a readable safetensors file .*truncated or corrupt"),
-    ("a pickle-only checkpoint", lambda hf, r: [
-        "import", str(pickle_only(copy_of(hf, "bert", r))), "-o", str(r / "o")],
-     r"holds only pytorch_model\.bin, a pickle, which fullrank never loads; convert it .*"
-     r"BertForPreTraining\.from_pretrained"),
-    ("Marian's sentencepiece files", lambda hf, r: [
-        "import", str(copy_of(hf, "marian_spm", r)), "-o", str(r / "o")],
-     r"sentencepiece models \(source\.spm, target\.spm\).*--tokenizer FILE"),
-    ("a tokenizer of another vocabulary", lambda hf, r: [
-        "import", str(copy_of(hf, "marian_spm", r)), "--tokenizer",
-        str(hf["bert"] / "tokenizer.json"), "-o", str(r / "o")],
-     r"the tokenizer \(.*\) has 97 tokens but config\.json's vocab_size is 90"),
-    ("import -o the user's own directory", lambda hf, r: [
-        "import", str(hf["gpt2"]), "-o", str(r / "mine")],
-     r"mine: already exists and is not a fullrank checkpoint"),
-    ("import -o inside the model directory", lambda hf, r: [
-        "import", str(copy_of(hf, "gpt2", r)), "-o", str(r / "my-gpt2" / "fr")],
-     r"is inside .*my-gpt2, which the command reads"),
-    ("export to a target that exists", lambda hf, r: [
-        "export", str(exported(hf, r)), "-o", str(r / "hf-out")],
-     r"hf-out: already holds a Hugging Face model directory; pass --overwrite"),
-    ("export to the source", lambda hf, r: [
-        "export", str(exported(hf, r)), "-o", str(r / "ckpt"), "--overwrite"],
-     r"-o .*ckpt: is the input"),
-    ("export over the user's own directory", lambda hf, r: [
-        "export", str(exported(hf, r)), "-o", str(r / "mine"), "--overwrite"],
-     r"mine: already exists and is not a Hugging Face model directory"),
+    (
+        "a directory that is not a model",
+        lambda hf, r: ["import", str(r), "-o", str(r / "o")],
+        r"not a Hugging Face model directory \(no config\.json\)",
+    ),
+    (
+        "no such directory",
+        lambda hf, r: ["import", str(r / "nothing"), "-o", str(r / "o")],
+        r"nothing: no such directory",
+    ),
+    (
+        "an architecture not supported",
+        lambda hf, r: [
+            "import",
+            str(edit_config(copy_of(hf, "bert", r), architectures=["RobertaForMaskedLM"])),
+            "-o",
+            str(r / "o"),
+        ],
+        r"architecture RobertaForMaskedLM is not supported; fullrank "
+        r"imports BertForPreTraining, .*GPT2LMHeadModel",
+    ),
+    (
+        "config.json with more layers than the weights",
+        lambda hf, r: [
+            "import",
+            str(edit_config(copy_of(hf, "bert", r), num_hidden_layers=4)),
+            "-o",
+            str(r / "o"),
+        ],
+        r"no tensor 'bert\.encoder\.layer\.3\.attention\.self\.query\."
+        r"weight'.*config\.json and the weights do not match",
+    ),
+    (
+        "config.json with fewer layers than the weights",
+        lambda hf, r: ["import", str(edit_config(copy_of(hf, "gpt2", r), n_layer=1)), "-o", str(r / "o")],
+        r"holds 'transformer\.h\.1\.attn\.c_attn\.bias', which a GPT2LMHeadModel with this "
+        r"config\.json does not have",
+    ),
+    (
+        "config.json with another width than the weights",
+        lambda hf, r: [
+            "import",
+            str(edit_config(copy_of(hf, "marian", r), encoder_ffn_dim=41, decoder_ffn_dim=41)),
+            "-o",
+            str(r / "o"),
+        ],
+        r"'model\.encoder\.layers\.0\.fc1\.weight' is \(37, 24\) but config\.json describes "
+        r"\(41, 24\)",
+    ),
+    (
+        "a setting fullrank cannot represent",
+        lambda hf, r: [
+            "import",
+            str(edit_config(copy_of(hf, "marian", r), tie_word_embeddings=False)),
+            "-o",
+            str(r / "o"),
+        ],
+        r"config\.json: tie_word_embeddings=False is not supported",
+    ),
+    (
+        "a truncated safetensors file",
+        lambda hf, r: ["import", str(truncated(copy_of(hf, "gpt2", r))), "-o", str(r / "o")],
+        r"model\.safetensors: not a readable safetensors file .*truncated or corrupt",
+    ),
+    (
+        "a pickle-only checkpoint",
+        lambda hf, r: ["import", str(pickle_only(copy_of(hf, "bert", r))), "-o", str(r / "o")],
+        r"holds only pytorch_model\.bin, a pickle, which fullrank never loads; convert it .*"
+        r"BertForPreTraining\.from_pretrained",
+    ),
+    (
+        "Marian's sentencepiece files",
+        lambda hf, r: ["import", str(copy_of(hf, "marian_spm", r)), "-o", str(r / "o")],
+        r"sentencepiece models \(source\.spm, target\.spm\).*--tokenizer FILE",
+    ),
+    (
+        "a tokenizer of another vocabulary",
+        lambda hf, r: [
+            "import",
+            str(copy_of(hf, "marian_spm", r)),
+            "--tokenizer",
+            str(hf["bert"] / "tokenizer.json"),
+            "-o",
+            str(r / "o"),
+        ],
+        r"the tokenizer \(.*\) has 97 tokens but config\.json's vocab_size is 90",
+    ),
+    (
+        "import -o the user's own directory",
+        lambda hf, r: ["import", str(hf["gpt2"]), "-o", str(r / "mine")],
+        r"mine: already exists and is not a fullrank checkpoint",
+    ),
+    (
+        "import -o inside the model directory",
+        lambda hf, r: ["import", str(copy_of(hf, "gpt2", r)), "-o", str(r / "my-gpt2" / "fr")],
+        r"is inside .*my-gpt2, which the command reads",
+    ),
+    (
+        "export to a target that exists",
+        lambda hf, r: ["export", str(exported(hf, r)), "-o", str(r / "hf-out")],
+        r"hf-out: already holds a Hugging Face model directory; pass --overwrite",
+    ),
+    (
+        "export to the source",
+        lambda hf, r: ["export", str(exported(hf, r)), "-o", str(r / "ckpt"), "--overwrite"],
+        r"-o .*ckpt: is the input",
+    ),
+    (
+        "export over the user's own directory",
+        lambda hf, r: ["export", str(exported(hf, r)), "-o", str(r / "mine"), "--overwrite"],
+        r"mine: already exists and is not a Hugging Face model directory",
+    ),
 ]
 
 

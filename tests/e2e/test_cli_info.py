@@ -11,8 +11,16 @@ from fullrank.cli import main
 def test_info_prints_breakdown_heads_flops(capsys):
     assert main(["info", "aiayn_base"]) == 0
     out = capsys.readouterr().out
-    for needle in ("63,082,496", "embeddings", "attention", "ffn", "norms", "heads",
-                   "d_head 64", "FLOPs per token"):
+    for needle in (
+        "63,082,496",
+        "embeddings",
+        "attention",
+        "ffn",
+        "norms",
+        "heads",
+        "d_head 64",
+        "FLOPs per token",
+    ):
         assert needle in out
 
 
@@ -29,8 +37,9 @@ def test_info_unknown_preset_is_one_line_and_exit_2(capsys):
 
 
 def test_python_dash_m_entry_point():
-    out = subprocess.run([sys.executable, "-m", "fullrank", "info", "--list"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "fullrank", "info", "--list"], capture_output=True, text=True, check=True
+    ).stdout
     assert "aiayn_table3_B_dk16" in out and "b20_bert_table2a_h32" in out
 
 

@@ -22,8 +22,12 @@ def run_to_files(tmp_path, *argv: str, seconds: str = "0") -> tuple[int, str, st
     """``fullrank ARGV`` with stdout and stderr written to files (not terminals); progress
     lines every ``seconds``. Returns the exit status and both files' text."""
     with open(tmp_path / "out.log", "w") as out, open(tmp_path / "err.log", "w") as err:
-        status = subprocess.run([*FULLRANK, *argv], stdout=out, stderr=err,
-                                env={**os.environ, "FULLRANK_PROGRESS_SECONDS": seconds}).returncode
+        status = subprocess.run(
+            [*FULLRANK, *argv],
+            stdout=out,
+            stderr=err,
+            env={**os.environ, "FULLRANK_PROGRESS_SECONDS": seconds},
+        ).returncode
     return status, (tmp_path / "out.log").read_text(), (tmp_path / "err.log").read_text()
 
 
@@ -43,7 +47,8 @@ def test_at_the_default_interval_a_short_run_logs_one_progress_line(tmp_path):
     status, _, err = run_to_files(tmp_path, "train", str(tiny_experiment(tmp_path)), seconds="30")
     assert status == 0, err
     assert re.findall(r"^train .*$", err, flags=re.M) == [
-        next(x for x in err.splitlines() if x.startswith("train 12/12 steps (100%)"))]
+        next(x for x in err.splitlines() if x.startswith("train 12/12 steps (100%)"))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -59,33 +64,54 @@ def test_a_file_with_an_over_long_line_translates_every_line(mt_run, tmp_path):
     long = " ".join(WORDS * 12)  # well over 64 tokens
     lines = ["the big dog", long, "", "a red car"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    status, out, err = run_to_files(tmp_path, "translate", str(mt_run), "-i",
-                                    str(tmp_path / "in.txt"), "-o", str(tmp_path / "tr.txt"))
+    status, out, err = run_to_files(
+        tmp_path, "translate", str(mt_run), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "tr.txt")
+    )
     assert status == 0, err
     translated = (tmp_path / "tr.txt").read_text()
     assert translated.count("\n") == len(lines)  # one output line per input line
     warnings = [x for x in err.splitlines() if "warning" in x]
     assert len(warnings) == 1
-    assert re.fullmatch(r"fullrank translate: warning: line 2: \d+ source tokens \(with EOS\), "
-                        r"more than the model's max_len=64: only its first 63 are translated",
-                        warnings[0]), warnings[0]
+    assert re.fullmatch(
+        r"fullrank translate: warning: line 2: \d+ source tokens \(with EOS\), "
+        r"more than the model's max_len=64: only its first 63 are translated",
+        warnings[0],
+    ), warnings[0]
     assert "\r" not in err
     assert re.search(r"^translate 1/1 batches \(100%\)", err, flags=re.M)  # ends at its total
 
     # --strict: the error, before anything is decoded; nothing written
-    status, _, err = run_to_files(tmp_path, "translate", str(mt_run), "-i",
-                                  str(tmp_path / "in.txt"), "-o", str(tmp_path / "strict.txt"),
-                                  "--strict")
+    status, _, err = run_to_files(
+        tmp_path,
+        "translate",
+        str(mt_run),
+        "-i",
+        str(tmp_path / "in.txt"),
+        "-o",
+        str(tmp_path / "strict.txt"),
+        "--strict",
+    )
     assert status == 2 and not (tmp_path / "strict.txt").exists()
-    assert re.fullmatch(r"fullrank translate: error: line 2: \d+ source tokens exceed the model's "
-                        r"max_len=64; split the line\n", err), err
+    assert re.fullmatch(
+        r"fullrank translate: error: line 2: \d+ source tokens exceed the model's "
+        r"max_len=64; split the line\n",
+        err,
+    ), err
 
 
 def test_the_translation_bar_reaches_its_total(mt_run, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(["the big dog", "a red car", "cat"] * 6) + "\n")
-    status, _, err = run_to_files(tmp_path, "translate", str(mt_run), "-i",
-                                  str(tmp_path / "in.txt"), "-o", str(tmp_path / "tr.txt"),
-                                  "--batch-size", "4")
+    status, _, err = run_to_files(
+        tmp_path,
+        "translate",
+        str(mt_run),
+        "-i",
+        str(tmp_path / "in.txt"),
+        "-o",
+        str(tmp_path / "tr.txt"),
+        "--batch-size",
+        "4",
+    )
     assert status == 0, err
     counts = re.findall(r"^translate (\d+)/5 batches", err, flags=re.M)
     assert counts == ["1", "2", "3", "4", "5"]

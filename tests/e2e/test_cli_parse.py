@@ -64,8 +64,7 @@ def assert_trees_over_the_words(run, n: int | None = None) -> None:
     parsed = (run / "parses" / "test.last.trees").read_text().splitlines()
     assert len(gold) == len(parsed) == (n or len(gold))
     for g, p in zip(gold, parsed):
-        ours, theirs = (read_tree_line(x, source=w, line_number=1)
-                        for x, w in ((p, "out"), (g, "gold")))
+        ours, theirs = (read_tree_line(x, source=w, line_number=1) for x, w in ((p, "out"), (g, "gold")))
         assert ours is not None and theirs is not None and ours.leaves() == theirs.leaves()
 
 
@@ -90,8 +89,7 @@ def test_the_recipe_scores_dev_and_test_with_the_last_and_averaged_models(parse_
     assert_trees_over_the_words(run, 30)
 
 
-def test_parse_writes_one_tree_per_line_and_keeps_empty_lines(parse_run, tmp_path, capsys,
-                                                               monkeypatch):
+def test_parse_writes_one_tree_per_line_and_keeps_empty_lines(parse_run, tmp_path, capsys, monkeypatch):
     _, run = parse_run
     lines = ["the dog sees a cat .", "", "Zork ( runs ) quickly .", "John runs ."]
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
@@ -106,15 +104,25 @@ def test_parse_writes_one_tree_per_line_and_keeps_empty_lines(parse_run, tmp_pat
     assert "parsed 3 sentences" in captured.err
     # the [V17] settings by default (beam 21, α 0.3, +300), from and to files
     (tmp_path / "in.txt").write_text("a man likes the house .\n")
-    assert main(["parse", str(run), "-i", str(tmp_path / "in.txt"), "-o",
-                 str(tmp_path / "out.txt")]) == 0
+    assert main(["parse", str(run), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt")]) == 0
     assert (tmp_path / "out.txt").read_text().startswith("(")
 
 
 def test_the_word_scheme_and_unconstrained_search(parse_run, tmp_path, capsys, monkeypatch):
     root, run = parse_run
-    assert main(["train", str(root / "parse.yaml"), "data.tree_leaves=word", "name=tiny_words",
-                 "decode.average_last=0", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(root / "parse.yaml"),
+                "data.tree_leaves=word",
+                "name=tiny_words",
+                "decode.average_last=0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     words_run = root / "runs" / "tiny_words"
     latest = (words_run / "checkpoints" / "latest").read_text().strip()
     assert read_meta(words_run / "checkpoints" / latest)["tree_leaves"] == "word"
@@ -138,9 +146,21 @@ def test_the_word_scheme_and_unconstrained_search(parse_run, tmp_path, capsys, m
 
 def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, monkeypatch):
     root, _ = parse_run
-    assert main(["train", str(root / "parse.yaml"), "data.tree_leaves=word", "name=tiny_sigs",
-                 "data.unknown_words=signature", "data.min_frequency=100",
-                 "data.word_dropout=0.25", "decode.average_last=0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(root / "parse.yaml"),
+                "data.tree_leaves=word",
+                "name=tiny_sigs",
+                "data.unknown_words=signature",
+                "data.min_frequency=100",
+                "data.word_dropout=0.25",
+                "decode.average_last=0",
+            ]
+        )
+        == 0
+    )
     assert "word dropout to signatures, α=0.25" in capsys.readouterr().out
     run = root / "runs" / "tiny_sigs"
     data = run / "data"
@@ -153,8 +173,9 @@ def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, mo
     assert "<unk-LC>" in vocab and "<unk-INITC>" in vocab
     targets = (data / "train.trees").read_text().splitlines()
     for w, s, t in zip(words, sources, targets):  # the leaves: the words as the model reads them
-        assert [x for x in t.split() if x[0] not in "()"] == \
-            [sig if sig in vocab else word for word, sig in zip(w.split(), s.split())]
+        assert [x for x in t.split() if x[0] not in "()"] == [
+            sig if sig in vocab else word for word, sig in zip(w.split(), s.split())
+        ]
     assert_trees_over_the_words(run)  # over the input's own words, not their signatures
     capsys.readouterr()
     monkeypatch.setattr(sys, "stdin", io.StringIO("Zorba likes the zebras .\n"))
@@ -169,14 +190,25 @@ def cursor_run(parse_run, request):
     told its next word; with what stands for each word in its trees."""
     root, _ = parse_run
     name = f"tiny_cursor_{request.param}"
-    assert main(["train", str(root / "parse.yaml"), f"data.tree_leaves={request.param}",
-                 f"name={name}", "data.tree_order=in_order", "model.decoder_cursor=true",
-                 "decode.average_last=0", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(root / "parse.yaml"),
+                f"data.tree_leaves={request.param}",
+                f"name={name}",
+                "data.tree_order=in_order",
+                "model.decoder_cursor=true",
+                "decode.average_last=0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return root / "runs" / name, request.param
 
 
-def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, cursor_run, capsys,
-                                                         monkeypatch):
+def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, cursor_run, capsys, monkeypatch):
     root, (run, leaves) = parse_run[0], cursor_run
     latest = (run / "checkpoints" / "latest").read_text().strip()
     assert read_meta(run / "checkpoints" / latest)["tree_order"] == "in_order"
@@ -188,8 +220,23 @@ def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, cursor_run, 
     assert results["test.last"]["repaired"] == 0.0
     assert_trees_over_the_words(run)
     # the command reads the checkpoint's order: the same trees as the run's own scoring
-    assert main(["parse", str(run), "-i", str(run / "data" / "test.words"), "-o",
-                 str(run / "again.trees"), "--beam", "4", "--batch-size", "7"]) == 0
+    assert (
+        main(
+            [
+                "parse",
+                str(run),
+                "-i",
+                str(run / "data" / "test.words"),
+                "-o",
+                str(run / "again.trees"),
+                "--beam",
+                "4",
+                "--batch-size",
+                "7",
+            ]
+        )
+        == 0
+    )
     assert (run / "again.trees").read_text() == (run / "parses" / "test.last.trees").read_text()
     capsys.readouterr()
     monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
@@ -217,40 +264,99 @@ def test_attention_maps_and_head_statistics_of_a_parser(cursor_run, tmp_path, ca
     # word it counts at each of them
     ckpt = load_checkpoint(run)
     sentences = words.read_text().splitlines()[:5]
-    trees = [read_tree_line(t, source="gold", line_number=1)
-             for t in gold.read_text().splitlines()[:5]]
+    trees = [read_tree_line(t, source="gold", line_number=1) for t in gold.read_text().splitlines()[:5]]
     batch, symbols = parse_batch(ckpt, sentences, trees, where=["gold"] * 5)
     expected = (run / "data" / "test.trees").read_text().splitlines()[:5]
     for row, cursor, want in zip(batch.tgt, ckpt.model.cursor(batch.tgt), expected):
         tokens = [symbols.id_to_token(int(i)) for i in row[1:] if i != symbols.pad_id]
         unk = symbols.id_to_token(symbols.unk_id)
         assert tokens == [t if symbols.token_to_id(t) is not None else unk for t in want.split()]
-        placed = [0] + [sum(not t.startswith(("(", ")")) for t in tokens[:k + 1])
-                        for k in range(len(tokens))]
+        placed = [0] + [
+            sum(not t.startswith(("(", ")")) for t in tokens[: k + 1]) for k in range(len(tokens))
+        ]
         assert cursor[: len(placed)].tolist() == placed  # BOS, then words placed so far
 
     maps = tmp_path / "cross.png"
-    assert main(["attention", str(run), "--text", sentences[0], "--view", "cross",
-                 "--target", gold.read_text().splitlines()[0], "-o", str(maps)]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                str(run),
+                "--text",
+                sentences[0],
+                "--view",
+                "cross",
+                "--target",
+                gold.read_text().splitlines()[0],
+                "-o",
+                str(maps),
+            ]
+        )
+        == 0
+    )
     assert f"(target: {expected[0]})" in capsys.readouterr().out
     assert maps.stat().st_size > 0 and (tmp_path / "cross-lines.png").stat().st_size > 0
     # by default the model's own greedy parse is teacher-forced
-    assert main(["attention", str(run), "--text", "the dog sees a cat .", "--view", "decoder",
-                 "-o", str(tmp_path / "self.png")]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                str(run),
+                "--text",
+                "the dog sees a cat .",
+                "--view",
+                "decoder",
+                "-o",
+                str(tmp_path / "self.png"),
+            ]
+        )
+        == 0
+    )
     assert f"(target: {'the' if leaves == 'word' else 'XX'} " in capsys.readouterr().out
     out = tmp_path / "heads.png"
-    assert main(["heads", str(run), "--data", str(words), "--ref", str(gold), "--sequences",
-                 "4", "-o", str(out)]) == 0
+    assert (
+        main(
+            ["heads", str(run), "--data", str(words), "--ref", str(gold), "--sequences", "4", "-o", str(out)]
+        )
+        == 0
+    )
     rows = out.with_suffix(".csv").read_text().splitlines()
     modules = {r.split(",")[0] for r in rows[1:]}
     assert {"encoder.0.self_attn", "decoder.0.self_attn", "decoder.0.cross_attn"} <= modules
     # bad input: one line each
-    assert main(["attention", str(run), "--text", "the dog sees a cat .", "--target",
-                 "(S (NP (DT a) (NN cat)))", "-o", str(tmp_path / "x.png")]) == 2
+    assert (
+        main(
+            [
+                "attention",
+                str(run),
+                "--text",
+                "the dog sees a cat .",
+                "--target",
+                "(S (NP (DT a) (NN cat)))",
+                "-o",
+                str(tmp_path / "x.png"),
+            ]
+        )
+        == 2
+    )
     assert "--target: the tree's words (a cat) are not the sentence's" in one_line_error(capsys)
     (tmp_path / "short.gold").write_text(gold.read_text().splitlines()[0] + "\n")
-    assert main(["heads", str(run), "--data", str(words), "--ref",
-                 str(tmp_path / "short.gold"), "-o", str(out), "--overwrite"]) == 2
+    assert (
+        main(
+            [
+                "heads",
+                str(run),
+                "--data",
+                str(words),
+                "--ref",
+                str(tmp_path / "short.gold"),
+                "-o",
+                str(out),
+                "--overwrite",
+            ]
+        )
+        == 2
+    )
     assert "give one tree per sentence, in the same order" in one_line_error(capsys)
 
 
@@ -307,11 +413,23 @@ def test_bad_input_is_one_line(parse_run, tmp_path, capsys, monkeypatch):
     assert "line 2: 61 source tokens exceed the model's max_len=48" in one_line_error(capsys)
     # a malformed tree in the training data: its file and line
     (root / "broken").mkdir()
-    (root / "broken" / "wsj_0001.mrg").write_text("( (S (NP (DT a) (NN b)) (VP (VBZ c))) )\n"
-                                                  "( (S (NP (DT a)) (VP (VBZ c)) (NN d e)) )\n")
+    (root / "broken" / "wsj_0001.mrg").write_text(
+        "( (S (NP (DT a) (NN b)) (VP (VBZ c))) )\n( (S (NP (DT a)) (VP (VBZ c)) (NN d e)) )\n"
+    )
     cfg = root / "parse.yaml"
-    assert main(["train", str(cfg), f"data.root={root / 'broken'}", "data.train=wsj_0001.mrg",
-                 "name=broken", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                str(cfg),
+                f"data.root={root / 'broken'}",
+                "data.train=wsj_0001.mrg",
+                "name=broken",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     err = one_line_error(capsys)
     assert f"{root / 'broken' / 'wsj_0001.mrg'} line 2: two words under the tag 'NN'" in err
     # a checkpoint of another task

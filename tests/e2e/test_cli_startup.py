@@ -25,8 +25,7 @@ print("STATUS", status, "HEAVY", ",".join(heavy) or "-", file=sys.stderr)
 
 def probe(*argv: str) -> tuple[str, str]:
     """``(stdout, heavy modules imported)`` of ``fullrank ARGV`` in a fresh interpreter."""
-    done = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True)
     last = done.stderr.strip().splitlines()[-1].split()
     assert last[:2] == ["STATUS", "0"], done.stderr
     return done.stdout, last[3]
@@ -52,11 +51,14 @@ def test_the_preset_list_imports_no_torch():
 
 
 def test_the_package_names_load_on_first_use():
-    code = ("import sys, fullrank; before = 'torch' in sys.modules; "
-            "cls = fullrank.EncoderDecoder; print(before, 'torch' in sys.modules, cls.__name__, "
-            "'EncoderDecoder' in dir(fullrank))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
+    code = (
+        "import sys, fullrank; before = 'torch' in sys.modules; "
+        "cls = fullrank.EncoderDecoder; print(before, 'torch' in sys.modules, cls.__name__, "
+        "'EncoderDecoder' in dir(fullrank))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["False", "True", "EncoderDecoder", "True"]
     import fullrank
 

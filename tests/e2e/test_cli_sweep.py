@@ -45,9 +45,13 @@ def test_killed_sweep_reruns_only_the_missing_points_and_aggregates_them(tmp_pat
     sweep, out = toy(tmp_path), tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # its own process group, so that the kill takes the running point with it
-    proc = subprocess.Popen([*FULLRANK, "sweep", str(sweep), "--out", str(out), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [*FULLRANK, "sweep", str(sweep), "--out", str(out), "--quiet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not (out / POINTS[1] / "checkpoints" / "latest").exists():
         time.sleep(0.1)
@@ -58,8 +62,12 @@ def test_killed_sweep_reruns_only_the_missing_points_and_aggregates_them(tmp_pat
     before = first.stat().st_mtime_ns
     ckpts = sorted(p.name for p in (out / POINTS[0] / "checkpoints").iterdir())
 
-    again = subprocess.run([*FULLRANK, "sweep", str(sweep), "--out", str(out), "--quiet"],
-                           capture_output=True, text=True, env=env)
+    again = subprocess.run(
+        [*FULLRANK, "sweep", str(sweep), "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "3 trained now, 1 finished before, 0 failed" in again.stdout
     assert first.stat().st_mtime_ns == before  # the finished point was not touched
@@ -88,11 +96,11 @@ def test_killed_sweep_reruns_only_the_missing_points_and_aggregates_them(tmp_pat
 @pytest.mark.slow
 def test_a_failed_point_is_reported_and_the_others_go_on(tmp_path, capsys):
     text = TOY.replace("seeds: [0, 1]", "seeds: [0]").replace(
-        "  standard:", "  broken: {data.valid: missing.txt}\n  standard:")
+        "  standard:", "  broken: {data.valid: missing.txt}\n  standard:"
+    )
     text = text.replace("match: {", "match: {arms: [standard], ")
     sweep = toy(tmp_path, text)
-    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--jobs", "2",
-                 "--quiet"]) == 1
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--jobs", "2", "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "failed broken-n_heads2-s0 (exit 2: fullrank train: error:" in out and "missing.txt" in out
     assert "2 trained now, 0 finished before, 1 failed" in out
@@ -102,8 +110,21 @@ def test_a_failed_point_is_reported_and_the_others_go_on(tmp_path, capsys):
 @pytest.mark.slow
 def test_submitit_local_executor_runs_each_point_as_a_job(tmp_path, capsys):
     sweep = toy(tmp_path, TOY.replace("seeds: [0, 1]", "seeds: [3]"))
-    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--executor",
-                 "submitit-local", "--submitit", "timeout_min=10"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(sweep),
+                "--out",
+                str(tmp_path / "out"),
+                "--executor",
+                "submitit-local",
+                "--submitit",
+                "timeout_min=10",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "submitted 2 points through submitit (local)" in out
     assert "2 trained now" in out
@@ -133,7 +154,7 @@ model: {{d_model: 24, n_heads: 2, d_ff: 32, n_layers: 1, n_decoder_layers: 1, ma
          seq_len: 8, dropout: 0.0}}
 data: {{root: {tmp_path}, train: train, valid: val, src_lang: en, tgt_lang: de,
         tokenizer: bpe, vocab_size: 60, max_tokens: 256, max_sentence_len: 20,
-        cache_dir: {tmp_path / 'cache'}}}
+        cache_dir: {tmp_path / "cache"}}}
 train: {{steps: 50, lr: 2.0, schedule: noam, warmup: 4, eval_every: 50, save_every: 50,
          log_every: 50, threads: 1}}
 decode: {{beam: 2, average_last: 0, splits: [valid]}}
@@ -150,8 +171,21 @@ reference:
 """)
     out = tmp_path / "table"
     # a KEY=VALUE after --rows is an override, not a row
-    assert main(["grid", str(tmp_path / "grid.yaml"), "--rows", "A", "train.steps=4", "--out",
-                 str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "grid",
+                str(tmp_path / "grid.yaml"),
+                "--rows",
+                "A",
+                "train.steps=4",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     with open(out / "summary.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [r["point"] for r in rows] == ["A_h1", "A_h4"]

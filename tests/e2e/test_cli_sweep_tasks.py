@@ -33,8 +33,7 @@ def test_a_parse_sweep_scores_each_seed_and_their_ensemble(tmp_path, capsys):
     # counted before training, without a checkpoint: both vocabularies built as the run does
     the_plan = plan(load_sweep(tmp_path / "sweep.yaml"), out)
     assert not out.exists()
-    assert main(["sweep", str(tmp_path / "sweep.yaml"), "--out", str(out), "--jobs", "2",
-                 "--quiet"]) == 0
+    assert main(["sweep", str(tmp_path / "sweep.yaml"), "--out", str(out), "--jobs", "2", "--quiet"]) == 0
     printed = capsys.readouterr().out
     runs = [out / p.name for p in the_plan.points]
     for p, run in zip(the_plan.points, runs):
@@ -46,9 +45,25 @@ def test_a_parse_sweep_scores_each_seed_and_their_ensemble(tmp_path, capsys):
     assert record["members"] == [p.name for p in the_plan.points]
     f1 = record["extra"]["parse"]["test.avg2"]["all"]["f1"]
     # the ensemble is `fullrank parse` of the runs' averaged models
-    assert main(["parse", *(str(r / "averaged-last2") for r in runs), "-i",
-                 str(runs[0] / "data" / "test.words"), "-o", str(tmp_path / "both.trees"),
-                 "--beam", "4", "--alpha", "0.3", "--batch-size", "7"]) == 0
+    assert (
+        main(
+            [
+                "parse",
+                *(str(r / "averaged-last2") for r in runs),
+                "-i",
+                str(runs[0] / "data" / "test.words"),
+                "-o",
+                str(tmp_path / "both.trees"),
+                "--beam",
+                "4",
+                "--alpha",
+                "0.3",
+                "--batch-size",
+                "7",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "both.trees").read_text() == (ensemble / "test.trees").read_text()
     md = (out / "summary.md").read_text()
     assert "## parse" in md and "| test F1 |" in md and "ensemble of 2: test F1" in md
@@ -60,24 +75,23 @@ def test_a_bert_sweep_pretrains_then_fine_tunes_from_the_checkpoints(tmp_path, c
     cfgs = write_configs(tmp_path, steps=4)
     (tmp_path / "sweep.yaml").write_text(f"""
 name: bert_tables
-base: {cfgs['bert'].name}
+base: {cfgs["bert"].name}
 seeds: [0, 1]
 axes:
   heads: [{{model.n_heads: 3}}, {{model.n_heads: 2, model.d_head: 12}}]
 set: {{train.eval_every: 2, train.save_every: 2}}
 arms:
   pre: {{seeds: [0]}}
-  cls: {{base: {cfgs['classify'].name}, init_from: pre}}
-  cls_scratch: {{base: {cfgs['classify'].name}, init_from: pre, train.init_weights: false}}
-  qa: {{base: {cfgs['squad'].name}, init_from: pre, seeds: [0]}}
+  cls: {{base: {cfgs["classify"].name}, init_from: pre}}
+  cls_scratch: {{base: {cfgs["classify"].name}, init_from: pre, train.init_weights: false}}
+  qa: {{base: {cfgs["squad"].name}, init_from: pre, seeds: [0]}}
 """)
     out = tmp_path / "out"
     assert main(["sweep", str(tmp_path / "sweep.yaml"), "--out", str(out), "--dry-run"]) == 0
     dry = capsys.readouterr().out
     assert "after" in dry and "pre-n_heads3" in dry and "classify" in dry
     the_plan = plan(load_sweep(tmp_path / "sweep.yaml"), out)
-    assert main(["sweep", str(tmp_path / "sweep.yaml"), "--out", str(out), "--jobs", "2",
-                 "--quiet"]) == 0
+    assert main(["sweep", str(tmp_path / "sweep.yaml"), "--out", str(out), "--jobs", "2", "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "12 trained now, 0 finished before, 0 failed" in printed
     by = {p.name: p for p in the_plan.points}
@@ -92,7 +106,10 @@ arms:
             assert info["init_from"] == str(resolve(out / p.after))  # its latest checkpoint
             assert info["init_weights"] == (p.arm != "cls_scratch")
     md = (out / "summary.md").read_text()
-    for heading, figure in (("## bert", "validation MLM accuracy"),
-                            ("## classify", "validation accuracy"), ("## squad", "test F1")):
+    for heading, figure in (
+        ("## bert", "validation MLM accuracy"),
+        ("## classify", "validation accuracy"),
+        ("## squad", "test F1"),
+    ):
         assert heading in md and figure in md, (heading, md)
     assert "again accuracy" in md  # the evaluation-only set of the classification config

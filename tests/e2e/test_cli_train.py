@@ -27,8 +27,16 @@ def test_train_eval_generate_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "valid: loss" in out and "sample" in out
     run = tmp_path / "runs" / "tiny"
-    for name in ("config.yaml", "tokenizer.json", "metrics.jsonl", "curves.png", "sample.txt",
-                 "results.json", "checkpoints/latest", "tb"):
+    for name in (
+        "config.yaml",
+        "tokenizer.json",
+        "metrics.jsonl",
+        "curves.png",
+        "sample.txt",
+        "results.json",
+        "checkpoints/latest",
+        "tb",
+    ):
         assert (run / name).exists(), name
     results = json.loads((run / "results.json").read_text())
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -39,8 +47,9 @@ def test_train_eval_generate_plot(tmp_path, capsys):
     line = capsys.readouterr().out
     assert f"perplexity {results['valid']['ppl']:.2f}" in line  # the same exact evaluation
 
-    assert main(["generate", str(run), "--prompt", "KING", "--max-new-tokens", "30",
-                 "--temperature", "0"]) == 0
+    assert (
+        main(["generate", str(run), "--prompt", "KING", "--max-new-tokens", "30", "--temperature", "0"]) == 0
+    )
     text = capsys.readouterr().out
     # 30 new tokens; an undertrained model may pick special tokens, which decoding drops
     assert text.startswith("KING") and 4 < len(text.rstrip("\n")) <= 34
@@ -91,12 +100,16 @@ def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(tmp_path):
     steps = 30
     straight_dir, killed_dir = tmp_path / "a", tmp_path / "b"
     straight_dir.mkdir(), killed_dir.mkdir()
-    subprocess.run([*FULLRANK, "train", str(tiny_experiment(straight_dir, steps=steps, save_every=3)),
-                    "--quiet"], check=True, capture_output=True)
+    subprocess.run(
+        [*FULLRANK, "train", str(tiny_experiment(straight_dir, steps=steps, save_every=3)), "--quiet"],
+        check=True,
+        capture_output=True,
+    )
     cfg = tiny_experiment(killed_dir, steps=steps, save_every=3)
     kill_after = random.Random().randint(4, steps - 6)
-    proc = subprocess.Popen([*FULLRANK, "train", str(cfg), "--quiet"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*FULLRANK, "train", str(cfg), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     metrics = killed_dir / "runs" / "tiny" / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -107,8 +120,7 @@ def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    subprocess.run([*FULLRANK, "train", str(cfg), "--quiet", "--resume"], check=True,
-                   capture_output=True)
+    subprocess.run([*FULLRANK, "train", str(cfg), "--quiet", "--resume"], check=True, capture_output=True)
     a, b = final_weights(straight_dir / "runs" / "tiny"), final_weights(killed_dir / "runs" / "tiny")
     assert a.keys() == b.keys()
     for k in a:
@@ -128,28 +140,49 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     # noise, e.g. the key bias's, becomes a full ±lr step); batch 4 = 2 ranks × 2 rows
     # on the CPU (gloo) even where a GPU is present: two processes, one device each
     args = ["--quiet", "train.eps=1.0", "train.device=cpu"]
-    subprocess.run([*FULLRANK, "train", str(tiny_experiment(one, steps=6, dropout=0.0)), *args],
-                   check=True, capture_output=True, env=env)
+    subprocess.run(
+        [*FULLRANK, "train", str(tiny_experiment(one, steps=6, dropout=0.0)), *args],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
     # --standalone: torchrun picks a free port itself (a fixed one can be taken on a busy machine)
-    ddp = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "fullrank", "train",
-                          str(tiny_experiment(two, steps=6, dropout=0.0)), *args],
-                         capture_output=True, text=True, env=env)
+    ddp = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "fullrank",
+            "train",
+            str(tiny_experiment(two, steps=6, dropout=0.0)),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = final_weights(one / "runs" / "tiny"), final_weights(two / "runs" / "tiny")
     for k in a:
         assert (a[k] - b[k]).abs().max() < 1e-5, k
     # the log and results.json say how the batch was shared out
     assert "data parallel: world size 2 · 2 sequences per rank × 2 ranks = global batch 4" in ddp.stdout
-    shared = [json.loads((d / "runs" / "tiny" / "results.json").read_text())["extra"]["parallel"]
-              for d in (one, two)]
-    assert [(p["world_size"], p["batch_per_rank"], p["global_batch"]) for p in shared] == \
-        [(1, 4, 4), (2, 2, 4)]
+    shared = [
+        json.loads((d / "runs" / "tiny" / "results.json").read_text())["extra"]["parallel"]
+        for d in (one, two)
+    ]
+    assert [(p["world_size"], p["batch_per_rank"], p["global_batch"]) for p in shared] == [
+        (1, 4, 4),
+        (2, 2, 4),
+    ]
     # the logged metrics mean the same: the train loss over both ranks' rows (the global
     # batch), the periodic validation on the same rows as one process
-    logged = [[json.loads(x) for x in (d / "runs" / "tiny" / "metrics.jsonl").read_text()
-               .splitlines()] for d in (one, two)]
-    assert [(r["split"], r["step"]) for r in logged[0]] == [(r["split"], r["step"])
-                                                           for r in logged[1]]
+    logged = [
+        [json.loads(x) for x in (d / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()]
+        for d in (one, two)
+    ]
+    assert [(r["split"], r["step"]) for r in logged[0]] == [(r["split"], r["step"]) for r in logged[1]]
     for r1, r2 in zip(*logged):
         assert abs(r1["loss"] - r2["loss"]) < 1e-5, (r1, r2)
 
@@ -161,14 +194,29 @@ def test_a_batch_that_does_not_split_across_ranks_is_one_line_from_rank_0(tmp_pa
     if torchrun is None:
         pytest.skip("torchrun is not installed next to this Python")
     cfg = tiny_experiment(tmp_path, steps=4, batch_size=5)
-    ddp = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "fullrank",
-                          "train", str(cfg), "--quiet", "train.device=cpu"],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    ddp = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "fullrank",
+            "train",
+            str(cfg),
+            "--quiet",
+            "train.device=cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert ddp.returncode != 0
     ours = [line for line in ddp.stderr.splitlines() if line.startswith("fullrank train")]
-    assert ours == ["fullrank train: error: batch_size = 5 is not divisible by the world size 2; "
-                    "choose a train.batch_size that is a multiple of the number of processes"]
+    assert ours == [
+        "fullrank train: error: batch_size = 5 is not divisible by the world size 2; "
+        "choose a train.batch_size that is a multiple of the number of processes"
+    ]
     # no rank printed a traceback (torchrun's own report of the failed workers follows)
     frames = [line for line in ddp.stderr.splitlines() if line.strip().startswith("File ")]
     assert not [f for f in frames if "fullrank" in f], ddp.stderr

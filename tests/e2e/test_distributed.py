@@ -29,11 +29,26 @@ from tests.e2e.test_cli_parse import write_treebank
 from tests.e2e.test_cli_translate import write_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
-COMMON = ["--quiet", "train.device=cpu", "train.eps=1.0", "train.steps=4", "train.save_every=2",
-          "train.keep_last=5", "train.eval_every=2"]
-ENCODER = ["model.d_model=24", "model.n_heads=3", "model.d_head=10", "model.d_ff=37",
-           "model.n_layers=2", "model.seq_len=48", "model.max_len=48", "model.dropout=0.0",
-           "model.attn_dropout=0.0"]
+COMMON = [
+    "--quiet",
+    "train.device=cpu",
+    "train.eps=1.0",
+    "train.steps=4",
+    "train.save_every=2",
+    "train.keep_last=5",
+    "train.eval_every=2",
+]
+ENCODER = [
+    "model.d_model=24",
+    "model.n_heads=3",
+    "model.d_head=10",
+    "model.d_ff=37",
+    "model.n_layers=2",
+    "model.seq_len=48",
+    "model.max_len=48",
+    "model.dropout=0.0",
+    "model.attn_dropout=0.0",
+]
 # the global batch of one bucket-batched process: the two bucket batches two ranks take
 SEQ2SEQ = {"mt", "parse"}
 
@@ -47,11 +62,11 @@ def config(task: str, tmp: Path) -> tuple[Path, list[str]]:
         cfg = tmp / "mt.yaml"
         cfg.write_text(f"""name: mt
 task: mt
-out_dir: {tmp / 'runs'}
+out_dir: {tmp / "runs"}
 model: {{d_model: 24, n_heads: 3, d_head: 10, d_value: 6, d_ff: 37, n_layers: 1,
          n_decoder_layers: 2, max_len: 64, seq_len: 8, dropout: 0.0}}
 data: {{root: {tmp}, train: train, valid: val, src_lang: en, tgt_lang: de, tokenizer: bpe,
-        vocab_size: 60, max_tokens: 128, max_sentence_len: 20, cache_dir: {tmp / 'cache'}}}
+        vocab_size: 60, max_tokens: 128, max_sentence_len: 20, cache_dir: {tmp / "cache"}}}
 train: {{lr: 2.0, schedule: noam, warmup: 8, label_smoothing: 0.1, log_every: 2, threads: 1}}
 decode: {{splits: [], average_last: 0}}
 """)
@@ -60,8 +75,13 @@ decode: {{splits: [], average_last: 0}}
         write_treebank(tmp)
         cfg = tmp / "parse.yaml"
         cfg.write_text(PARSE_CONFIG.format(out=tmp / "runs", root=tmp))
-        return cfg, ["decode.splits=[]", "decode.average_last=0", "data.max_tokens=256",
-                     "model.decoder_cursor=true", "data.tree_order=in_order"]
+        return cfg, [
+            "decode.splits=[]",
+            "decode.average_last=0",
+            "data.max_tokens=256",
+            "model.decoder_cursor=true",
+            "data.tree_order=in_order",
+        ]
     cfgs = write_configs(tmp, steps=4)
     if task == "bert":
         return cfgs["bert"], ["model.dropout=0.0", "model.attn_dropout=0.0"]
@@ -69,8 +89,7 @@ decode: {{splits: [], average_last: 0}}
     docs = tmp / "docs.txt"
     tok = Tokenizer.train("wordpiece", [docs], 300, lowercase=True)
     tok.save(tmp / "wordpiece.json")
-    return cfgs[task], ["train.init_from=null", f"data.tokenizer_file={tmp / 'wordpiece.json'}",
-                        *ENCODER]
+    return cfgs[task], ["train.init_from=null", f"data.tokenizer_file={tmp / 'wordpiece.json'}", *ENCODER]
 
 
 def launch(cfg: Path, *args: str, processes: int) -> str:
@@ -83,9 +102,22 @@ def launch(cfg: Path, *args: str, processes: int) -> str:
     if torchrun is None:
         pytest.skip("torchrun is not installed next to this Python")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([torchrun, "--standalone", f"--nproc_per_node={processes}", "-m",
-                           "fullrank", "train", str(cfg), *args],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            f"--nproc_per_node={processes}",
+            "-m",
+            "fullrank",
+            "train",
+            str(cfg),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -107,8 +139,12 @@ def assert_same(run: Path, reference: Path) -> None:
     assert fa.keys() == fb.keys() and fa, (fa, fb)
     for k in fa:
         assert fa[k] == pytest.approx(fb[k], rel=1e-4, abs=1e-4), (run.name, k, fa[k], fb[k])
-    wa, wb = (load_file(str(r / "checkpoints" / (r / "checkpoints" / "latest").read_text().strip()
-                            / "model.safetensors")) for r in (run, reference))
+    wa, wb = (
+        load_file(
+            str(r / "checkpoints" / (r / "checkpoints" / "latest").read_text().strip() / "model.safetensors")
+        )
+        for r in (run, reference)
+    )
     assert wa.keys() == wb.keys()
     for k in wa:
         assert (wa[k] - wb[k]).abs().max() < 1e-4, (run.name, k)

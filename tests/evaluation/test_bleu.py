@@ -14,8 +14,7 @@ def test_moses_tokenize_is_the_multi30k_pipeline():
     # lowercase, „…“ normalised to a straight quote, Moses tokens, XML escapes; hyphenated
     # words stay whole and decimal commas stay inside the number (tokenizer.perl without -a)
     line = "Ein Mann im T-Shirt ruft „Tor“ & läuft 3,5 km."
-    assert moses_tokenize([line], "de") == [
-        "ein mann im t-shirt ruft &quot; tor &quot; &amp; läuft 3,5 km ."]
+    assert moses_tokenize([line], "de") == ["ein mann im t-shirt ruft &quot; tor &quot; &amp; läuft 3,5 km ."]
     # the language picks the rules: English splits the clitic 's off, German keeps it attached
     assert moses_tokenize(["The dog's ball."], "en") == ["the dog &apos;s ball ."]
 
@@ -31,7 +30,8 @@ def test_moses_bleu_is_sacrebleu_on_the_moses_tokens():
     # 13a keeps "geht's" whole where Moses splits it into three matching tokens: another figure
     assert report.tokenized_lowercased != pytest.approx(report.moses_lowercased, abs=0.01)
     assert report.tokenized_lowercased == pytest.approx(
-        BLEU(lowercase=True).corpus_score(hyps, [refs]).score, abs=1e-9)
+        BLEU(lowercase=True).corpus_score(hyps, [refs]).score, abs=1e-9
+    )
 
 
 def test_quotes_differ_only_before_normalisation():

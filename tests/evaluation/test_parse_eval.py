@@ -45,8 +45,8 @@ def test_crossing_brackets():
 def test_unary_chains_count_as_a_multiset():
     chain = "(S (NP (NP (DT the) (NN dog))) (VP (VBZ barks)))"
     single = "(S (NP (DT the) (NN dog)) (VP (VBZ barks)))"
-    assert counts(single, chain) == (3, 4, 3, 0)   # recall 3/4, precision 1
-    assert counts(chain, single) == (3, 3, 4, 0)   # recall 1, precision 3/4
+    assert counts(single, chain) == (3, 4, 3, 0)  # recall 3/4, precision 1
+    assert counts(chain, single) == (3, 3, 4, 0)  # recall 1, precision 3/4
     assert counts(chain, chain) == (4, 4, 4, 0)
 
 
@@ -54,8 +54,7 @@ def test_punctuation_is_deleted_so_where_it_attaches_does_not_count():
     hyp = "(S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (PRP it)) (. .)))"
     assert counts(hyp, GOLD) == (4, 4, 4, 0)
     # a bracket over punctuation alone spans no word and is not counted
-    assert counts("(S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (PRP it))) (X (. .)))",
-                  GOLD) == (4, 4, 4, 0)
+    assert counts("(S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (PRP it))) (X (. .)))", GOLD) == (4, 4, 4, 0)
     # every punctuation tag of COLLINS.prm, plus nk.prm's ? and !
     ref = "(S (`` ``) (NP (NN a)) (, ,) (VP (VB b) (: ;) ('' '')) (. .) (? ?) (! !))"
     hyp = "(S (NP (`` ``) (NN a) (, ,)) (VP (VB b)) (: ;) ('' '') (. .) (? ?) (! !))"
@@ -80,9 +79,11 @@ def test_advp_and_prt_are_one_label():
 
 def test_function_tags_top_s1_and_the_outer_bracket_are_ignored():
     ref = "(S (NP (PRP They)) (VP (VBD left)))"
-    for hyp in ("(TOP (S-TPC-1 (NP-SBJ=2 (PRP They)) (VP (VBD left))))",
-                "(S1 (S (NP (PRP They)) (VP (VBD left))))",
-                "( (S (NP (PRP They)) (VP (VBD left))) )"):
+    for hyp in (
+        "(TOP (S-TPC-1 (NP-SBJ=2 (PRP They)) (VP (VBD left))))",
+        "(S1 (S (NP (PRP They)) (VP (VBD left))))",
+        "( (S (NP (PRP They)) (VP (VBD left))) )",
+    ):
         assert counts(hyp, ref) == (3, 3, 3, 0)
 
 
@@ -113,14 +114,17 @@ def test_an_empty_hypothesis_is_skipped_and_counted_as_evalb_does():
 
 def test_a_tree_over_other_words_is_one_line_naming_the_line():
     with pytest.raises(DataError) as e:
-        score_trees([tree(GOLD), tree(GOLD.replace("dog", "cat"))], [tree(GOLD)] * 2,
-                    where="hyp.txt line", lines=[3, 7])
+        score_trees(
+            [tree(GOLD), tree(GOLD.replace("dog", "cat"))],
+            [tree(GOLD)] * 2,
+            where="hyp.txt line",
+            lines=[3, 7],
+        )
     message = str(e.value)
     assert message.startswith("hyp.txt line 7: the tree's 5 words differ") and "\n" not in message
     assert "at word 2 ('cat' against 'dog')" in message
     with pytest.raises(DataError, match="4 words differ from the reference's 5 at word 5"):
-        score_trees([tree("(S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (PRP it))))")],
-                    [tree(GOLD)])
+        score_trees([tree("(S (NP (DT the) (NN dog)) (VP (VBZ sees) (NP (PRP it))))")], [tree(GOLD)])
     with pytest.raises(DataError, match="1 hypothesis trees for 2 references"):
         score_trees([tree(GOLD)], [tree(GOLD)] * 2)
 
@@ -163,8 +167,7 @@ def spans(t: Tree) -> list[tuple[int, int, str]]:
 def test_agrees_with_pyevalb_where_their_rules_coincide():
     """PYEVALB counts brackets as a set and keeps punctuation: on trees without punctuation, TOP,
     function tags, ADVP/PRT or repeated (span, label) pairs, both must give the same counts."""
-    pyevalb = pytest.importorskip("PYEVALB", reason="PYEVALB is a test dependency (pip install "
-                                                   "-e '.[test]')")
+    pyevalb = pytest.importorskip("PYEVALB", reason="PYEVALB is a test dependency (pip install -e '.[test]')")
     from PYEVALB import parser, scorer
 
     rng = random.Random(0)
@@ -174,11 +177,16 @@ def test_agrees_with_pyevalb_where_their_rules_coincide():
         ref, hyp = random_tree(rng, words), random_tree(rng, words)
         if any(len(set(spans(t))) != len(spans(t)) for t in (ref, hyp)):
             continue  # a repeated (span, label): PYEVALB's set counts it once
-        theirs = scorer.Scorer().score_trees(parser.create_from_bracket_string(ref.to_string()),
-                                             parser.create_from_bracket_string(hyp.to_string()))
+        theirs = scorer.Scorer().score_trees(
+            parser.create_from_bracket_string(ref.to_string()),
+            parser.create_from_bracket_string(hyp.to_string()),
+        )
         ours = score_sentence(hyp, ref)
         assert (ours.matched, ours.gold, ours.test, ours.crossing) == (
-            theirs.matched_brackets, theirs.gold_brackets, theirs.test_brackets,
-            theirs.cross_brackets), (ref, hyp)
+            theirs.matched_brackets,
+            theirs.gold_brackets,
+            theirs.test_brackets,
+            theirs.cross_brackets,
+        ), (ref, hyp)
         compared += 1
     assert pyevalb is not None

@@ -31,6 +31,7 @@ def test_matches_torchmetrics():
 
     def answer() -> str:
         return " ".join([*rng.choice(words, int(rng.integers(0, 4))), str(rng.choice(words[2:8]))])
+
     preds, refs = [], []
     for i in range(300):
         pred = answer()
@@ -41,9 +42,10 @@ def test_matches_torchmetrics():
         refs.append(answers)
     ours = squad_scores(preds, refs)
     metric = torchmetrics.SQuAD()
-    theirs = metric([{"prediction_text": p, "id": str(i)} for i, p in enumerate(preds)],
-                    [{"answers": {"answer_start": [0] * len(r), "text": r}, "id": str(i)}
-                     for i, r in enumerate(refs)])
+    theirs = metric(
+        [{"prediction_text": p, "id": str(i)} for i, p in enumerate(preds)],
+        [{"answers": {"answer_start": [0] * len(r), "text": r}, "id": str(i)} for i, r in enumerate(refs)],
+    )
     assert ours["em"] == pytest.approx(float(theirs["exact_match"]), abs=1e-4)
     assert ours["f1"] == pytest.approx(float(theirs["f1"]), abs=1e-4)
 

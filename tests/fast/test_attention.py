@@ -30,8 +30,7 @@ def sdpa_calls(monkeypatch):
 
     calls: list[int] = []
     real = F.scaled_dot_product_attention
-    monkeypatch.setattr(F, "scaled_dot_product_attention",
-                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     return calls
 
 
@@ -72,7 +71,7 @@ def test_single_query_on_cpu_takes_the_fused_kernel(sdpa_calls):
     below CPU_WRITTEN_OUT_MAX_BLOCK — it reads the cache's strided keys/values in place — and
     gives attend()'s result, with and without a key mask."""
     buf_k, buf_v = (torch.randn(3, 2, 16, 8, dtype=torch.float64) for _ in range(2))
-    k, v = buf_k[:, :, :5], buf_v[:, :, :5]               # a cache's filled part: strided views
+    k, v = buf_k[:, :, :5], buf_v[:, :, :5]  # a cache's filled part: strided views
     q = torch.randn(3, 2, 1, 8, dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool)
     for m in (None, mask[:, None, None, :]):
@@ -90,21 +89,30 @@ def test_a_decoding_step_with_few_queries_runs_at_full_precision(monkeypatch, sd
         pytest.skip("this PyTorch has no oneDNN float32 setting, so the rule never applies")
     seen: list[str] = []
     real, real_kept = attention.attend, attention.kept_probabilities
-    monkeypatch.setattr(attention, "attend", lambda *a, **kw: seen.append(
-        torch.backends.mkldnn.matmul.fp32_precision) or real(*a, **kw))
-    monkeypatch.setattr(attention, "kept_probabilities", lambda *a, **kw: seen.append(
-        "training " + torch.backends.mkldnn.matmul.fp32_precision) or real_kept(*a, **kw))
+    monkeypatch.setattr(
+        attention,
+        "attend",
+        lambda *a, **kw: seen.append(torch.backends.mkldnn.matmul.fp32_precision) or real(*a, **kw),
+    )
+    monkeypatch.setattr(
+        attention,
+        "kept_probabilities",
+        lambda *a, **kw: (
+            seen.append("training " + torch.backends.mkldnn.matmul.fp32_precision) or real_kept(*a, **kw)
+        ),
+    )
     buf_k, buf_v = (torch.randn(3, 2, 16, 8) for _ in range(2))
-    k, v = buf_k[:, :, :12], buf_v[:, :, :12]                 # a cache's filled part: strided
+    k, v = buf_k[:, :, :12], buf_v[:, :, :12]  # a cache's filled part: strided
     q = torch.randn(3, 2, CPU_EXACT_MAX_QUERIES, 8)
     core = engine_core()
     with precision._matmul_precision("bf16"):
         out = core(q, k, v)
         assert seen == ["ieee"] and not sdpa_calls
-        core(q.requires_grad_(), k, v)                        # training: the ambient setting
+        core(q.requires_grad_(), k, v)  # training: the ambient setting
         assert seen == ["ieee", "training bf16"]
-    torch.testing.assert_close(out, real(q.detach().double(), k.double(), v.double()).float(),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        out, real(q.detach().double(), k.double(), v.double()).float(), rtol=1e-5, atol=1e-6
+    )
 
 
 def _fused_projection_views(b: int, t: int, h: int, dh: int, dv: int, s: int | None = None):
@@ -126,8 +134,7 @@ def _padding(b: int, s: int) -> torch.Tensor:
     return keep[:, None, None, :]
 
 
-@pytest.mark.parametrize("case", ["plain", "padding", "causal", "causal+padding", "bias",
-                                  "cross"])
+@pytest.mark.parametrize("case", ["plain", "padding", "causal", "causal+padding", "bias", "cross"])
 def test_kept_probabilities_is_attend_with_gradients_in_float64(case):
     """The training kernel gives attend()'s outputs and gradients (float64, to rounding) on
     strided views of a fused projection, with odd sizes: padding (a row with no key at all
@@ -136,10 +143,14 @@ def test_kept_probabilities_is_attend_with_gradients_in_float64(case):
     b, h, t, dh, dv = 4, 3, 7, 10, 6
     s = 9 if case == "cross" else t
     q, k, v, leaf = _fused_projection_views(b, t, h, dh, dv, s)
-    kwargs = {"plain": {}, "padding": {"mask": _padding(b, s)}, "causal": {"is_causal": True},
-              "causal+padding": {"mask": _padding(b, s), "is_causal": True},
-              "bias": {"mask": torch.randn(b, 1, t, s, dtype=torch.float64)},
-              "cross": {"mask": _padding(b, s)}}[case]
+    kwargs = {
+        "plain": {},
+        "padding": {"mask": _padding(b, s)},
+        "causal": {"is_causal": True},
+        "causal+padding": {"mask": _padding(b, s), "is_causal": True},
+        "bias": {"mask": torch.randn(b, 1, t, s, dtype=torch.float64)},
+        "cross": {"mask": _padding(b, s)},
+    }[case]
     out = attention.kept_probabilities(q, k, v, **kwargs)
     ref = attend(q, k, v, **kwargs)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
@@ -186,10 +197,10 @@ def test_training_calls_written_out_take_the_kept_probabilities_kernel(monkeypat
     attend()'s result."""
     ran: list[str] = []
     real_attend, real_kept = attention.attend, attention.kept_probabilities
-    monkeypatch.setattr(attention, "attend", lambda *a, **kw: ran.append("attend")
-                        or real_attend(*a, **kw))
-    monkeypatch.setattr(attention, "kept_probabilities", lambda *a, **kw: ran.append("kept")
-                        or real_kept(*a, **kw))
+    monkeypatch.setattr(attention, "attend", lambda *a, **kw: ran.append("attend") or real_attend(*a, **kw))
+    monkeypatch.setattr(
+        attention, "kept_probabilities", lambda *a, **kw: ran.append("kept") or real_kept(*a, **kw)
+    )
     core = engine_core()
     q, k, v, _ = _fused_projection_views(2, 12, 2, 4, 4)
 

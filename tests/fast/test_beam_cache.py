@@ -36,13 +36,15 @@ def test_cross_attention_groups_query_rows_over_fewer_cached_rows():
         torch.testing.assert_close(grouped, copied, rtol=0, atol=1e-12)
         # a mask with a row per query position is repeated for each group member
         per_query = padding_mask(keep).expand(n, 1, t, s)
-        torch.testing.assert_close(mha(x, memory, mask=per_query, cache=cache), copied,
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(mha(x, memory, mask=per_query, cache=cache), copied, rtol=0, atol=1e-12)
         shared = torch.rand(t, s) > 0.3  # one (T, S) mask for every row
         shared[:, 0] = True
-        torch.testing.assert_close(mha(x, memory, mask=shared, cache=cache),
-                                   mha(x, memory.repeat_interleave(g, 0), mask=shared),
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            mha(x, memory, mask=shared, cache=cache),
+            mha(x, memory.repeat_interleave(g, 0), mask=shared),
+            rtol=0,
+            atol=1e-12,
+        )
     with pytest.raises(ConfigError, match="multiple"):
         mha(torch.randn(n * g + 1, 1, 16, dtype=torch.float64), memory, cache=cache)
 
@@ -69,12 +71,12 @@ def test_beam_cache_reorders_within_groups_like_a_copied_cache():
         plain.append(k, k + 1)
         chunks.append(k)
         lineage = [*lineage, torch.arange(rows)]
-        keys, values = beam.keys, beam.values                       # (N, H, L·g, D)
+        keys, values = beam.keys, beam.values  # (N, H, L·g, D)
         groups, size = keys.shape[0], rows // keys.shape[0]
-        seen = beam.visible(1)                                      # (N, 1, g, L·g) or None
+        seen = beam.visible(1)  # (N, 1, g, L·g) or None
         for r in range(rows):
             if seen is None:
-                mine = keys[r]                                      # one row per group
+                mine = keys[r]  # one row per group
             else:
                 mine = keys[r // size][:, seen[r // size, 0, r % size]]  # (H, L, D) in order
             torch.testing.assert_close(mine, plain.keys[r], rtol=0, atol=0)
@@ -89,8 +91,9 @@ def test_beam_cache_reorders_within_groups_like_a_copied_cache():
             sources = keep
         else:
             groups = rows // g
-            index = (torch.arange(groups)[:, None] * g
-                     + torch.randint(0, g, (groups, g), generator=gen)).reshape(-1)
+            index = (
+                torch.arange(groups)[:, None] * g + torch.randint(0, g, (groups, g), generator=gen)
+            ).reshape(-1)
             sources = None
         beam.reorder(index, sources=sources)
         plain.reorder(index)
@@ -107,19 +110,21 @@ def test_beam_cache_attention_equals_a_copied_cache_and_new_positions_stay_causa
 
     from fullrank.errors import ConfigError
     from fullrank.layers.attention import MultiHeadAttention
+
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4, d_head=6, d_value=3).eval().double()
     n, g = 2, 3
     beam, plain = BeamKVCache(), KVCache()
     x = torch.randn(n, 2, 16, dtype=torch.float64)
     torch.testing.assert_close(mha(x, is_causal=True, cache=beam), mha(x, is_causal=True, cache=plain))
-    index = torch.arange(n).repeat_interleave(g)                         # widen to g rows per group
+    index = torch.arange(n).repeat_interleave(g)  # widen to g rows per group
     beam.reorder(index)
     plain.reorder(index)
     for t in (1, 1, 3, 1):
         x = torch.randn(n * g, t, 16, dtype=torch.float64)
-        torch.testing.assert_close(mha(x, is_causal=True, cache=beam),
-                                   mha(x, is_causal=True, cache=plain), rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            mha(x, is_causal=True, cache=beam), mha(x, is_causal=True, cache=plain), rtol=0, atol=1e-12
+        )
         index = (torch.arange(n)[:, None] * g + torch.randint(0, g, (n, g))).reshape(-1)
         beam.reorder(index)
         plain.reorder(index)
@@ -151,8 +156,10 @@ def test_the_layers_of_a_beam_decoder_cache_share_one_bias_per_step():
                 seen = c.visible(1)
                 expected = torch.zeros(seen.shape).masked_fill(~seen, float("-inf"))
                 assert torch.equal(biases[0], expected)
-        index = (torch.arange(n).repeat_interleave(g) if step == 0 else
-                 (torch.arange(n)[:, None] * g + torch.randint(0, g, (n, g), generator=gen)
-                  ).reshape(-1))
+        index = (
+            torch.arange(n).repeat_interleave(g)
+            if step == 0
+            else (torch.arange(n)[:, None] * g + torch.randint(0, g, (n, g), generator=gen)).reshape(-1)
+        )
         cache.reorder(index)
         rows = index.numel()

@@ -54,8 +54,17 @@ def test_engine_beam_search_equals_brute_force(alpha):
     torch.manual_seed(3)
     model = translation_model(vocab_size=4)
     src, keep = padded_sources([5, 2], 4)
-    hyps = beam_search(BeamDecoder(model, src, keep), batch_size=2, beam_size=128, alpha=alpha,
-                       n_best=10, bos_id=BOS, eos_id=EOS, max_len=4, topk=topk_rows)
+    hyps = beam_search(
+        BeamDecoder(model, src, keep),
+        batch_size=2,
+        beam_size=128,
+        alpha=alpha,
+        n_best=10,
+        bos_id=BOS,
+        eos_id=EOS,
+        max_len=4,
+        topk=topk_rows,
+    )
     for i, sentence in enumerate(hyps):
         exact = brute_force(model, src[i, : keep[i].sum()], max_len=4, alpha=alpha)[:10]
         assert [h.tokens for h in sentence] == [p for _, _, p in exact]
@@ -68,18 +77,28 @@ def test_engine_batched_decoding_equals_one_sentence_at_a_time():
     src, keep = padded_sources(lengths, V)
     limit = max_output_len(keep.sum(1), b=4)
     kw = dict(bos_id=BOS, eos_id=EOS)
-    batch = beam_search(BeamDecoder(model, src, keep), batch_size=4, beam_size=3, n_best=3,
-                        max_len=limit, topk=topk_rows, **kw)
-    greedy = greedy_search(BeamDecoder(model, src, keep), batch_size=4, max_len=limit,
-                           argmax=argmax_rows, **kw)
+    batch = beam_search(
+        BeamDecoder(model, src, keep),
+        batch_size=4,
+        beam_size=3,
+        n_best=3,
+        max_len=limit,
+        topk=topk_rows,
+        **kw,
+    )
+    greedy = greedy_search(
+        BeamDecoder(model, src, keep), batch_size=4, max_len=limit, argmax=argmax_rows, **kw
+    )
     for i, n in enumerate(lengths):
         one = src[i : i + 1, :n]  # unpadded, no mask
-        alone = beam_search(BeamDecoder(model, one), batch_size=1, beam_size=3, n_best=3,
-                            max_len=limit[i : i + 1], **kw)[0]
+        alone = beam_search(
+            BeamDecoder(model, one), batch_size=1, beam_size=3, n_best=3, max_len=limit[i : i + 1], **kw
+        )[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batch[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batch[i]], abs=1e-9)
-        assert greedy_search(BeamDecoder(model, one), batch_size=1, max_len=limit[i : i + 1],
-                             **kw) == [greedy[i]]
+        assert greedy_search(BeamDecoder(model, one), batch_size=1, max_len=limit[i : i + 1], **kw) == [
+            greedy[i]
+        ]
 
 
 def test_engine_beam_size_one_is_greedy():
@@ -100,8 +119,7 @@ def test_compiled_engine_decoding_equals_eager():
     src, keep = padded_sources([6, 2, 4, 5], V)
     kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
     decode = compiled_decode(model, backend="aot_eager")
-    compiled = beam_search(BeamDecoder(model, src, keep, decode=decode), beam_size=3, n_best=3,
-                           **kw)
+    compiled = beam_search(BeamDecoder(model, src, keep, decode=decode), beam_size=3, n_best=3, **kw)
     eager = beam_search(BeamDecoder(model, src, keep), beam_size=3, n_best=3, **kw)
     assert tokens(compiled) == tokens(eager)
     for a, b in zip(scores(compiled), scores(eager)):

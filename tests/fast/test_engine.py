@@ -30,8 +30,7 @@ HAS_SETTING = precision.current_setting() is not None
 
 
 def lm(dtype=torch.float64, **kw) -> DecoderLM:
-    cfg = DecoderLMConfig(**{**dict(vocab_size=41, n_layers=2, seq_len=16, dropout=0.0, **ODD),
-                             **kw})
+    cfg = DecoderLMConfig(**{**dict(vocab_size=41, n_layers=2, seq_len=16, dropout=0.0, **ODD), **kw})
     return DecoderLM(cfg).to(dtype)
 
 
@@ -52,8 +51,11 @@ def test_the_block_installs_its_seams_and_undoes_every_one():
     assert all(c.kernel is None for c in cores(model))
     with pytest.raises(RuntimeError, match="inside"), fast.cpu(model.eval(), decoding=True):
         # packed products where oneDNN's are in use, else column-major weights
-        assert all(isinstance(m.product, PackedProduct) or m.weight.t().is_contiguous()
-                   for m in model.modules() if isinstance(m, Linear))
+        assert all(
+            isinstance(m.product, PackedProduct) or m.weight.t().is_contiguous()
+            for m in model.modules()
+            if isinstance(m, Linear)
+        )
         raise RuntimeError("inside")
     assert all(c.kernel is None for c in cores(model))
     assert all(m.product is F.linear for m in model.modules() if isinstance(m, Linear))
@@ -93,8 +95,17 @@ def test_bert_training_with_dropout_inside_equals_written_out_attention_in_float
     the block (the training kernel for the written-out route) the loss and every gradient equal
     those of the same model with written-out cores (``attend()``) outside, from the same seed:
     the same dropout draws, the same arithmetic."""
-    cfg = dict(vocab_size=53, n_layers=2, seq_len=12, max_len=12, dropout=0.1,
-               attn_dropout=0.1, pretraining_heads=False, n_classes=3, **ODD)
+    cfg = dict(
+        vocab_size=53,
+        n_layers=2,
+        seq_len=12,
+        max_len=12,
+        dropout=0.1,
+        attn_dropout=0.1,
+        pretraining_heads=False,
+        n_classes=3,
+        **ODD,
+    )
     torch.manual_seed(0)
     engine = Encoder(EncoderConfig(**cfg)).double()
     written = Encoder(EncoderConfig(**cfg, fused_attention=False)).double()
@@ -151,10 +162,14 @@ def test_models_compile_to_one_graph_inside(fast_setting):
     if fast_setting and not HAS_SETTING:
         pytest.skip("this PyTorch has no oneDNN float32 setting")
     torch.manual_seed(0)
-    lm_model = DecoderLM(DecoderLMConfig(vocab_size=300, d_model=32, n_heads=4, d_ff=64,
-                                         n_layers=2, seq_len=16, dropout=0.1))
-    ed = EncoderDecoder(EncoderDecoderConfig(vocab_size=300, d_model=32, n_heads=4, d_ff=64,
-                                             n_layers=2, dropout=0.1, max_len=32, seq_len=16))
+    lm_model = DecoderLM(
+        DecoderLMConfig(vocab_size=300, d_model=32, n_heads=4, d_ff=64, n_layers=2, seq_len=16, dropout=0.1)
+    )
+    ed = EncoderDecoder(
+        EncoderDecoderConfig(
+            vocab_size=300, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1, max_len=32, seq_len=16
+        )
+    )
     src, tgt = torch.randint(3, 300, (2, 12)), torch.randint(3, 300, (2, 10))
     setting = precision._matmul_precision("bf16") if fast_setting else contextlib.nullcontext()
     torch._dynamo.reset()

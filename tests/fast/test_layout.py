@@ -50,12 +50,12 @@ def test_the_model_is_restored_when_the_block_raises():
 def test_nested_blocks_convert_once_and_shared_weights_once():
     lin = nn.Linear(6, 5)
     tied = nn.Sequential(lin, nn.Linear(6, 5))
-    tied[1].weight = lin.weight                                        # one parameter, two layers
+    tied[1].weight = lin.weight  # one parameter, two layers
     with decoding_layout(tied):
         inner = lin.weight.data_ptr()
-        assert lin.weight.stride() == (1, 5)                           # transposed once, not twice
+        assert lin.weight.stride() == (1, 5)  # transposed once, not twice
         with decoding_layout(tied):
-            assert lin.weight.data_ptr() == inner                      # already column-major
+            assert lin.weight.data_ptr() == inner  # already column-major
     assert lin.weight.is_contiguous()
 
 
@@ -85,21 +85,21 @@ def test_the_block_keeps_one_transposed_output_weight_for_every_decoder():
     of the (tied) output weight's transpose, instead of copying the largest matrix per batch;
     outside, each gets its own; decoding gives the same outputs either way."""
     torch.manual_seed(0)
-    model = translation_model(vocab_size=V)                            # tied: W is the embedding
+    model = translation_model(vocab_size=V)  # tied: W is the embedding
     w = model.output_weight
     src, keep = padded_sources([5, 4], V)
     outside = transposed(w)
     assert outside.is_contiguous() and torch.equal(outside, w.t())
-    assert transposed(w).data_ptr() != outside.data_ptr()             # a fresh copy each time
+    assert transposed(w).data_ptr() != outside.data_ptr()  # a fresh copy each time
     kw = dict(batch_size=2, bos_id=BOS, eos_id=EOS, max_len=6)
     plain = beam_search(BeamDecoder(model, src, keep), beam_size=3, **kw)
     with decoding_layout(model):
         shared = transposed(w)
         assert shared.is_contiguous() and torch.equal(shared, w.t())
-        assert transposed(w).data_ptr() == shared.data_ptr()          # the block's one copy
+        assert transposed(w).data_ptr() == shared.data_ptr()  # the block's one copy
         assert BeamDecoder(model, src, keep).project.weight_t.data_ptr() == shared.data_ptr()
         inside = beam_search(BeamDecoder(model, src, keep), beam_size=3, **kw)
-    assert transposed(w).data_ptr() != shared.data_ptr()              # gone with the block
+    assert transposed(w).data_ptr() != shared.data_ptr()  # gone with the block
     assert [[h.tokens for h in s] for s in inside] == [[h.tokens for h in s] for s in plain]
     untied = translation_model(vocab_size=V, tie_embeddings=False)
     with decoding_layout(untied):  # a column-major linear weight: its transpose is a view
@@ -116,7 +116,7 @@ def test_a_steps_logits_are_written_into_one_buffer_with_the_products_values():
     torch.testing.assert_close(first, h1 @ w.t())
     ptr = first.data_ptr()
     second = project(h2)
-    assert second.data_ptr() == ptr                                   # the same buffer
+    assert second.data_ptr() == ptr  # the same buffer
     torch.testing.assert_close(second, h2 @ w.t())
     assert project(torch.randn(2, 3, 6)).shape == (2, 3, 11)
     g = torch.randn(4, 1, 6, requires_grad=True)
@@ -140,8 +140,10 @@ def test_decoding_layout_packs_instead_of_moving_weights_and_decodes_the_same(mo
 
     def decode():
         beams = beam_search(BeamDecoder(model, src, keep), beam_size=4, n_best=2, **kw)
-        return ([[(h.tokens, h.score) for h in s] for s in beams],
-                greedy_search(BeamDecoder(model, src, keep), **kw))
+        return (
+            [[(h.tokens, h.score) for h in s] for s in beams],
+            greedy_search(BeamDecoder(model, src, keep), **kw),
+        )
 
     model.extra = nn.Linear(4, 6)  # a plain nn.Linear: column-major, as without packing
     plain = decode()
@@ -171,6 +173,9 @@ def test_without_usable_packing_the_layout_goes_column_major(monkeypatch):
     kw = dict(batch_size=2, bos_id=BOS, eos_id=EOS, max_len=7)
     plain = greedy_search(Seq2SeqDecoder(model, src, keep), **kw)
     with decoding_layout(model):
-        assert all(m.product is F.linear and m.weight.t().is_contiguous()
-                   for m in model.modules() if isinstance(m, Linear))
+        assert all(
+            m.product is F.linear and m.weight.t().is_contiguous()
+            for m in model.modules()
+            if isinstance(m, Linear)
+        )
         assert greedy_search(BeamDecoder(model, src, keep), **kw) == plain

@@ -32,8 +32,9 @@ print(took, faults())
 def test_keep_freed_memory_reuses_freed_pages_instead_of_faulting_them_in_again():
     """In a fresh process: after keep_freed_memory() a freed 64 MB block comes back without
     page faults (glibc by default maps blocks this large afresh every time: 16,384 faults)."""
-    out = subprocess.run([sys.executable, "-c", _FAULTS, "keep"], capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", _FAULTS, "keep"], capture_output=True, text=True, check=True
+    ).stdout.split()
     pages = (1 << 24) * 4 // resource.getpagesize()
     assert out[0] == "True"
     assert int(out[1]) < pages // 100
@@ -51,10 +52,13 @@ def test_keep_freed_memory_is_a_no_op_off_glibc(monkeypatch):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc is Linux's")
 def test_the_log_line_says_whether_freed_memory_is_kept():
-    code = ("from fullrank.fast import memory; print(memory.memory_summary()); "
-            "memory.keep_freed_memory(); print(memory.memory_summary())")
-    before, after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                   check=True).stdout.splitlines()
+    code = (
+        "from fullrank.fast import memory; print(memory.memory_summary()); "
+        "memory.keep_freed_memory(); print(memory.memory_summary())"
+    )
+    before, after = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert "defaults" in before and "kept for reuse" in after
 
 

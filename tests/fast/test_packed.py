@@ -95,15 +95,17 @@ def _ops_changed() -> types.SimpleNamespace:
 
 
 def _ops_computing_another_product() -> types.SimpleNamespace:
-    return types.SimpleNamespace(_reorder_linear_weight=lambda w: w,
-                                 _linear_pointwise=lambda x, w, b, *rest: F.linear(x, w))
+    return types.SimpleNamespace(
+        _reorder_linear_weight=lambda w: w, _linear_pointwise=lambda x, w, b, *rest: F.linear(x, w)
+    )
 
 
-@pytest.mark.parametrize("ops", [_ops_without_packing, _ops_changed,
-                                 _ops_computing_another_product],
-                         ids=["missing", "changed", "other-product"])
-def test_unusable_operators_fall_back_to_f_linear_with_one_log_line(monkeypatch, caplog,
-                                                                    fresh_check, ops):
+@pytest.mark.parametrize(
+    "ops",
+    [_ops_without_packing, _ops_changed, _ops_computing_another_product],
+    ids=["missing", "changed", "other-product"],
+)
+def test_unusable_operators_fall_back_to_f_linear_with_one_log_line(monkeypatch, caplog, fresh_check, ops):
     monkeypatch.setattr(torch.ops, "mkldnn", ops())
     with caplog.at_level(logging.WARNING, logger=packed.__name__):
         assert packing_available() is False

@@ -13,14 +13,13 @@ from fullrank.fast.precision import FLOAT32_LEVEL, onednn_available, onednn_matm
 from fullrank.models import DecoderLM, DecoderLMConfig
 
 HAS_SETTING = precision.current_setting() is not None
-needs_onednn = pytest.mark.skipif(not HAS_SETTING,
-                                  reason="no oneDNN float32 setting in this PyTorch")
+needs_onednn = pytest.mark.skipif(not HAS_SETTING, reason="no oneDNN float32 setting in this PyTorch")
 # the setting's accuracy is checked where fullrank uses it; on CPUs where oneDNN computes in
 # bfloat16 (AMX) fullrank leaves it off, which test_fast_path_only_where_float32_accurate checks
 needs_fast = pytest.mark.skipif(
     not onednn_available(),
-    reason="fullrank leaves the oneDNN setting off here (no oneDNN, or it computes in bfloat16 "
-           "on this CPU)")
+    reason="fullrank leaves the oneDNN setting off here (no oneDNN, or it computes in bfloat16 on this CPU)",
+)
 
 
 def onednn_setting():
@@ -82,8 +81,9 @@ def test_matmul_error_against_float64_is_float32_level(m, k, n):
 @needs_fast
 def test_model_outputs_and_gradients_against_float64():
     torch.manual_seed(0)
-    cfg = DecoderLMConfig(vocab_size=1000, d_model=256, n_heads=8, d_ff=1024, n_layers=2,
-                          seq_len=128, dropout=0.0)
+    cfg = DecoderLMConfig(
+        vocab_size=1000, d_model=256, n_heads=8, d_ff=1024, n_layers=2, seq_len=128, dropout=0.0
+    )
     model = DecoderLM(cfg)
     ref_model = DecoderLM(cfg).double()
     ref_model.load_state_dict(model.state_dict())

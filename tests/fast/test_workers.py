@@ -29,11 +29,10 @@ def test_two_workers_overlap_in_inference_mode_on_one_thread_each(two_threads):
         if batch < 2:
             both_running.wait()
         seen.append(batch)
-        return (batch, threading.get_ident(), torch.is_inference_mode_enabled(),
-                torch.get_num_threads())
+        return (batch, threading.get_ident(), torch.is_inference_mode_enabled(), torch.get_num_threads())
 
     out = list(map_batches(fn, list(range(6)), workers=2))
-    assert [o[0] for o in out] == list(range(6))                 # in order
+    assert [o[0] for o in out] == list(range(6))  # in order
     assert len({o[1] for o in out}) == 2 and threading.get_ident() not in {o[1] for o in out}
     assert all(o[2] for o in out) and all(o[3] == 1 for o in out)
     assert torch.get_num_threads() == 2 and sorted(seen) == list(range(6))
@@ -68,11 +67,11 @@ def test_plan_batches_shares_items_evenly_among_the_workers(two_threads, n, batc
     one = plan_batches(items, batch_size, workers=1)  # fixed-size batches, the last shorter
     assert one == [items[i : i + batch_size] for i in range(0, n, batch_size)]
     two = plan_batches(items, batch_size, workers=2)
-    assert [x for b in two for x in b] == items                     # consecutive, all, in order
+    assert [x for b in two for x in b] == items  # consecutive, all, in order
     sizes = [len(b) for b in two]
     assert all(s <= batch_size for s in sizes) and max(sizes, default=0) - min(sizes, default=0) <= 1
-    assert len(two) % 2 == 0 or len(two) in (1, n)                  # a multiple of the workers
-    assert len(two) <= len(one) + 1                                 # no more batches than needed
+    assert len(two) % 2 == 0 or len(two) in (1, n)  # a multiple of the workers
+    assert len(two) <= len(one) + 1  # no more batches than needed
     torch.set_num_threads(1)  # one thread, one worker: plain batches
     assert plan_batches(items, batch_size, workers=2) == one
 
@@ -107,9 +106,15 @@ def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads, processe
 
     def decode(batch):
         src, keep = batch
-        hyps = beam_search(BeamDecoder(model, src, keep), batch_size=src.shape[0],
-                           beam_size=3, n_best=2, bos_id=BOS, eos_id=EOS,
-                           max_len=max_output_len(keep.sum(1), b=6))
+        hyps = beam_search(
+            BeamDecoder(model, src, keep),
+            batch_size=src.shape[0],
+            beam_size=3,
+            n_best=2,
+            bos_id=BOS,
+            eos_id=EOS,
+            max_len=max_output_len(keep.sum(1), b=6),
+        )
         return [[(h.tokens, h.score) for h in s] for s in hyps]
 
     # each worker decodes on one of the two threads; alone on one thread the same batch gives
@@ -121,13 +126,17 @@ def test_beam_search_in_workers_equals_one_batch_at_a_time(two_threads, processe
     assert list(map_batches(decode, batches, workers=2, processes=processes)) == alone
 
 
-
 @needs_fork
 def test_process_workers_run_in_other_processes_in_order_on_one_thread_each(two_threads):
-    out = list(map_batches(lambda b: (b, os.getpid(), torch.is_inference_mode_enabled(),
-                                      torch.get_num_threads()), list(range(6)), workers=2,
-                           processes=True))
-    assert [o[0] for o in out] == list(range(6))                 # in order
+    out = list(
+        map_batches(
+            lambda b: (b, os.getpid(), torch.is_inference_mode_enabled(), torch.get_num_threads()),
+            list(range(6)),
+            workers=2,
+            processes=True,
+        )
+    )
+    assert [o[0] for o in out] == list(range(6))  # in order
     pids = {o[1] for o in out}
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
     assert all(o[2] for o in out) and all(o[3] == 1 for o in out)

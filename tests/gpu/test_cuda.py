@@ -38,8 +38,9 @@ CUDA = torch.device("cuda")
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("heads", [(4, 64, 64), (3, 10, 6), (2, FUSED_MAX_HEAD + 64, 96)],
-                         ids=["4x64", "odd", "chunked"])
+@pytest.mark.parametrize(
+    "heads", [(4, 64, 64), (3, 10, 6), (2, FUSED_MAX_HEAD + 64, 96)], ids=["4x64", "odd", "chunked"]
+)
 @pytest.mark.parametrize("case", ["causal", "padding", "cross"])
 def test_attention_on_cuda_matches_the_float64_reference(heads, case):
     """float32 on CUDA (SDPA's kernels; ``d_head`` above 256 on :func:`chunked_attention`)
@@ -80,8 +81,7 @@ def test_chunked_attention_on_cuda_equals_attend_with_gradients(is_causal):
 
 
 def _lm(**kw) -> DecoderLM:
-    return DecoderLM(DecoderLMConfig(**{**dict(vocab_size=53, n_layers=2, seq_len=40, **ODD),
-                                        **kw})).eval()
+    return DecoderLM(DecoderLMConfig(**{**dict(vocab_size=53, n_layers=2, seq_len=40, **ODD), **kw})).eval()
 
 
 @pytest.mark.parametrize("d_head", [10, FUSED_MAX_HEAD + 8])
@@ -100,8 +100,9 @@ def test_language_model_on_cuda_matches_the_cpu_and_is_causal(d_head):
 
 
 def test_encoder_decoder_on_cuda_matches_the_cpu_with_padding():
-    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=41, n_layers=2, n_decoder_layers=3,
-                                                max_len=64, seq_len=16, **ODD)).eval()
+    model = EncoderDecoder(
+        EncoderDecoderConfig(vocab_size=41, n_layers=2, n_decoder_layers=3, max_len=64, seq_len=16, **ODD)
+    ).eval()
     src, keep = padded_sources([11, 4, 8], 41)
     tgt = torch.randint(3, 41, (3, 9))
     cpu = model(src, tgt, src_mask=keep)
@@ -141,8 +142,7 @@ def test_training_on_cuda_in_bf16_compiled_and_resumed(tmp_path, capsys):
     """``fullrank train`` on the GPU with bf16 autocast and ``torch.compile``: it learns, and a run
     stopped half-way and resumed ends with the weights of the run that went straight through."""
     extra = "train.device=cuda train.precision=bf16 train.compile=true train.keep_last=10".split()
-    assert main(["train", str(tiny_experiment(tmp_path, steps=24, save_every=6)), "--quiet",
-                 *extra]) == 0
+    assert main(["train", str(tiny_experiment(tmp_path, steps=24, save_every=6)), "--quiet", *extra]) == 0
     run = tmp_path / "runs" / "tiny"
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if r["split"] == "train"]
@@ -154,8 +154,10 @@ def test_training_on_cuda_in_bf16_compiled_and_resumed(tmp_path, capsys):
     for step in (18, 24):
         shutil.rmtree(copy / f"runs/tiny/checkpoints/step-{step:08d}")
     (copy / "runs/tiny/checkpoints/latest").write_text("step-00000012")
-    assert main(["train", str(copy / "tiny.yaml"), "--quiet", "--resume", *extra,
-                 f"out_dir={copy / 'runs'}"]) == 0
+    assert (
+        main(["train", str(copy / "tiny.yaml"), "--quiet", "--resume", *extra, f"out_dir={copy / 'runs'}"])
+        == 0
+    )
     capsys.readouterr()
     a = load_file(str(run / "checkpoints/step-00000024/model.safetensors"))
     b = load_file(str(copy / "runs/tiny/checkpoints/step-00000024/model.safetensors"))

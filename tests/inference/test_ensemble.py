@@ -26,15 +26,15 @@ def test_each_step_is_the_log_of_the_mean_probability_also_after_reorders():
     m1, m2, m3 = models(3)
     src, keep = padded_sources([5, 3], V)
     ens = EnsembleDecoder([Seq2SeqDecoder(m, src, keep) for m in (m1, m2, m3)])
-    alone = [Seq2SeqDecoder(m, src, keep) for m in (m1, m2, m3)]   # stepped by hand beside it
+    alone = [Seq2SeqDecoder(m, src, keep) for m in (m1, m2, m3)]  # stepped by hand beside it
     tokens = torch.full((2, 1), BOS)
     for step in range(4):
-        got = ens.step(tokens)                                          # (B, 1, V)
+        got = ens.step(tokens)  # (B, 1, V)
         probs = [torch.softmax(d.step(tokens), dim=-1) for d in alone]
         expected = torch.log(sum(probs) / 3)
         assert got.dtype == torch.float64 and got.shape == (tokens.shape[0], 1, V)
         torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
-        assert torch.logsumexp(got, dim=-1).abs().max() < 1e-12       # normalised
+        assert torch.logsumexp(got, dim=-1).abs().max() < 1e-12  # normalised
         # widen to 3 rows per sentence, then shuffle them, as beam search does
         index = torch.tensor([0, 0, 0, 1, 1, 1]) if step == 0 else torch.tensor([2, 0, 0, 5, 3, 4])
         ens.reorder(index)
@@ -49,8 +49,9 @@ def test_an_ensemble_of_one_decodes_exactly_like_its_member():
     kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=5))
     single = beam_search(Seq2SeqDecoder(m, src, keep), beam_size=4, n_best=3, **kw)
     ens = beam_search(EnsembleDecoder([Seq2SeqDecoder(m, src, keep)]), beam_size=4, n_best=3, **kw)
-    assert [[(h.tokens, h.score) for h in s] for s in ens] == \
-        [[(h.tokens, h.score) for h in s] for s in single]
+    assert [[(h.tokens, h.score) for h in s] for s in ens] == [
+        [(h.tokens, h.score) for h in s] for s in single
+    ]
 
 
 def test_a_model_ensembled_with_itself_finds_the_same_translations():
@@ -58,13 +59,15 @@ def test_a_model_ensembled_with_itself_finds_the_same_translations():
     src, keep = padded_sources([6, 2, 4], V)
     kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=5))
     single = beam_search(Seq2SeqDecoder(m, src, keep), beam_size=4, n_best=3, **kw)
-    twice = beam_search(EnsembleDecoder([Seq2SeqDecoder(m, src, keep) for _ in range(2)]),
-                        beam_size=4, n_best=3, **kw)
+    twice = beam_search(
+        EnsembleDecoder([Seq2SeqDecoder(m, src, keep) for _ in range(2)]), beam_size=4, n_best=3, **kw
+    )
     assert [[h.tokens for h in s] for s in twice] == [[h.tokens for h in s] for s in single]
     for a, b in zip(twice, single):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-9)
-    assert greedy_search(EnsembleDecoder([Seq2SeqDecoder(m, src, keep) for _ in range(2)]), **kw) == \
-        greedy_search(Seq2SeqDecoder(m, src, keep), **kw)
+    assert greedy_search(
+        EnsembleDecoder([Seq2SeqDecoder(m, src, keep) for _ in range(2)]), **kw
+    ) == greedy_search(Seq2SeqDecoder(m, src, keep), **kw)
 
 
 @torch.inference_mode()

@@ -44,8 +44,7 @@ def test_top_k_one_is_greedy(model, prompt):
 def test_seeded_sampling_is_reproducible(model, prompt):
     def run(seed, decoder_cls=LMDecoder):
         gen = torch.Generator().manual_seed(seed)
-        return sample(decoder_cls(model), prompt, max_new_tokens=15, temperature=1.0, top_k=5,
-                      generator=gen)
+        return sample(decoder_cls(model), prompt, max_new_tokens=15, temperature=1.0, top_k=5, generator=gen)
 
     assert torch.equal(run(7), run(7))
     assert not torch.equal(run(7), run(8))
@@ -69,6 +68,7 @@ def test_greedy_search_on_a_language_model_matches_sampling_at_temperature_zero(
 def test_rows_stop_at_eos():
     """Row 0's prompt makes EOS (id 0) certain at once, row 1's after three tokens: row 0 is
     filled with EOS while row 1 goes on, and sampling stops when both have ended."""
+
     def probs(prefix):
         return [1.0, 0.0, 0.0, 0.0] if len(prefix) >= prefix[0] + 1 else [0.0, 0.0, 0.0, 1.0]
 
@@ -85,7 +85,10 @@ def test_top_k_restricts_the_choice():
 
 
 def test_bad_settings_are_one_line_errors(model, prompt):
-    for kw, word in [(dict(temperature=-1.0), "temperature"), (dict(top_k=0), "top_k"),
-                     (dict(max_new_tokens=-1), "max_new_tokens")]:
+    for kw, word in [
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+    ]:
         with pytest.raises(ConfigError, match=word):
             sample(LMDecoder(model), prompt, **{"max_new_tokens": 3, **kw})

@@ -30,7 +30,7 @@ def test_length_penalty_and_max_output_len():
     assert length_penalty(1.0, 0.6) == 1.0
     assert length_penalty(7.0, 0.6) == pytest.approx(2.0**0.6)
     assert length_penalty(30.0, 0.0) == 1.0
-    assert max_output_len([7, 3, 0]).tolist() == [57, 53, 50]           # [V17] §6.1: |src| + 50
+    assert max_output_len([7, 3, 0]).tolist() == [57, 53, 50]  # [V17] §6.1: |src| + 50
     assert max_output_len(torch.tensor([10, 4]), a=1.5, b=2).tolist() == [17, 8]
 
 
@@ -42,10 +42,18 @@ def test_beam_size_one_is_greedy(seed):
     model = translation_model()
     src, keep = padded_sources([7, 3, 5, 1], V)
     limit = max_output_len(keep.sum(1), b=6)
-    greedy = greedy_search(Seq2SeqDecoder(model, src, keep), batch_size=4, bos_id=BOS,
-                           eos_id=EOS, max_len=limit)
-    beam = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=4, beam_size=1, alpha=0.0,
-                       bos_id=BOS, eos_id=EOS, max_len=limit)
+    greedy = greedy_search(
+        Seq2SeqDecoder(model, src, keep), batch_size=4, bos_id=BOS, eos_id=EOS, max_len=limit
+    )
+    beam = beam_search(
+        Seq2SeqDecoder(model, src, keep),
+        batch_size=4,
+        beam_size=1,
+        alpha=0.0,
+        bos_id=BOS,
+        eos_id=EOS,
+        max_len=limit,
+    )
     assert [h[0].tokens for h in beam] == greedy
 
 
@@ -56,8 +64,16 @@ def test_large_beam_equals_brute_force(alpha):
     torch.manual_seed(3)
     model = translation_model(vocab_size=4)
     src, keep = padded_sources([5, 2], 4)
-    hyps = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=2, beam_size=128, alpha=alpha,
-                       n_best=10, bos_id=BOS, eos_id=EOS, max_len=4)
+    hyps = beam_search(
+        Seq2SeqDecoder(model, src, keep),
+        batch_size=2,
+        beam_size=128,
+        alpha=alpha,
+        n_best=10,
+        bos_id=BOS,
+        eos_id=EOS,
+        max_len=4,
+    )
     for i, sentence in enumerate(hyps):
         exact = brute_force(model, src[i, : keep[i].sum()], max_len=4, alpha=alpha)[:10]
         assert [h.tokens for h in sentence] == [p for _, _, p in exact]
@@ -72,8 +88,9 @@ def test_cached_decoding_equals_uncached(norm_first):
     src, keep = padded_sources([6, 2, 4], V)
     limit = max_output_len(keep.sum(1), b=5)
     kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=limit)
-    assert greedy_search(Seq2SeqDecoder(model, src, keep), **kw) == \
-        greedy_search(UncachedSeq2SeqDecoder(model, src, keep), **kw)
+    assert greedy_search(Seq2SeqDecoder(model, src, keep), **kw) == greedy_search(
+        UncachedSeq2SeqDecoder(model, src, keep), **kw
+    )
     cached = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=4, n_best=4, **kw)
     uncached = beam_search(UncachedSeq2SeqDecoder(model, src, keep), beam_size=4, n_best=4, **kw)
     assert tokens(cached) == tokens(uncached)
@@ -88,14 +105,17 @@ def test_batched_decoding_equals_one_sentence_at_a_time():
     limit = max_output_len(keep.sum(1), b=4)
     kw = dict(bos_id=BOS, eos_id=EOS)
     batch_greedy = greedy_search(Seq2SeqDecoder(model, src, keep), batch_size=5, max_len=limit, **kw)
-    batch_beam = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=5, beam_size=3, n_best=3,
-                             max_len=limit, **kw)
+    batch_beam = beam_search(
+        Seq2SeqDecoder(model, src, keep), batch_size=5, beam_size=3, n_best=3, max_len=limit, **kw
+    )
     for i, n in enumerate(lengths):
         one = src[i : i + 1, :n]  # unpadded, no mask
-        assert greedy_search(Seq2SeqDecoder(model, one), batch_size=1, max_len=limit[i : i + 1],
-                             **kw) == [batch_greedy[i]]
-        alone = beam_search(Seq2SeqDecoder(model, one), batch_size=1, beam_size=3, n_best=3,
-                            max_len=limit[i : i + 1], **kw)[0]
+        assert greedy_search(Seq2SeqDecoder(model, one), batch_size=1, max_len=limit[i : i + 1], **kw) == [
+            batch_greedy[i]
+        ]
+        alone = beam_search(
+            Seq2SeqDecoder(model, one), batch_size=1, beam_size=3, n_best=3, max_len=limit[i : i + 1], **kw
+        )[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batch_beam[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batch_beam[i]], abs=1e-9)
 
@@ -103,8 +123,16 @@ def test_batched_decoding_equals_one_sentence_at_a_time():
 def test_n_best_lists_are_sorted_distinct_and_scored_consistently():
     model = translation_model()
     src, keep = padded_sources([6, 4, 5], V)
-    hyps = beam_search(Seq2SeqDecoder(model, src, keep), batch_size=3, beam_size=5, n_best=5,
-                       alpha=0.6, bos_id=BOS, eos_id=EOS, max_len=8)
+    hyps = beam_search(
+        Seq2SeqDecoder(model, src, keep),
+        batch_size=3,
+        beam_size=5,
+        n_best=5,
+        alpha=0.6,
+        bos_id=BOS,
+        eos_id=EOS,
+        max_len=8,
+    )
     for sentence in hyps:
         assert len(sentence) == 5
         scores = [h.score for h in sentence]
@@ -132,8 +160,7 @@ def test_k_hypotheses_finishing_together_do_not_stop_the_search():
     next two. With α = 3 the long path [x, 1, 1, 1, 1, 1] (cut at 6 tokens) scores
     log(0.49·0.1) / lp(6) ≈ -0.49, better than [x, EOS] at log(0.49·0.9) / lp(2) ≈ -0.52."""
     dec = ScriptedDecoder(k_finish_together, batch_size=1)
-    hyps = beam_search(dec, batch_size=1, beam_size=2, n_best=2, alpha=3.0, bos_id=3, eos_id=0,
-                       max_len=6)[0]
+    hyps = beam_search(dec, batch_size=1, beam_size=2, n_best=2, alpha=3.0, bos_id=3, eos_id=0, max_len=6)[0]
     assert [h.tokens for h in hyps] == [[1, 1, 1, 1, 1, 1], [2, 1, 1, 1, 1, 1]]
     assert hyps[0].score == pytest.approx(math.log(0.49 * 0.1) / length_penalty(6.0, 3.0))
     assert dec.rows == [1, 2, 2, 2, 2, 2]
@@ -153,13 +180,13 @@ def test_finished_sentences_leave_the_batch_and_max_length_is_respected():
     a sentence that reaches it no longer occupies decoder rows."""
     dec = ScriptedDecoder(lambda p: [0.5, 0.2, 0.3], batch_size=3)
     limit = max_output_len([0, 3, 7], a=1.0, b=2)  # 2, 5, 9
-    hyps = beam_search(dec, batch_size=3, beam_size=2, bos_id=1, eos_id=0, max_len=limit,
-                       min_len=100)
+    hyps = beam_search(dec, batch_size=3, beam_size=2, bos_id=1, eos_id=0, max_len=limit, min_len=100)
     assert [len(h[0].tokens) for h in hyps] == [2, 5, 9]
     assert dec.rows == [3, 6, 4, 4, 4, 2, 2, 2, 2]
     dec = ScriptedDecoder(lambda p: [0.5, 0.2, 0.3], batch_size=3)
-    assert [len(g) for g in greedy_search(dec, batch_size=3, bos_id=1, eos_id=0, max_len=limit,
-                                          min_len=100)] == [2, 5, 9]
+    assert [
+        len(g) for g in greedy_search(dec, batch_size=3, bos_id=1, eos_id=0, max_len=limit, min_len=100)
+    ] == [2, 5, 9]
     assert dec.rows == [3, 3, 2, 2, 2, 1, 1, 1, 1]
 
 
@@ -167,11 +194,21 @@ def test_outputs_never_exceed_the_maximum_length():
     model = translation_model()
     src, keep = padded_sources([7, 3, 5], V)
     limit = max_output_len(keep.sum(1), a=0.5, b=1)  # 4, 2, 3
-    for hyps in beam_search(Seq2SeqDecoder(model, src, keep), batch_size=3, beam_size=4, n_best=4,
-                            bos_id=BOS, eos_id=EOS, max_len=limit), :
+    for hyps in (
+        beam_search(
+            Seq2SeqDecoder(model, src, keep),
+            batch_size=3,
+            beam_size=4,
+            n_best=4,
+            bos_id=BOS,
+            eos_id=EOS,
+            max_len=limit,
+        ),
+    ):
         assert all(len(h.tokens) <= int(m) for sentence, m in zip(hyps, limit) for h in sentence)
-    greedy = greedy_search(Seq2SeqDecoder(model, src, keep), batch_size=3, bos_id=BOS, eos_id=EOS,
-                           max_len=limit, min_len=10)
+    greedy = greedy_search(
+        Seq2SeqDecoder(model, src, keep), batch_size=3, bos_id=BOS, eos_id=EOS, max_len=limit, min_len=10
+    )
     assert [len(g) for g in greedy] == limit.tolist()
 
 
@@ -179,15 +216,15 @@ def test_bad_settings_are_one_line_errors():
     model = translation_model()
     src = torch.randint(3, V, (2, 4))
     with pytest.raises(ConfigError, match="n_best"):
-        beam_search(Seq2SeqDecoder(model, src), batch_size=2, beam_size=2, n_best=3, bos_id=BOS,
-                    eos_id=EOS, max_len=5)
+        beam_search(
+            Seq2SeqDecoder(model, src), batch_size=2, beam_size=2, n_best=3, bos_id=BOS, eos_id=EOS, max_len=5
+        )
     with pytest.raises(ConfigError, match="max_len"):
         greedy_search(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS, max_len=0)
     for search_fn in (greedy_search, beam_search):
         kw = dict(beam_size=2) if search_fn is beam_search else {}
         with pytest.raises(ConfigError, match=f"eos_id={V} must be below"):
-            search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=V, max_len=5,
-                      **kw)
+            search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=V, max_len=5, **kw)
     with pytest.raises(ConfigError, match="model.eval"):
         Seq2SeqDecoder(model.train(), src)
     from fullrank.inference.translate import translate  # checked before the model is touched
@@ -211,17 +248,21 @@ def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():
     from fullrank.models import EncoderDecoder, EncoderDecoderConfig
 
     torch.manual_seed(0)
-    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=V, d_model=16, n_heads=2, d_ff=32,
-                                                n_layers=1, dropout=0.0, max_len=8,
-                                                seq_len=8)).eval()
+    model = EncoderDecoder(
+        EncoderDecoderConfig(
+            vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=1, dropout=0.0, max_len=8, seq_len=8
+        )
+    ).eval()
     src = torch.randint(3, V, (2, 5))
     for search_fn, kw in ((greedy_search, {}), (beam_search, dict(beam_size=3))):
-        out = search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS,
-                        max_len=8, min_len=8, **kw)
+        out = search_fn(
+            Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS, max_len=8, min_len=8, **kw
+        )
         assert [len(o if search_fn is greedy_search else o[0].tokens) for o in out] == [8, 8]
         with pytest.raises(DataError, match="exceeds max_len=8"):
-            search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS,
-                      max_len=9, min_len=9, **kw)
+            search_fn(
+                Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS, max_len=9, min_len=9, **kw
+            )
 
 
 @pytest.mark.slow
@@ -239,8 +280,9 @@ def test_compiled_decoding_equals_eager():
     limit = max_output_len(keep.sum(1), b=4)
     kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=limit)
     decode = compiled_decode(model, backend="aot_eager")
-    assert greedy_search(Seq2SeqDecoder(model, src, keep, decode=decode), **kw) == \
-        greedy_search(Seq2SeqDecoder(model, src, keep), **kw)
+    assert greedy_search(Seq2SeqDecoder(model, src, keep, decode=decode), **kw) == greedy_search(
+        Seq2SeqDecoder(model, src, keep), **kw
+    )
 
 
 class _Cast(ScriptedDecoder):
@@ -262,6 +304,7 @@ def test_beam_search_writes_log_probabilities_over_float_logits_and_beside_low_p
     """Float32 logits are overwritten with their log-probabilities (a step's logits are the
     search's); bfloat16 logits, whose log-probabilities are kept in float32, are left alone. The
     search is the same either way."""
+
     def table(p):
         return [0.1, 0.3, 0.25, 0.2, 0.15] if len(p) < 4 else [0.6, 0.1, 0.1, 0.1, 0.1]
 
@@ -274,6 +317,7 @@ def test_beam_search_writes_log_probabilities_over_float_logits_and_beside_low_p
         if dtype == torch.float32:  # log-probabilities now: each row sums to 1 in probability
             torch.testing.assert_close(first.exp().sum(-1), torch.ones(2))
         else:  # untouched: as the decoder returned them, rounded to bfloat16
-            assert torch.equal(first, torch.tensor([[math.log(q) + 3.0 for q in table(())]] * 2
-                                                   ).to(torch.bfloat16))
+            assert torch.equal(
+                first, torch.tensor([[math.log(q) + 3.0 for q in table(())]] * 2).to(torch.bfloat16)
+            )
     assert results[torch.float32] == results[torch.bfloat16]

@@ -17,19 +17,23 @@ def test_teacher_forced_pairs_are_what_the_parser_reads_and_writes(tmp_path):
     f = tmp_path / "words.txt"
     f.write_text(f"the dog barks . {signature('Zorba')} the dog\n")
     words = Tokenizer.train("word", [f])
-    tree = read_tree_line("(S (NP (NNP Zorba)) (VP (VBZ barks) (PRN (-LRB- -LRB-) (NP (DT the) "
-                          "(NN dog)) (-RRB- -RRB-))) (. .))", source="t", line_number=1)
+    tree = read_tree_line(
+        "(S (NP (NNP Zorba)) (VP (VBZ barks) (PRN (-LRB- -LRB-) (NP (DT the) "
+        "(NN dog)) (-RRB- -RRB-))) (. .))",
+        source="t",
+        line_number=1,
+    )
     sentence = "Zorba barks ( the dog ) ."
     sig = signature("Zorba")
-    [(src, tgt)] = teacher_forced(words, [sentence], [tree], leaves="word", order="in_order",
-                                  where=["t line 1"])
+    [(src, tgt)] = teacher_forced(
+        words, [sentence], [tree], leaves="word", order="in_order", where=["t line 1"]
+    )
     # the unknown word goes in as its signature on both sides; brackets are the treebank's
     assert src == f"{sig} barks -LRB- the dog -RRB- ."
-    assert tgt.split() == [t if t != "Zorba" else sig
-                           for t in linearize(tree, "word", "in_order")]
-    [(_, xx)] = teacher_forced(words, [sentence], [tree], leaves="placeholder",
-                               order="top_down", where=["t line 1"])
+    assert tgt.split() == [t if t != "Zorba" else sig for t in linearize(tree, "word", "in_order")]
+    [(_, xx)] = teacher_forced(
+        words, [sentence], [tree], leaves="placeholder", order="top_down", where=["t line 1"]
+    )
     assert xx.split() == linearize(tree)
     with pytest.raises(DataError, match="t line 1: the tree's words .* are not the sentence's"):
-        teacher_forced(words, ["Zorba barks ."], [tree], leaves="word", order="top_down",
-                       where=["t line 1"])
+        teacher_forced(words, ["Zorba barks ."], [tree], leaves="word", order="top_down", where=["t line 1"])

@@ -34,20 +34,28 @@ def slots(trees: Tokenizer, words: list[str], leaves: str) -> list[int]:
 
 def search(decoder, trees: Tokenizer, n: int, beam: int, max_len) -> list[list[int]]:
     if beam == 1:
-        return greedy_search(decoder, batch_size=n, bos_id=trees.bos_id, eos_id=trees.eos_id,
-                             max_len=max_len)
-    hyps = beam_search(decoder, batch_size=n, beam_size=beam, bos_id=trees.bos_id,
-                       eos_id=trees.eos_id, max_len=max_len, alpha=0.3)
+        return greedy_search(decoder, batch_size=n, bos_id=trees.bos_id, eos_id=trees.eos_id, max_len=max_len)
+    hyps = beam_search(
+        decoder,
+        batch_size=n,
+        beam_size=beam,
+        bos_id=trees.bos_id,
+        eos_id=trees.eos_id,
+        max_len=max_len,
+        alpha=0.3,
+    )
     return [h[0].tokens for h in hyps]
 
 
 def noisy(vocab: int, favour: dict[int, float]):
     """Next-token probabilities drawn at random for each prefix (the same for the same prefix),
     with the tokens of ``favour`` weighted up: a model that does not know what a tree is."""
+
     def probs(prefix: tuple[int, ...]) -> list[float]:
         rng = random.Random(hash(prefix))
         p = [rng.random() * favour.get(i, 1.0) for i in range(vocab)]
         return [x / sum(p) for x in p]
+
     return probs
 
 
@@ -55,14 +63,18 @@ def noisy(vocab: int, favour: dict[int, float]):
 @pytest.mark.parametrize("leaves", ["placeholder", "word"])
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("tempt", ["eos", "open", "close"])
-def test_any_model_writes_only_well_formed_trees_over_the_words(trees, leaves, beam, tempt,
-                                                                 order):
+def test_any_model_writes_only_well_formed_trees_over_the_words(trees, leaves, beam, tempt, order):
     rng = random.Random(len(leaves) + beam)
-    sentences = [[rng.choice(["the", "dog", "sees", "a", "cat", "zebra"])
-                  for _ in range(rng.randint(1, 7))] for _ in range(12)]
+    sentences = [
+        [rng.choice(["the", "dog", "sees", "a", "cat", "zebra"]) for _ in range(rng.randint(1, 7))]
+        for _ in range(12)
+    ]
     vocab = trees.vocab_size
-    ids = {"eos": [trees.eos_id], "open": [trees.token_to_id("(NP"), trees.token_to_id("(PP")],
-           "close": [trees.token_to_id(")VP"), trees.token_to_id(")S")]}[tempt]
+    ids = {
+        "eos": [trees.eos_id],
+        "open": [trees.token_to_id("(NP"), trees.token_to_id("(PP")],
+        "close": [trees.token_to_id(")VP"), trees.token_to_id(")S")],
+    }[tempt]
     decoder = ScriptedDecoder(noisy(vocab, {i: 50.0 for i in ids}), len(sentences))
     limits = torch.tensor([len(s) + 30 for s in sentences])
     kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
@@ -89,8 +101,9 @@ def test_a_model_that_prefers_a_well_formed_tree_gets_it_unchanged(trees, beam):
         p[target[min(len(prefix), len(target) - 1)]] = 0.9
         return p
 
-    wrapped = TreeDecoder(ScriptedDecoder(probs, 1), trees, [[trees.token_to_id("XX")] * 5],
-                          torch.tensor([40]))
+    wrapped = TreeDecoder(
+        ScriptedDecoder(probs, 1), trees, [[trees.token_to_id("XX")] * 5], torch.tensor([40])
+    )
     (out,) = search(wrapped, trees, 1, beam, 40)
     assert [trees.id_to_token(i) for i in out] == gold
 
@@ -116,8 +129,7 @@ def test_model_vocabulary_padding_is_never_written(trees):
         return [1.0 if i >= trees.vocab_size else 1e-3 for i in range(wide)]
 
     xx = trees.token_to_id("XX")
-    wrapped = TreeDecoder(ScriptedDecoder(probs, 2), trees, [[xx] * 2, [xx] * 3],
-                          torch.tensor([20, 20]))
+    wrapped = TreeDecoder(ScriptedDecoder(probs, 2), trees, [[xx] * 2, [xx] * 3], torch.tensor([20, 20]))
     for out, n in zip(search(wrapped, trees, 2, 4, 20), (2, 3)):
         assert max(out) < trees.vocab_size
         assert not delinearize([trees.id_to_token(i) for i in out], ["w"] * n).repaired
@@ -126,8 +138,9 @@ def test_model_vocabulary_padding_is_never_written(trees):
 def test_a_model_that_only_wants_to_open_brackets_is_held_to_the_bounds(trees):
     probs = noisy(trees.vocab_size, {trees.token_to_id("(NP"): 1e6, trees.token_to_id("(PP"): 1e6})
     xx = trees.token_to_id("XX")
-    wrapped = TreeDecoder(ScriptedDecoder(probs, 1), trees, [[xx] * 6], torch.tensor([200]),
-                          max_depth=5, max_opens=3)
+    wrapped = TreeDecoder(
+        ScriptedDecoder(probs, 1), trees, [[xx] * 6], torch.tensor([200]), max_depth=5, max_opens=3
+    )
     (out,) = search(wrapped, trees, 1, 4, 200)
     tokens = [trees.id_to_token(i) for i in out]
     run = depth = most_run = most_depth = 0
@@ -153,8 +166,7 @@ def test_a_model_unsure_of_labels_and_words_still_gets_the_tree_it_means(trees, 
         p[target[min(len(prefix), len(target) - 1)]] = 0.9
         return p
 
-    wrapped = TreeDecoder(ScriptedDecoder(probs, 1), trees, [slots(trees, words, "word")],
-                          torch.tensor([40]))
+    wrapped = TreeDecoder(ScriptedDecoder(probs, 1), trees, [slots(trees, words, "word")], torch.tensor([40]))
     (out,) = search(wrapped, trees, 1, beam, 40)
     assert [trees.id_to_token(i) for i in out] == gold
 
@@ -162,8 +174,7 @@ def test_a_model_unsure_of_labels_and_words_still_gets_the_tree_it_means(trees, 
 @pytest.mark.parametrize("order", ["top_down", "in_order"])
 @pytest.mark.parametrize("leaves", ["placeholder", "word"])
 @torch.inference_mode()
-def test_a_cursor_model_decodes_the_same_cached_uncached_and_in_the_beam_layout(
-        trees, leaves, order):
+def test_a_cursor_model_decodes_the_same_cached_uncached_and_in_the_beam_layout(trees, leaves, order):
     """A model told its next word counts the word tokens of each row in its cache; beam
     search reorders the rows at every step, and the count must follow: the constrained search
     over the plain cache, the engine's beam cache and no cache finds the same trees."""
@@ -179,8 +190,11 @@ def test_a_cursor_model_decodes_the_same_cached_uncached_and_in_the_beam_layout(
     limits = torch.tensor([len(s) + 12 for s in sentences])
     kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
     outs = []
-    for decoder in (Seq2SeqDecoder(model, src, keep), UncachedSeq2SeqDecoder(model, src, keep),
-                    fast.BeamDecoder(model, src, keep)):
+    for decoder in (
+        Seq2SeqDecoder(model, src, keep),
+        UncachedSeq2SeqDecoder(model, src, keep),
+        fast.BeamDecoder(model, src, keep),
+    ):
         wrapped = kind(decoder, trees, [slots(trees, s, leaves) for s in sentences], limits)
         outs.append(search(wrapped, trees, len(sentences), 4, limits))
     assert outs[0] == outs[1] == outs[2]
@@ -190,8 +204,11 @@ def test_a_cursor_model_decodes_the_same_cached_uncached_and_in_the_beam_layout(
 
 @pytest.mark.parametrize("beam", [1, 5])
 def test_a_model_that_prefers_a_well_formed_in_order_tree_gets_it_unchanged(trees, beam):
-    gold = read_tree_line("(S (NP (NP (DT the) (NN dog)) (PP (IN a) (NP (NN cat)))) "
-                          "(VP (VBZ sees)))", source="gold", line_number=1)
+    gold = read_tree_line(
+        "(S (NP (NP (DT the) (NN dog)) (PP (IN a) (NP (NN cat)))) (VP (VBZ sees)))",
+        source="gold",
+        line_number=1,
+    )
     written = linearize(gold, "word", "in_order")
     assert written[:3] == ["the", "(NP", "dog"]  # the outer NP is named after the inner one
     target = [trees.token_to_id(t) for t in written] + [trees.eos_id]
@@ -201,7 +218,8 @@ def test_a_model_that_prefers_a_well_formed_in_order_tree_gets_it_unchanged(tree
         p[target[min(len(prefix), len(target) - 1)]] = 0.9
         return p
 
-    wrapped = InOrderTreeDecoder(ScriptedDecoder(probs, 1), trees,
-                                 [slots(trees, gold.leaves(), "word")], torch.tensor([40]))
+    wrapped = InOrderTreeDecoder(
+        ScriptedDecoder(probs, 1), trees, [slots(trees, gold.leaves(), "word")], torch.tensor([40])
+    )
     (out,) = search(wrapped, trees, 1, beam, 40)
     assert [trees.id_to_token(i) for i in out] == written

@@ -20,8 +20,9 @@ PAD, BOS, EOS = 0, 1, 2
 def translation_model(vocab_size: int = 13, **kw) -> EncoderDecoder:
     """A float64 encoder-decoder with odd sizes (float64 so that cached and uncached decoding
     cannot disagree on a near-tie)."""
-    cfg = EncoderDecoderConfig(**{**dict(vocab_size=vocab_size, n_layers=2, n_decoder_layers=3,
-                                         max_len=64, seq_len=16, **ODD), **kw})
+    cfg = EncoderDecoderConfig(
+        **{**dict(vocab_size=vocab_size, n_layers=2, n_decoder_layers=3, max_len=64, seq_len=16, **ODD), **kw}
+    )
     return EncoderDecoder(cfg).double().eval()
 
 
@@ -38,8 +39,9 @@ def padded_sources(lengths: Sequence[int], vocab_size: int) -> tuple[Tensor, Ten
     return src.masked_fill(~keep, PAD), keep
 
 
-def brute_force(model: EncoderDecoder, src: Tensor, *, max_len: int,
-                alpha: float) -> list[tuple[float, float, list[int]]]:
+def brute_force(
+    model: EncoderDecoder, src: Tensor, *, max_len: int, alpha: float
+) -> list[tuple[float, float, list[int]]]:
     """Every output of one source ``(S,)`` up to ``max_len`` tokens, best score first, as
     ``(score, log_prob, tokens)``: ``y + [EOS]`` for each EOS-free ``y`` shorter than
     ``max_len`` (``|Y| = len(y) + 1``), and each EOS-free ``y`` of exactly ``max_len`` tokens
@@ -50,9 +52,10 @@ def brute_force(model: EncoderDecoder, src: Tensor, *, max_len: int,
     memory = model.encode(src[None])
     for n in range(max_len + 1):
         prefixes = [list(p) for p in itertools.product(words, repeat=n)]
-        tgt = torch.tensor([[BOS] + p for p in prefixes])                      # (M, n + 1)
-        logp = F.log_softmax(model.logits(model.decode(tgt, memory.expand(len(prefixes), -1, -1))),
-                             dim=-1)                                           # (M, n + 1, V)
+        tgt = torch.tensor([[BOS] + p for p in prefixes])  # (M, n + 1)
+        logp = F.log_softmax(
+            model.logits(model.decode(tgt, memory.expand(len(prefixes), -1, -1))), dim=-1
+        )  # (M, n + 1, V)
         for p, lp in zip(prefixes, logp):
             prefix_lp = sum(lp[i, tok].item() for i, tok in enumerate(p))
             if n < max_len:

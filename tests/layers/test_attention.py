@@ -15,8 +15,9 @@ from fullrank.layers.masks import causal_mask, padding_mask
 from tests.helpers import ODD
 
 
-def naive_multihead(mha: MultiHeadAttention, x: torch.Tensor, memory: torch.Tensor,
-                    allowed: torch.Tensor | None) -> torch.Tensor:
+def naive_multihead(
+    mha: MultiHeadAttention, x: torch.Tensor, memory: torch.Tensor, allowed: torch.Tensor | None
+) -> torch.Tensor:
     """[V17] eq. 1 and §3.2.2 head by head, in float64, with the module's weights.
 
     ``allowed`` is ``(B, T, S)`` bool or None.
@@ -63,13 +64,19 @@ def test_matches_torch_multihead_attention(dtype, tol, fused, case):
     keep = torch.ones(b, keys, dtype=torch.bool)
     if "padding" in case or case == "cross":
         for i in range(b):
-            keep[i, keys - i:] = False  # row i has i padded keys (row 0 none)
+            keep[i, keys - i :] = False  # row i has i padded keys (row 0 none)
     causal = "causal" in case
     mask = padding_mask(keep)
     if causal:
         mask = mask & causal_mask(t, t)
-    expected, _ = ref(x, mem, mem, key_padding_mask=~keep,
-                      attn_mask=~causal_mask(t, t) if causal else None, need_weights=False)
+    expected, _ = ref(
+        x,
+        mem,
+        mem,
+        key_padding_mask=~keep,
+        attn_mask=~causal_mask(t, t) if causal else None,
+        need_weights=False,
+    )
     got = ours(x, None if case != "cross" else mem, mask=mask)
     torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
 
@@ -137,7 +144,8 @@ def test_an_additive_float_mask_equals_its_boolean_mask_and_sdpa():
     expected = attend(q, k, v, mask=keep)
     torch.testing.assert_close(attend(q, k, v, mask=bias), expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias), expected)
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias), expected
+    )
     with pytest.raises(ConfigError, match="is_causal"):
         attend(q, k, v, mask=bias, is_causal=True)
 
@@ -264,8 +272,8 @@ def test_chunked_attention_memory_is_linear_in_length():
     def explicit(q, k, v):
         return attend(q, k, v, is_causal=True)
 
-    assert peak(chunked, 2048) < 3 * peak(chunked, 1024)          # ~2× for 2× the length
-    assert peak(explicit, 2048) > 3.5 * peak(explicit, 1024)     # ~4×: the n² scores
+    assert peak(chunked, 2048) < 3 * peak(chunked, 1024)  # ~2× for 2× the length
+    assert peak(explicit, 2048) > 3.5 * peak(explicit, 1024)  # ~4×: the n² scores
     assert peak(chunked, 2048) < peak(explicit, 2048) / 8
 
 
@@ -292,8 +300,7 @@ def test_a_kernel_set_on_the_core_runs_in_its_place(monkeypatch):
 
 
 @pytest.mark.parametrize("d_model,n_heads,d_head", [(64, 4, 16), (48, 8, 32)])
-def test_mimetic_init_makes_queries_equal_keys_and_tokens_attend_to_themselves(d_model, n_heads,
-                                                                                d_head):
+def test_mimetic_init_makes_queries_equal_keys_and_tokens_attend_to_themselves(d_model, n_heads, d_head):
     torch.manual_seed(0)
     attn = MultiHeadAttention(d_model, n_heads, d_head=d_head)
     v_before = attn._qkv_weights()[2].clone()
@@ -304,11 +311,13 @@ def test_mimetic_init_makes_queries_equal_keys_and_tokens_attend_to_themselves(d
     # per head the logit of x with y is (W_q x)·(W_q y), with E[W_qᵀW_q] = I: each token's
     # largest logit is with itself, which the default initialisation does not give
     x = torch.randn(64, d_model)
-    scores = torch.einsum("hdi,ti,hdj,sj->hts", q.view(n_heads, d_head, d_model), x,
-                          k.view(n_heads, d_head, d_model), x)
+    scores = torch.einsum(
+        "hdi,ti,hdj,sj->hts", q.view(n_heads, d_head, d_model), x, k.view(n_heads, d_head, d_model), x
+    )
     assert (scores.argmax(-1) == torch.arange(64)).float().mean() > 0.8
     attn.reset_parameters()
     q, k, _ = attn._qkv_weights()
-    scores = torch.einsum("hdi,ti,hdj,sj->hts", q.view(n_heads, d_head, d_model), x,
-                          k.view(n_heads, d_head, d_model), x)
+    scores = torch.einsum(
+        "hdi,ti,hdj,sj->hts", q.view(n_heads, d_head, d_model), x, k.view(n_heads, d_head, d_model), x
+    )
     assert (scores.argmax(-1) == torch.arange(64)).float().mean() < 0.3

@@ -12,8 +12,10 @@ def test_causal_mask_is_lower_right_aligned():
     assert causal_mask(3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     # two new queries after three cached keys: query 0 is position 3, query 1 is position 4
     assert causal_mask(2, 5).tolist() == [[True, True, True, True, False], [True] * 5]
-    assert causal_mask(2, 5, offset=0).tolist() == [[True, False, False, False, False],
-                                                    [True, True, False, False, False]]
+    assert causal_mask(2, 5, offset=0).tolist() == [
+        [True, False, False, False, False],
+        [True, True, False, False, False],
+    ]
 
 
 def test_padding_mask_shape_and_combine():
@@ -89,7 +91,8 @@ def test_a_cache_decides_how_attention_reads_it():
     attn = MultiHeadAttention(12, 3, d_head=5, d_value=2).double().eval()
     x = torch.randn(2, 4, 12, dtype=torch.float64)
     cache = Recording()
-    stepped = torch.cat([attn(x[:, :3], is_causal=True, cache=cache),
-                         attn(x[:, 3:], is_causal=True, cache=cache)], dim=1)
+    stepped = torch.cat(
+        [attn(x[:, :3], is_causal=True, cache=cache), attn(x[:, 3:], is_causal=True, cache=cache)], dim=1
+    )
     torch.testing.assert_close(stepped, attn(x, is_causal=True), rtol=0, atol=1e-12)
     assert calls == [(3, 3, True), (1, 4, True)]

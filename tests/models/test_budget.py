@@ -10,8 +10,7 @@ from fullrank.errors import ConfigError
 from fullrank.models import DecoderLMConfig, EncoderDecoderConfig, build_model
 from fullrank.models.budget import count_params, solve_for
 
-BASE = DecoderLMConfig(vocab_size=53, d_model=24, n_heads=3, d_head=10, d_ff=37, n_layers=2,
-                       seq_len=12)
+BASE = DecoderLMConfig(vocab_size=53, d_model=24, n_heads=3, d_head=10, d_ff=37, n_layers=2, seq_len=12)
 
 
 def built(cfg) -> int:
@@ -46,12 +45,22 @@ def test_invalid_values_are_stepped_over():
 
 
 def test_non_embedding_count():
-    cfg = EncoderDecoderConfig(vocab_size=41, d_model=24, n_heads=3, d_head=10, d_ff=37,
-                               n_layers=1, tie_embeddings=False, positions="learned", max_len=20,
-                               seq_len=12)
+    cfg = EncoderDecoderConfig(
+        vocab_size=41,
+        d_model=24,
+        n_heads=3,
+        d_head=10,
+        d_ff=37,
+        n_layers=1,
+        tie_embeddings=False,
+        positions="learned",
+        max_len=20,
+        seq_len=12,
+    )
     model = build_model(cfg)
-    embedding = sum(p.numel() for n, p in model.named_parameters()
-                    if "embed" in n or n.startswith("out_proj"))
+    embedding = sum(
+        p.numel() for n, p in model.named_parameters() if "embed" in n or n.startswith("out_proj")
+    )
     assert count_params(cfg, "non_embedding") == built(cfg) - embedding
     found = solve_for(cfg, "d_ff", 20_000, which="non_embedding")
     assert abs(found.gap) < 0.01

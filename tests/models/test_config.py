@@ -14,21 +14,24 @@ def lm(**kw):
     return DecoderLMConfig(**{**dict(vocab_size=50, d_model=24, n_heads=4, seq_len=8), **kw})
 
 
-@pytest.mark.parametrize("field,value,pattern", [
-    ("d_model", 0, r"DecoderLMConfig\.d_model = 0: should be greater than 0"),
-    ("n_heads", -2, r"n_heads = -2: should be greater than 0"),
-    ("d_head", 0, r"d_head = 0: should be greater than 0"),
-    ("n_layers", 0, r"n_layers = 0: should be greater than 0"),
-    ("dropout", 1.0, r"dropout = 1\.0: should be less than 1"),
-    ("attn_dropout", -0.1, r"attn_dropout = -0\.1: should be greater than or equal to 0"),
-    ("d_model", 24.5, r"d_model = 24\.5: should be a valid integer"),
-    ("vocab_size", True, r"vocab_size = True: should be a valid integer"),
-    ("dropout", float("nan"), r"dropout = nan: should be a finite number"),
-    ("norm_eps", float("inf"), r"norm_eps = inf: should be a finite number"),
-    ("activation", "swish", r"activation = 'swish': should be 'relu', 'gelu', 'gelu_tanh' or 'silu'"),
-    ("norm_first", "yes", r"norm_first = 'yes': should be a valid boolean"),
-    ("d_heads", 8, r"unknown key 'DecoderLMConfig\.d_heads' \(did you mean 'd_head'\?\)"),
-])
+@pytest.mark.parametrize(
+    "field,value,pattern",
+    [
+        ("d_model", 0, r"DecoderLMConfig\.d_model = 0: should be greater than 0"),
+        ("n_heads", -2, r"n_heads = -2: should be greater than 0"),
+        ("d_head", 0, r"d_head = 0: should be greater than 0"),
+        ("n_layers", 0, r"n_layers = 0: should be greater than 0"),
+        ("dropout", 1.0, r"dropout = 1\.0: should be less than 1"),
+        ("attn_dropout", -0.1, r"attn_dropout = -0\.1: should be greater than or equal to 0"),
+        ("d_model", 24.5, r"d_model = 24\.5: should be a valid integer"),
+        ("vocab_size", True, r"vocab_size = True: should be a valid integer"),
+        ("dropout", float("nan"), r"dropout = nan: should be a finite number"),
+        ("norm_eps", float("inf"), r"norm_eps = inf: should be a finite number"),
+        ("activation", "swish", r"activation = 'swish': should be 'relu', 'gelu', 'gelu_tanh' or 'silu'"),
+        ("norm_first", "yes", r"norm_first = 'yes': should be a valid boolean"),
+        ("d_heads", 8, r"unknown key 'DecoderLMConfig\.d_heads' \(did you mean 'd_head'\?\)"),
+    ],
+)
 def test_bad_values_name_the_field(field, value, pattern):
     with pytest.raises(ConfigError, match=pattern) as info:
         lm(**{field: value})
@@ -36,8 +39,9 @@ def test_bad_values_name_the_field(field, value, pattern):
 
 
 def test_standard_rule_with_indivisible_d_model_suggests_d_head():
-    with pytest.raises(ConfigError,
-                       match=r"EncoderConfig: n_heads=7 does not divide d_model=256.*set d_head"):
+    with pytest.raises(
+        ConfigError, match=r"EncoderConfig: n_heads=7 does not divide d_model=256.*set d_head"
+    ):
         EncoderConfig(vocab_size=50, d_model=256, n_heads=7)
     assert EncoderConfig(vocab_size=50, d_model=256, n_heads=7, d_head=32).head_sizes == (32, 32)
 
@@ -65,15 +69,29 @@ def test_bottleneck_warning():
 def test_encoder_heads_are_counted_in_closed_form():
     from fullrank.models import Encoder, EncoderConfig
 
-    for heads in (dict(), dict(pretraining_heads=False, n_classes=3),
-                  dict(pretraining_heads=False, span_head=True),
-                  dict(pretraining_heads=True, n_classes=5, span_head=True)):
-        cfg = EncoderConfig(vocab_size=53, d_model=24, n_heads=3, d_head=10, d_value=6, d_ff=37,
-                            n_layers=2, max_len=19, seq_len=11, **heads)
+    for heads in (
+        dict(),
+        dict(pretraining_heads=False, n_classes=3),
+        dict(pretraining_heads=False, span_head=True),
+        dict(pretraining_heads=True, n_classes=5, span_head=True),
+    ):
+        cfg = EncoderConfig(
+            vocab_size=53,
+            d_model=24,
+            n_heads=3,
+            d_head=10,
+            d_value=6,
+            d_ff=37,
+            n_layers=2,
+            max_len=19,
+            seq_len=11,
+            **heads,
+        )
         model = Encoder(cfg)
         assert cfg.num_params() == sum(p.numel() for p in model.parameters()), heads
-        embeddings = sum(p.numel() for n, p in model.named_parameters() if n.startswith("embed.")
-                         and "norm" not in n)
+        embeddings = sum(
+            p.numel() for n, p in model.named_parameters() if n.startswith("embed.") and "norm" not in n
+        )
         vocab_bias = 53 if cfg.pretraining_heads else 0
         assert cfg.non_embedding_params() == cfg.num_params() - embeddings - vocab_bias
 

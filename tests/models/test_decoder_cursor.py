@@ -30,8 +30,9 @@ def models(**kw) -> tuple[EncoderDecoder, EncoderDecoder]:
 
 def counts(tgt: torch.Tensor) -> torch.Tensor:
     """``(B, T)``: word tokens among ``tgt[b, : t + 1]``, counted in Python."""
-    return torch.tensor([[sum(int(x) in WORDS for x in row[: t + 1]) for t in range(len(row))]
-                         for row in tgt])
+    return torch.tensor(
+        [[sum(int(x) in WORDS for x in row[: t + 1]) for t in range(len(row))] for row in tgt]
+    )
 
 
 def reference(plain: EncoderDecoder, src, src_mask, tgt) -> torch.Tensor:
@@ -39,8 +40,9 @@ def reference(plain: EncoderDecoder, src, src_mask, tgt) -> torch.Tensor:
     embedding, row by row in Python."""
     memory = plain.encode(src, src_mask)
     s = memory.shape[1]
-    extra = torch.stack([torch.stack([memory[b, min(int(c), s - 1)] for c in row])
-                         for b, row in enumerate(counts(tgt))])                 # (B, T, D)
+    extra = torch.stack(
+        [torch.stack([memory[b, min(int(c), s - 1)] for c in row]) for b, row in enumerate(counts(tgt))]
+    )  # (B, T, D)
     handle = plain.tgt_embed.register_forward_hook(lambda mod, args, out: out + extra)
     try:
         return plain.logits(plain.decode(tgt, memory, src_mask=src_mask))
@@ -63,9 +65,10 @@ def test_the_cursor_adds_the_encoder_output_at_the_next_word():
     got = model(src, tgt, src_mask=keep)
     torch.testing.assert_close(got, reference(plain, src, keep, tgt))
     assert not torch.allclose(got, plain(src, tgt, src_mask=keep))  # it changes something
-    assert sum(p.numel() for p in model.parameters()) == \
-        sum(p.numel() for p in plain.parameters())                       # and adds no weights
-    assert "word_tokens" not in model.state_dict()                       # nor any checkpoint key
+    assert sum(p.numel() for p in model.parameters()) == sum(
+        p.numel() for p in plain.parameters()
+    )  # and adds no weights
+    assert "word_tokens" not in model.state_dict()  # nor any checkpoint key
 
 
 def test_a_model_with_the_cursor_must_be_told_its_words():
@@ -93,18 +96,17 @@ def test_cached_and_beam_layout_decoding_equal_the_full_pass(norm_first):
     model, _ = models(norm_first=norm_first)
     src, keep = padded_sources([7, 4], V)
     k, t = 3, 6
-    tgt = targets(2 * k, t)                                      # k target rows per sentence
-    full = model(src.repeat_interleave(k, 0), tgt,
-                 src_mask=keep.repeat_interleave(k, 0))          # (2k, t, V)
-    for decoder in (Seq2SeqDecoder(model, src.repeat_interleave(k, 0), keep.repeat_interleave(k, 0)),
-                    UncachedSeq2SeqDecoder(model, src.repeat_interleave(k, 0),
-                                           keep.repeat_interleave(k, 0)),
-                    EnsembleDecoder([Seq2SeqDecoder(model, src.repeat_interleave(k, 0),
-                                                    keep.repeat_interleave(k, 0))])):
+    tgt = targets(2 * k, t)  # k target rows per sentence
+    full = model(src.repeat_interleave(k, 0), tgt, src_mask=keep.repeat_interleave(k, 0))  # (2k, t, V)
+    for decoder in (
+        Seq2SeqDecoder(model, src.repeat_interleave(k, 0), keep.repeat_interleave(k, 0)),
+        UncachedSeq2SeqDecoder(model, src.repeat_interleave(k, 0), keep.repeat_interleave(k, 0)),
+        EnsembleDecoder([Seq2SeqDecoder(model, src.repeat_interleave(k, 0), keep.repeat_interleave(k, 0))]),
+    ):
         steps = [decoder.step(tgt[:, i : i + 1]) for i in range(t)]
         torch.testing.assert_close(torch.cat(steps, 1), full)
-    beam = fast.BeamDecoder(model, src, keep)                    # one memory row per sentence
-    first = beam.step(tgt[::k, :1])                              # one row per sentence, then k
+    beam = fast.BeamDecoder(model, src, keep)  # one memory row per sentence
+    first = beam.step(tgt[::k, :1])  # one row per sentence, then k
     torch.testing.assert_close(first, full[::k, :1])
     beam.reorder(torch.arange(2).repeat_interleave(k), sources=torch.arange(2))
     steps = [beam.step(tgt[:, i : i + 1]).clone() for i in range(1, t)]  # reused buffer
@@ -115,7 +117,7 @@ def test_cached_and_beam_layout_decoding_equal_the_full_pass(norm_first):
 def test_the_count_follows_the_rows_when_they_are_reordered():
     model, _ = models()
     src, keep = padded_sources([6, 6], V)
-    tgt = torch.tensor([[1, 5, 5, 3, 4], [1, 3, 3, 3, 4]])       # 2 words against none
+    tgt = torch.tensor([[1, 5, 5, 3, 4], [1, 3, 3, 3, 4]])  # 2 words against none
     swapped = torch.tensor([1, 0])
     for decoder in (Seq2SeqDecoder(model, src, keep), fast.BeamDecoder(model, src, keep)):
         for i in range(3):

@@ -29,8 +29,9 @@ def lm_config(**kw) -> DecoderLMConfig:
 
 
 def ed_config(**kw) -> EncoderDecoderConfig:
-    return EncoderDecoderConfig(**{**dict(vocab_size=V, n_layers=2, n_decoder_layers=3,
-                                          max_len=32, seq_len=16, **ODD), **kw})
+    return EncoderDecoderConfig(
+        **{**dict(vocab_size=V, n_layers=2, n_decoder_layers=3, max_len=32, seq_len=16, **ODD), **kw}
+    )
 
 
 def enc_config(**kw) -> EncoderConfig:
@@ -38,13 +39,23 @@ def enc_config(**kw) -> EncoderConfig:
 
 
 CONFIGS = [
-    lm_config(), lm_config(norm_first=True), lm_config(tie_embeddings=False),
-    lm_config(positions="learned", activation="gelu"), lm_config(bias=False),
-    ed_config(), ed_config(norm_first=True), ed_config(src_vocab_size=23),
-    ed_config(src_vocab_size=23, tie_embeddings=False), ed_config(positions="learned"),
-    enc_config(), enc_config(pretraining_heads=False), enc_config(tie_embeddings=False),
-    enc_config(norm_first=True), enc_config(pretraining_heads=False, pooler=True),
-    ed_config(output_bias=True), ed_config(output_bias=True, tie_embeddings=False),
+    lm_config(),
+    lm_config(norm_first=True),
+    lm_config(tie_embeddings=False),
+    lm_config(positions="learned", activation="gelu"),
+    lm_config(bias=False),
+    ed_config(),
+    ed_config(norm_first=True),
+    ed_config(src_vocab_size=23),
+    ed_config(src_vocab_size=23, tie_embeddings=False),
+    ed_config(positions="learned"),
+    enc_config(),
+    enc_config(pretraining_heads=False),
+    enc_config(tie_embeddings=False),
+    enc_config(norm_first=True),
+    enc_config(pretraining_heads=False, pooler=True),
+    ed_config(output_bias=True),
+    ed_config(output_bias=True, tie_embeddings=False),
     lm_config(positions="sinusoidal_halves", activation="gelu_tanh"),
     DecoderLMConfig(vocab_size=V, d_model=20, n_heads=4, d_ff=8, n_layers=1, seq_len=8),
 ]
@@ -112,12 +123,12 @@ def test_output_bias_is_added_to_the_logits_and_the_loss():
         model.output_bias.uniform_(-1, 1)
     h = torch.randn(2, 3, 24)
     torch.testing.assert_close(model.logits(h), h @ model.output_weight.T + model.output_bias)
-    batch = collate_pairs([[4, 5, 6], [7, 8]], [[9, 10], [11, 12, 13]], pad_id=0, bos_id=1,
-                          eos_id=2)
+    batch = collate_pairs([[4, 5, 6], [7, 8]], [[9, 10], [11, 12, 13]], pad_id=0, bos_id=1, eos_id=2)
     out = Translation(pad_id=0, label_smoothing=0.0).loss(model, batch)
     logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
-    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
-                                                 ignore_index=0, reduction="sum")
+    expected = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0, reduction="sum"
+    )
     torch.testing.assert_close(out.loss, expected)
 
 
@@ -175,8 +186,9 @@ def test_cross_attention_ignores_padded_source(fused):
     src, src_keep = padded([8, 3, 6], 8)
     tgt, tgt_keep = padded([5, 5, 2], 5)
     a = model(src, tgt, src_mask=src_keep, tgt_mask=tgt_keep)
-    b = model(scramble_padding(src, src_keep), scramble_padding(tgt, tgt_keep), src_mask=src_keep,
-              tgt_mask=tgt_keep)
+    b = model(
+        scramble_padding(src, src_keep), scramble_padding(tgt, tgt_keep), src_mask=src_keep, tgt_mask=tgt_keep
+    )
     torch.testing.assert_close(a[tgt_keep], b[tgt_keep])
     # and a padded batch equals each sentence alone
     alone = model(src[1:2, :3], tgt[1:2, :5])
@@ -235,4 +247,4 @@ def test_encoder_attn_init_mimetic_sets_every_layers_queries_to_its_keys():
         mq, mk, _ = m_layer.self_attn._qkv_weights()
         assert not torch.equal(pq, pk)
         assert torch.equal(mq, mk)
-        assert mq.std() > 3 * pq.std()   # N(0, 1/Dh), not BERT's N(0, 0.02)
+        assert mq.std() > 3 * pq.std()  # N(0, 1/Dh), not BERT's N(0, 0.02)

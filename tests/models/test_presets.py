@@ -58,9 +58,19 @@ def test_b20_table2a_steps_are_4_d_dp_dh_l():
     assert b.num_params() - a.num_params() == 4 * 512 * 128 * 24 * 24 + 24 * 24 * 3 * 128
 
 
-V17_OURS = {"base": 63.1, "B_dk16": 56.0, "B_dk32": 58.4, "C_N2": 33.7, "C_N4": 48.4,
-            "C_N8": 77.8, "C_d256": 26.8, "C_d1024": 163.9, "C_dff1024": 50.5, "C_dff4096": 88.3,
-            "big": 214.2}
+V17_OURS = {
+    "base": 63.1,
+    "B_dk16": 56.0,
+    "B_dk32": 58.4,
+    "C_N2": 33.7,
+    "C_N4": 48.4,
+    "C_N8": 77.8,
+    "C_d256": 26.8,
+    "C_d1024": 163.9,
+    "C_dff1024": 50.5,
+    "C_dff4096": 88.3,
+    "big": 214.2,
+}
 
 
 @pytest.mark.parametrize("row", TABLE3, ids=lambda r: r.name)
@@ -86,8 +96,13 @@ def test_table3_rows_change_what_the_paper_says():
 
 def test_b20_lm_presets():
     fixed = b20_lm_fixed(70)
-    assert (fixed.d_model, fixed.head_sizes, fixed.d_ff, fixed.n_layers, fixed.seq_len) == \
-        (256, (32, 32), 1024, 6, 256)
+    assert (fixed.d_model, fixed.head_sizes, fixed.d_ff, fixed.n_layers, fixed.seq_len) == (
+        256,
+        (32, 32),
+        1024,
+        6,
+        256,
+    )
     assert not fixed.standard_rule and b20_lm_baseline(256, 8).standard_rule
     assert b20_lm_fixed(8).num_params() == b20_lm_baseline(256, 8).num_params()  # 8×32 = 256
     # attention grows linearly with h at fixed d_head: 4·d·h·d_p weights per layer

@@ -11,9 +11,12 @@ from fullrank.errors import ConfigError, FullrankError
 from fullrank.recipes.config import apply_overrides, load_experiment
 
 # experiment files (sweep files, under configs/sweeps, are loaded by tests/recipes/test_sweep.py)
-CONFIGS = [p for p in sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml")) +
-           sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.toml"))
-           if "sweeps" not in p.parts]
+CONFIGS = [
+    p
+    for p in sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml"))
+    + sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.toml"))
+    if "sweeps" not in p.parts
+]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[2])))
@@ -61,19 +64,23 @@ def test_wrong_type_and_value_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"n_heads=3 does not divide d_model=32.*set d_head"):
         load_experiment(write(tmp_path, BASE.replace("n_heads: 4", "n_heads: 3")))
     with pytest.raises(ConfigError, match=r"data\.tokenizer = 'chars': should be 'char'"):
-        load_experiment(write(tmp_path, BASE.replace("{train: train.txt}",
-                                                     "{train: train.txt, tokenizer: chars}")))
+        load_experiment(
+            write(tmp_path, BASE.replace("{train: train.txt}", "{train: train.txt, tokenizer: chars}"))
+        )
 
 
 def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
     mt = BASE.replace("task: lm", "task: mt").replace(
-        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, "
-                              "eval_sets: {news13: wmt/newstest2013}}")
+        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, eval_sets: {news13: wmt/newstest2013}}"
+    )
     exp = load_experiment(write(tmp_path, mt), ["decode.splits=[test,news13]"])
     assert exp.decode.splits == ("test", "news13")
     assert exp.data.eval_sets == {"news13": "wmt/newstest2013"}
-    with pytest.raises(ConfigError, match=r"decode\.splits names 'news31'.*did you mean "
-                                          r"'news13'.*data\.eval_sets"):
+    with pytest.raises(
+        ConfigError,
+        match=r"decode\.splits names 'news31'.*did you mean "
+        r"'news13'.*data\.eval_sets",
+    ):
         load_experiment(write(tmp_path, mt), ["decode.splits=[news31]"])
     with pytest.raises(ConfigError, match=r"data\.eval_sets: 'valid' names a split of its own"):
         load_experiment(write(tmp_path, mt), ["data.eval_sets.valid=x"])
@@ -83,8 +90,8 @@ def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
 
 def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
     mt = BASE.replace("task: lm", "task: mt").replace(
-        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, tokenizer: bpe, "
-                              "vocab_size: 100}")
+        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, tokenizer: bpe, vocab_size: 100}"
+    )
     assert load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1"]).data.bpe_dropout == 0.1
     with pytest.raises(ConfigError, match=r"data\.bpe_dropout = 1\.0: should be less than 1"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=1.0"])
@@ -95,56 +102,69 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
     with pytest.raises(ConfigError, match=r"resamples a BPE segmentation, not a word one"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.tokenizer=word"])
     # a sampled pair can reach max_sentence_len tokens: a budget below it would stop training
-    with pytest.raises(ConfigError, match=r"data\.max_tokens = 100 is smaller than "
-                                          r"data\.max_sentence_len \+ 1 = 129"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.max_tokens = 100 is smaller than "
+        r"data\.max_sentence_len \+ 1 = 129",
+    ):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100"])
-    assert load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100",
-                                                 "data.max_sentence_len=99"]).data.max_sentence_len == 99
+    assert (
+        load_experiment(
+            write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100", "data.max_sentence_len=99"]
+        ).data.max_sentence_len
+        == 99
+    )
 
 
-@pytest.mark.parametrize("override, message", [
-    ("decode.beam=0", r"decode\.beam = 0: should be greater than 0"),
-    ("decode.batch_size=0", r"decode\.batch_size = 0: should be greater than 0"),
-    ("decode.a=-1", r"decode\.a = -1: should be greater than or equal to 0"),
-    ("decode.b=0", r"decode\.b = 0: should be greater than 0"),
-    ("decode.workers=0", r"decode\.workers = 0: should be greater than 0"),
-    ("decode.average_last=-1", r"decode\.average_last = -1: should be greater than or equal"),
-    ("decode.tune_alpha=[0.6,-1]", r"decode\.tune_alpha\.1 = -1: should be greater than or"),
-    ("sample.temperature=-0.5", r"sample\.temperature = -0\.5: should be greater than or"),
-    ("sample.top_k=0", r"sample\.top_k = 0: should be greater than 0"),
-    ("sample.max_new_tokens=-1", r"sample\.max_new_tokens = -1: should be greater than or"),
-])
-def test_decoding_and_sampling_settings_fail_when_loaded_not_after_training(tmp_path, override,
-                                                                            message):
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("decode.beam=0", r"decode\.beam = 0: should be greater than 0"),
+        ("decode.batch_size=0", r"decode\.batch_size = 0: should be greater than 0"),
+        ("decode.a=-1", r"decode\.a = -1: should be greater than or equal to 0"),
+        ("decode.b=0", r"decode\.b = 0: should be greater than 0"),
+        ("decode.workers=0", r"decode\.workers = 0: should be greater than 0"),
+        ("decode.average_last=-1", r"decode\.average_last = -1: should be greater than or equal"),
+        ("decode.tune_alpha=[0.6,-1]", r"decode\.tune_alpha\.1 = -1: should be greater than or"),
+        ("sample.temperature=-0.5", r"sample\.temperature = -0\.5: should be greater than or"),
+        ("sample.top_k=0", r"sample\.top_k = 0: should be greater than 0"),
+        ("sample.max_new_tokens=-1", r"sample\.max_new_tokens = -1: should be greater than or"),
+    ],
+)
+def test_decoding_and_sampling_settings_fail_when_loaded_not_after_training(tmp_path, override, message):
     # they are used only after training; a bad one used to surface there, hours later
     mt = BASE.replace("task: lm", "task: mt").replace(
-        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de}")
+        "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de}"
+    )
     with pytest.raises(ConfigError, match=message):
-        load_experiment(write(tmp_path, mt if override.startswith("decode") else BASE),
-                        [override])
+        load_experiment(write(tmp_path, mt if override.startswith("decode") else BASE), [override])
 
 
 def test_each_task_has_its_own_sections(tmp_path):
     """A setting of another task is an unknown key, named with the closest one there is."""
-    for override, message in (("decode.beam=4", r"unknown key 'decode'"),
-                              ("data.src_lang=en", r"unknown key 'data\.src_lang'"),
-                              ("data.tree_order=in_order", r"unknown key 'data\.tree_order'")):
+    for override, message in (
+        ("decode.beam=4", r"unknown key 'decode'"),
+        ("data.src_lang=en", r"unknown key 'data\.src_lang'"),
+        ("data.tree_order=in_order", r"unknown key 'data\.tree_order'"),
+    ):
         with pytest.raises(ConfigError, match=message):
             load_experiment(write(tmp_path, BASE), [override])
     mt = BASE.replace("task: lm", "task: mt").replace("{train: train.txt}", "{train: tr}")
     with pytest.raises(ConfigError, match=r"missing key 'data\.src_lang'"):
         load_experiment(write(tmp_path, mt))
     with pytest.raises(ConfigError, match=r"unknown key 'sample'"):
-        load_experiment(write(tmp_path, mt), ["data.src_lang=en", "data.tgt_lang=de",
-                                              "sample.top_k=3"])
+        load_experiment(write(tmp_path, mt), ["data.src_lang=en", "data.tgt_lang=de", "sample.top_k=3"])
     with pytest.raises(ConfigError, match=r"task 'parser' is not one of .*did you mean 'parse'"):
         load_experiment(write(tmp_path, BASE), ["task=parser"])
 
 
 def test_tree_leaves_is_a_parsing_setting_with_two_values(tmp_path):
     parse = BASE.replace("task: lm", "task: parse")
-    with pytest.raises(ConfigError, match=r"data\.tree_leaves = 'words': should be 'placeholder' "
-                                          r"or 'word'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.tree_leaves = 'words': should be 'placeholder' "
+        r"or 'word'",
+    ):
         load_experiment(write(tmp_path, parse), ["data.tree_leaves=words"])
     with pytest.raises(ConfigError, match=r"unknown key 'data\.tree_leaves'"):
         load_experiment(write(tmp_path, BASE), ["data.tree_leaves=word"])
@@ -153,11 +173,14 @@ def test_tree_leaves_is_a_parsing_setting_with_two_values(tmp_path):
 
 
 def test_overrides_and_toml(tmp_path):
-    exp = load_experiment(write(tmp_path, BASE), ["train.steps=7", "model.d_head=24",
-                                                  "model.n_heads=3", "data.valid=v.txt"])
+    exp = load_experiment(
+        write(tmp_path, BASE), ["train.steps=7", "model.d_head=24", "model.n_heads=3", "data.valid=v.txt"]
+    )
     assert exp.train.steps == 7 and exp.data.valid == "v.txt"
     assert exp.model_config(50).head_sizes == (24, 24)
-    toml = write(tmp_path, '''
+    toml = write(
+        tmp_path,
+        """
 name = "t"
 task = "lm"
 [model]
@@ -170,22 +193,41 @@ seq_len = 16
 train = "train.txt"
 [train]
 steps = 5
-''', ".toml")
+""",
+        ".toml",
+    )
     assert load_experiment(toml).train.steps == 5
     with pytest.raises(ConfigError, match="must look like section.key=value"):
         apply_overrides({}, ["steps"])
 
 
 def test_presets_in_experiments(tmp_path):
-    exp = load_experiment(write(tmp_path, BASE.replace(
-        "{d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, seq_len: 16}",
-        "{preset: b20_lm_fixed_h8, n_layers: 2}")))
+    exp = load_experiment(
+        write(
+            tmp_path,
+            BASE.replace(
+                "{d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, seq_len: 16}",
+                "{preset: b20_lm_fixed_h8, n_layers: 2}",
+            ),
+        )
+    )
     cfg = exp.model_config(1000)
-    assert (cfg.d_model, cfg.n_heads, cfg.head_sizes, cfg.n_layers, cfg.vocab_size) == \
-        (256, 8, (32, 32), 2, 1000)
+    assert (cfg.d_model, cfg.n_heads, cfg.head_sizes, cfg.n_layers, cfg.vocab_size) == (
+        256,
+        8,
+        (32, 32),
+        2,
+        1000,
+    )
     with pytest.raises(ConfigError, match="model.preset is a EncoderDecoderConfig"):
-        load_experiment(write(tmp_path, BASE.replace(
-            "{d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, seq_len: 16}", "{preset: aiayn_base}")))
+        load_experiment(
+            write(
+                tmp_path,
+                BASE.replace(
+                    "{d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64, seq_len: 16}", "{preset: aiayn_base}"
+                ),
+            )
+        )
 
 
 def test_missing_file_and_bad_yaml(tmp_path):
@@ -195,26 +237,32 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_experiment(write(tmp_path, "name: [unclosed"))
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.lr=.nan", r"train\.lr = nan: should be a finite number"),
-    ("train.lr=.inf", r"train\.lr = inf: should be a finite number"),
-    ("train.lr=0", r"train\.lr = 0: should be greater than 0"),
-    ("train.min_lr=-1.0e-4", r"train\.min_lr = -0\.0001: should be greater than or equal to 0"),
-    ("train.min_lr=0.01", r"train\.min_lr = 0\.01 is above train\.lr = 0\.001"),
-    ("train.eps=-1", r"train\.eps = -1: should be greater than 0"),
-    ("train.weight_decay=.inf", r"train\.weight_decay = inf: should be a finite number"),
-    ("train.clip_grad=0", r"train\.clip_grad = 0: should be greater than 0"),
-    ("train.betas=[0.9,1.0]", r"train\.betas\.1 = 1\.0: should be less than 1"),
-    ("train.label_smoothing=1", r"train\.label_smoothing = 1: should be less than 1"),
-    ("train.eval_batches=0", r"train\.eval_batches = 0: should be greater than 0"),
-    ("train.max_minutes=-5", r"train\.max_minutes = -5: should be greater than 0"),
-    ("train.steps=true", r"train\.steps = True: should be a valid integer"),
-    ("train.seed=-1", r"train\.seed = -1: should be greater than or equal to 0"),
-    ("model.dropout=.nan", r"model\.dropout = nan: should be a finite number"),
-    ("task=lmm", r"task 'lmm' is not one of lm, mt, parse, bert, classify, squad \(did you mean 'lm'\?\)"),
-    ("name=..", r"name '\.\.' must be a plain run name"),
-    ("data.max_len=64", r"'data\.max_len' is now called 'data\.max_sentence_len'"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lr=.nan", r"train\.lr = nan: should be a finite number"),
+        ("train.lr=.inf", r"train\.lr = inf: should be a finite number"),
+        ("train.lr=0", r"train\.lr = 0: should be greater than 0"),
+        ("train.min_lr=-1.0e-4", r"train\.min_lr = -0\.0001: should be greater than or equal to 0"),
+        ("train.min_lr=0.01", r"train\.min_lr = 0\.01 is above train\.lr = 0\.001"),
+        ("train.eps=-1", r"train\.eps = -1: should be greater than 0"),
+        ("train.weight_decay=.inf", r"train\.weight_decay = inf: should be a finite number"),
+        ("train.clip_grad=0", r"train\.clip_grad = 0: should be greater than 0"),
+        ("train.betas=[0.9,1.0]", r"train\.betas\.1 = 1\.0: should be less than 1"),
+        ("train.label_smoothing=1", r"train\.label_smoothing = 1: should be less than 1"),
+        ("train.eval_batches=0", r"train\.eval_batches = 0: should be greater than 0"),
+        ("train.max_minutes=-5", r"train\.max_minutes = -5: should be greater than 0"),
+        ("train.steps=true", r"train\.steps = True: should be a valid integer"),
+        ("train.seed=-1", r"train\.seed = -1: should be greater than or equal to 0"),
+        ("model.dropout=.nan", r"model\.dropout = nan: should be a finite number"),
+        (
+            "task=lmm",
+            r"task 'lmm' is not one of lm, mt, parse, bert, classify, squad \(did you mean 'lm'\?\)",
+        ),
+        ("name=..", r"name '\.\.' must be a plain run name"),
+        ("data.max_len=64", r"'data\.max_len' is now called 'data\.max_sentence_len'"),
+    ],
+)
 def test_numbers_and_names_are_checked_when_loaded(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_experiment(write(tmp_path, BASE), [override])
@@ -224,8 +272,11 @@ def test_numbers_and_names_are_checked_when_loaded(tmp_path, override, message):
 def test_yaml_1_2_numbers_and_repeated_keys(tmp_path):
     exp = load_experiment(write(tmp_path, BASE.replace("lr: 0.001", "lr: 1e-3")), ["train.eps=1e-8"])
     assert exp.train.lr == 1e-3 and exp.train.eps == 1e-8
-    with pytest.raises(ConfigError, match=r"exp\.yaml:6: key 'steps' appears twice in this "
-                                          r"mapping \(first on line 6\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"exp\.yaml:6: key 'steps' appears twice in this "
+        r"mapping \(first on line 6\)",
+    ):
         load_experiment(write(tmp_path, BASE.replace("steps: 10", "steps: 10, steps: 20")))
     with pytest.raises(ConfigError, match=r"exp\.yaml:7: key 'train' appears twice .*line 6"):
         load_experiment(write(tmp_path, BASE + "train: {steps: 3}\n"))

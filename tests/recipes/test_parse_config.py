@@ -31,8 +31,10 @@ def test_the_shipped_parse_configs_have_v17s_decoding_and_separate_vocabularies(
 
 def write(tmp_path: Path, extra: str = "") -> Path:
     p = tmp_path / "p.yaml"
-    p.write_text("name: p\ntask: parse\nmodel: {d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64}\n"
-                 "data: {train: 'wsj_{0001..0002}.mrg', tokenizer: word}\n" + extra)
+    p.write_text(
+        "name: p\ntask: parse\nmodel: {d_model: 32, n_heads: 4, n_layers: 1, d_ff: 64}\n"
+        "data: {train: 'wsj_{0001..0002}.mrg', tokenizer: word}\n" + extra
+    )
     return p
 
 
@@ -48,38 +50,63 @@ def test_parse_refuses_bleu_only_settings_and_a_bad_min_frequency(tmp_path):
 def test_unknown_word_signatures_are_for_a_word_level_parsing_source(tmp_path):
     exp = load_experiment(write(tmp_path), ["data.unknown_words=signature"])
     assert exp.data.unknown_words == "signature"
-    with pytest.raises(ConfigError, match=r"data\.unknown_words = 'signatures': should be 'unk' "
-                                          r"or 'signature'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.unknown_words = 'signatures': should be 'unk' "
+        r"or 'signature'",
+    ):
         load_experiment(write(tmp_path), ["data.unknown_words=signatures"])
-    with pytest.raises(ConfigError, match=r"data\.unknown_words: signature needs a word-level "
-                                          r"source \(data\.tokenizer: word\), not 'bpe'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.unknown_words: signature needs a word-level "
+        r"source \(data\.tokenizer: word\), not 'bpe'",
+    ):
         load_experiment(write(tmp_path), ["data.unknown_words=signature", "data.tokenizer=bpe"])
-    with pytest.raises(ConfigError, match=r"data\.word_dropout = 0\.25 drops words to their "
-                                          r"signatures; set data\.unknown_words: signature"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.word_dropout = 0\.25 drops words to their "
+        r"signatures; set data\.unknown_words: signature",
+    ):
         load_experiment(write(tmp_path), ["data.word_dropout=0.25"])
-    assert load_experiment(write(tmp_path), ["data.unknown_words=signature",
-                                             "data.word_dropout=0.25"]).data.word_dropout == 0.25
+    assert (
+        load_experiment(
+            write(tmp_path), ["data.unknown_words=signature", "data.word_dropout=0.25"]
+        ).data.word_dropout
+        == 0.25
+    )
 
 
 def test_the_decoder_cursor_is_for_parsing(tmp_path):
     exp = load_experiment(write(tmp_path), ["model.decoder_cursor=true"])
     assert exp.model_config(60, 50).decoder_cursor
-    mt = write(tmp_path).read_text().replace("task: parse", "task: mt").replace(
-        "tokenizer: word}", "tokenizer: word, src_lang: en, tgt_lang: de}")
+    mt = (
+        write(tmp_path)
+        .read_text()
+        .replace("task: parse", "task: mt")
+        .replace("tokenizer: word}", "tokenizer: word, src_lang: en, tgt_lang: de}")
+    )
     (tmp_path / "mt.yaml").write_text(mt)
-    with pytest.raises(ConfigError, match=r"model\.decoder_cursor tells a parser's decoder which "
-                                          r"word it places next \(task: parse\); task 'mt'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.decoder_cursor tells a parser's decoder which "
+        r"word it places next \(task: parse\); task 'mt'",
+    ):
         load_experiment(tmp_path / "mt.yaml", ["model.decoder_cursor=true"])
 
 
 def test_the_tree_order_is_for_parsing(tmp_path):
-    assert load_experiment(write(tmp_path), ["data.tree_order=in_order"]).data.tree_order == \
-        "in_order"
-    with pytest.raises(ConfigError, match=r"data\.tree_order = 'inorder': should be 'top_down' "
-                                          r"or 'in_order'"):
+    assert load_experiment(write(tmp_path), ["data.tree_order=in_order"]).data.tree_order == "in_order"
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.tree_order = 'inorder': should be 'top_down' "
+        r"or 'in_order'",
+    ):
         load_experiment(write(tmp_path), ["data.tree_order=inorder"])
-    (tmp_path / "mt.yaml").write_text(write(tmp_path).read_text().replace(
-        "task: parse", "task: mt").replace("tokenizer: word}",
-                                           "tokenizer: word, src_lang: en, tgt_lang: de}"))
+    (tmp_path / "mt.yaml").write_text(
+        write(tmp_path)
+        .read_text()
+        .replace("task: parse", "task: mt")
+        .replace("tokenizer: word}", "tokenizer: word, src_lang: en, tgt_lang: de}")
+    )
     with pytest.raises(ConfigError, match=r"unknown key 'data\.tree_order'"):
         load_experiment(tmp_path / "mt.yaml", ["data.tree_order=in_order"])

@@ -17,19 +17,44 @@ from tests.helpers import SHARED_DATA
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if "sweeps" not in p.parts)
-TWO_STEPS = ["train.steps=2", "train.warmup=1", "train.eval_every=1", "train.save_every=2",
-             "train.log_every=1", "train.eval_batches=2", "train.max_minutes=null",
-             "train.grad_accum=1", "train.precision=fp32", "train.compile=false",
-             "train.threads=1", "--quiet"]
+TWO_STEPS = [
+    "train.steps=2",
+    "train.warmup=1",
+    "train.eval_every=1",
+    "train.save_every=2",
+    "train.log_every=1",
+    "train.eval_batches=2",
+    "train.max_minutes=null",
+    "train.grad_accum=1",
+    "train.precision=fp32",
+    "train.compile=false",
+    "train.threads=1",
+    "--quiet",
+]
 # a small model of each family, whatever the file's sizes
-SMALL = ["model.d_model=24", "model.n_heads=3", "model.d_head=10", "model.d_value=null",
-         "model.d_ff=37", "model.n_layers=1"]
+SMALL = [
+    "model.d_model=24",
+    "model.n_heads=3",
+    "model.d_head=10",
+    "model.d_value=null",
+    "model.d_ff=37",
+    "model.n_layers=1",
+]
 TASK = {
     "lm": ["model.seq_len=16", "train.batch_size=64", "sample.max_new_tokens=8"],
-    "mt": ["model.n_decoder_layers=1", "decode.splits=[]", "decode.average_last=0",
-           "decode.tune_alpha=[]", "data.max_tokens=512"],
-    "parse": ["model.n_decoder_layers=1", "decode.splits=[]", "decode.average_last=0",
-              "data.max_tokens=1024"],
+    "mt": [
+        "model.n_decoder_layers=1",
+        "decode.splits=[]",
+        "decode.average_last=0",
+        "decode.tune_alpha=[]",
+        "data.max_tokens=512",
+    ],
+    "parse": [
+        "model.n_decoder_layers=1",
+        "decode.splits=[]",
+        "decode.average_last=0",
+        "data.max_tokens=1024",
+    ],
     "bert": ["model.seq_len=64", "model.max_len=64", "train.batch_size=32"],
     "classify": ["train.batch_size=32"],
     "squad": ["train.batch_size=32", "data.eval_questions=20"],
@@ -58,9 +83,21 @@ def pretrained(shared) -> Path:
     """A tiny pre-trained BERT for the files that start from a checkpoint (``train.init_from``)."""
     if not (SHARED_DATA / "wikitext-2").is_dir():
         pytest.skip(f"needs the shared datasets: {SHARED_DATA / 'wikitext-2'} is absent")
-    assert main(["train", str(REPO / "configs" / "bert" / "pretrain.yaml"), *TWO_STEPS, *SMALL,
-                 *TASK["bert"], "name=pre", f"out_dir={shared['runs']}",
-                 f"data.cache_dir={shared['cache']}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(REPO / "configs" / "bert" / "pretrain.yaml"),
+                *TWO_STEPS,
+                *SMALL,
+                *TASK["bert"],
+                "name=pre",
+                f"out_dir={shared['runs']}",
+                f"data.cache_dir={shared['cache']}",
+            ]
+        )
+        == 0
+    )
     return shared["runs"] / "pre"
 
 
@@ -74,10 +111,15 @@ def test_every_shipped_config_trains_two_steps(path, shared, request, monkeypatc
     if not root.is_dir():
         pytest.skip(f"needs the shared datasets: {root.resolve()} is absent")
     name = _id(path).removesuffix(".yaml").replace("/", "_")
-    smaller = SMALLER_WIKIPEDIA if str(getattr(exp.data, "train", "")).startswith(
-        WIKIPEDIA_TRAIN) else []
-    args = [*TWO_STEPS, *TASK[exp.task], *smaller, f"name={name}",
-            f"out_dir={shared['runs']}", f"data.cache_dir={shared['cache']}"]
+    smaller = SMALLER_WIKIPEDIA if str(getattr(exp.data, "train", "")).startswith(WIKIPEDIA_TRAIN) else []
+    args = [
+        *TWO_STEPS,
+        *TASK[exp.task],
+        *smaller,
+        f"name={name}",
+        f"out_dir={shared['runs']}",
+        f"data.cache_dir={shared['cache']}",
+    ]
     if exp.train.init_from or exp.task == "bert":
         pre = request.getfixturevalue("pretrained")
     if exp.train.init_from:  # fine-tuning or training on: the tiny pre-trained model

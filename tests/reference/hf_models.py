@@ -23,11 +23,19 @@ from tokenizers import Tokenizer as HFTokenizer  # noqa: E402  # after importors
 REPO = Path(__file__).resolve().parents[2]
 TEXT = (REPO / "data" / "tinyshakespeare" / "valid.txt").read_text(encoding="utf-8").splitlines()[:400]
 # what every tokenizer is checked on: case, accents, CJK, punctuation, digits, a special token
-SAMPLES = ["First Citizen: Before we proceed any further, hear me speak.",
-           "Héllo wörld — naïve café, 你好!  Two  spaces\tand a tab; 3.14 & 42%.",
-           "ROMEO: a [MASK] <|endoftext|> </s> end", ""]
-BERT_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertModel",
-                "BertForSequenceClassification", "BertForQuestionAnswering")
+SAMPLES = [
+    "First Citizen: Before we proceed any further, hear me speak.",
+    "Héllo wörld — naïve café, 你好!  Two  spaces\tand a tab; 3.14 & 42%.",
+    "ROMEO: a [MASK] <|endoftext|> </s> end",
+    "",
+]
+BERT_CLASSES = (
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertModel",
+    "BertForSequenceClassification",
+    "BertForQuestionAnswering",
+)
 
 
 def perturb(model) -> None:
@@ -42,24 +50,37 @@ def perturb(model) -> None:
 def wordpiece_vocab(size: int = 97) -> dict[str, int]:
     tok = HFTokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator([t.lower() for t in TEXT], trainers.WordPieceTrainer(
-        vocab_size=size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-        show_progress=False))
+    tok.train_from_iterator(
+        [t.lower() for t in TEXT],
+        trainers.WordPieceTrainer(
+            vocab_size=size,
+            special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+            show_progress=False,
+        ),
+    )
     return tok.get_vocab()
 
 
-def bert_dir(root: Path, cls: str = "BertForPreTraining", *, legacy_vocab: bool = False,
-             **config) -> Path:
+def bert_dir(root: Path, cls: str = "BertForPreTraining", *, legacy_vocab: bool = False, **config) -> Path:
     """A BERT model directory: ``tokenizer.json`` (or, ``legacy_vocab``, only ``vocab.txt``)."""
     out = root / f"{cls}{'-vocab' if legacy_vocab else ''}"
     vocab = wordpiece_vocab()
-    hf_cfg = transformers.BertConfig(**{**dict(
-        vocab_size=len(vocab), hidden_size=24, num_hidden_layers=3, num_attention_heads=4,
-        intermediate_size=37, max_position_embeddings=43, attn_implementation="eager"),
-        **config})
+    hf_cfg = transformers.BertConfig(
+        **{
+            **dict(
+                vocab_size=len(vocab),
+                hidden_size=24,
+                num_hidden_layers=3,
+                num_attention_heads=4,
+                intermediate_size=37,
+                max_position_embeddings=43,
+                attn_implementation="eager",
+            ),
+            **config,
+        }
+    )
     if cls == "BertForSequenceClassification":
-        hf_cfg.id2label, hf_cfg.label2id = {0: "yes", 1: "no", 2: "maybe"}, {"yes": 0, "no": 1,
-                                                                             "maybe": 2}
+        hf_cfg.id2label, hf_cfg.label2id = {0: "yes", 1: "no", 2: "maybe"}, {"yes": 0, "no": 1, "maybe": 2}
     torch.manual_seed(0)
     model = getattr(transformers, cls)(hf_cfg).eval()
     perturb(model)
@@ -78,13 +99,25 @@ def gpt2_dir(root: Path, *, legacy_vocab: bool = False, **config) -> Path:
     out = root / f"gpt2{'-vocab' if legacy_vocab else ''}"
     out.mkdir(parents=True)
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(TEXT, vocab_size=301, special_tokens=["<|endoftext|>"],
-                            show_progress=False)
+    bpe.train_from_iterator(TEXT, vocab_size=301, special_tokens=["<|endoftext|>"], show_progress=False)
     bpe.save_model(str(out))
     eos = bpe.token_to_id("<|endoftext|>")
-    hf_cfg = transformers.GPT2Config(**{**dict(
-        vocab_size=bpe.get_vocab_size(), n_positions=43, n_embd=24, n_layer=2, n_head=4,
-        n_inner=37, bos_token_id=eos, eos_token_id=eos, attn_implementation="eager"), **config})
+    hf_cfg = transformers.GPT2Config(
+        **{
+            **dict(
+                vocab_size=bpe.get_vocab_size(),
+                n_positions=43,
+                n_embd=24,
+                n_layer=2,
+                n_head=4,
+                n_inner=37,
+                bos_token_id=eos,
+                eos_token_id=eos,
+                attn_implementation="eager",
+            ),
+            **config,
+        }
+    )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(hf_cfg).eval()
     perturb(model)
@@ -102,8 +135,9 @@ def marian_tokenizer() -> HFTokenizer:
     tok = HFTokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(TEXT, trainers.BpeTrainer(vocab_size=89, special_tokens=["</s>", "<unk>"],
-                                                      show_progress=False))
+    tok.train_from_iterator(
+        TEXT, trainers.BpeTrainer(vocab_size=89, special_tokens=["</s>", "<unk>"], show_progress=False)
+    )
     tok.add_special_tokens(["</s>", "<unk>", "<pad>"])
     return tok
 
@@ -114,12 +148,29 @@ def marian_dir(root: Path, *, with_tokenizer: bool = True, **config) -> Path:
     out = root / "marian"
     tok = marian_tokenizer()
     pad = tok.token_to_id("<pad>")
-    hf_cfg = transformers.MarianConfig(**{**dict(
-        vocab_size=tok.get_vocab_size(), d_model=24, encoder_layers=2, decoder_layers=3,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37,
-        decoder_ffn_dim=37, max_position_embeddings=43, activation_function="swish",
-        scale_embedding=True, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0,
-        forced_eos_token_id=0, attn_implementation="eager"), **config})
+    hf_cfg = transformers.MarianConfig(
+        **{
+            **dict(
+                vocab_size=tok.get_vocab_size(),
+                d_model=24,
+                encoder_layers=2,
+                decoder_layers=3,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                encoder_ffn_dim=37,
+                decoder_ffn_dim=37,
+                max_position_embeddings=43,
+                activation_function="swish",
+                scale_embedding=True,
+                pad_token_id=pad,
+                decoder_start_token_id=pad,
+                eos_token_id=0,
+                forced_eos_token_id=0,
+                attn_implementation="eager",
+            ),
+            **config,
+        }
+    )
     torch.manual_seed(0)
     model = transformers.MarianMTModel(hf_cfg).eval()
     perturb(model)

@@ -54,7 +54,7 @@ def perturb(tree: Tree, rng: random.Random) -> Tree:
             inner = [i for i, c in enumerate(kids) if isinstance(c, Tree) and not c.is_preterminal]
             if inner:
                 i = rng.choice(inner)
-                kids[i:i + 1] = kids[i].children  # type: ignore[union-attr]  # a tree
+                kids[i : i + 1] = kids[i].children  # type: ignore[union-attr]  # a tree
         elif op == 1 and len(kids) >= 2:  # a new bracket over some of n's children
             a = rng.randrange(len(kids))
             b = rng.randrange(a, len(kids)) + 1
@@ -67,8 +67,10 @@ def perturb(tree: Tree, rng: random.Random) -> Tree:
         elif len(kids) >= 2 and isinstance(kids[1], Tree) and len(kids[1].children) >= 2:
             # crossing: the first child joins the first child of its right sibling
             first, second = kids[0], kids[1]
-            kids[0:2] = [Tree(rng.choice(LABELS), [first, second.children[0]]),
-                         Tree(second.label, second.children[1:])]
+            kids[0:2] = [
+                Tree(rng.choice(LABELS), [first, second.children[0]]),
+                Tree(second.label, second.children[1:]),
+            ]
     return t
 
 
@@ -95,22 +97,30 @@ def test_every_sentence_scores_as_evalb_scores_it(tmp_path, source):
     for name, lines in (("gold", gold_lines), ("hyp", hyp_lines)):
         (tmp_path / name).write_text("\n".join(lines) + "\n")
     (tmp_path / "rules.prm").write_text(PRM)
-    out = subprocess.run([EVALB, "-p", str(tmp_path / "rules.prm"), str(tmp_path / "gold"),
-                          str(tmp_path / "hyp")], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [EVALB, "-p", str(tmp_path / "rules.prm"), str(tmp_path / "gold"), str(tmp_path / "hyp")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     theirs = evalb_lines(out)
-    ours = score_trees([read_tree_line(h, source="hyp", line_number=i)
-                        for i, h in enumerate(hyp_lines, 1)],
-                       [read_tree_line(g, source="gold", line_number=i)
-                        for i, g in enumerate(gold_lines, 1)])
+    ours = score_trees(
+        [read_tree_line(h, source="hyp", line_number=i) for i, h in enumerate(hyp_lines, 1)],
+        [read_tree_line(g, source="gold", line_number=i) for i, g in enumerate(gold_lines, 1)],
+    )
     assert len(theirs) == len(ours.sentences) == len(golds)
     for row, s in zip(theirs, ours.sentences):
         # EVALB: id, length, status (2 = skipped), recall, precision, matched, gold, test, crossing
         assert int(row[2] == "2") == s.skipped and int(row[1]) == s.length
         if not s.skipped:
             assert [int(x) for x in row[5:9]] == [s.matched, s.gold, s.test, s.crossing], row
-    summary = out[out.index("=== Summary ==="):].split("-- len<=40 --")
+    summary = out[out.index("=== Summary ===") :].split("-- len<=40 --")
     for block, mine in zip(summary, (ours.all, ours.short)):
-        for name, value in (("Bracketing FMeasure", mine.f1), ("Complete match", mine.exact_match),
-                            ("Number of Skip  sentence", mine.skipped)):
-            assert float(re.search(name + r"\s*=\s*([\d.]+)", block).group(1)) == \
-                pytest.approx(value, abs=0.006)
+        for name, value in (
+            ("Bracketing FMeasure", mine.f1),
+            ("Complete match", mine.exact_match),
+            ("Number of Skip  sentence", mine.skipped),
+        ):
+            assert float(re.search(name + r"\s*=\s*([\d.]+)", block).group(1)) == pytest.approx(
+                value, abs=0.006
+            )

@@ -14,9 +14,15 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.mark.reference
 def test_bert_for_pretraining_matches_hugging_face():
-    hf_cfg = transformers.BertConfig(vocab_size=53, hidden_size=24, num_hidden_layers=3,
-                                     num_attention_heads=4, intermediate_size=37,
-                                     max_position_embeddings=19, attn_implementation="eager")
+    hf_cfg = transformers.BertConfig(
+        vocab_size=53,
+        hidden_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=19,
+        attn_implementation="eager",
+    )
     hf = transformers.BertForPreTraining(hf_cfg).eval()
     with torch.no_grad():  # non-trivial norms and biases
         for name, p in hf.named_parameters():
@@ -31,21 +37,29 @@ def test_bert_for_pretraining_matches_hugging_face():
     keep[2, 7:] = False
     keep[4, 3:] = False
     with torch.no_grad():
-        ref = hf(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long(),
-                 output_hidden_states=True)
+        ref = hf(
+            input_ids=tokens, token_type_ids=segments, attention_mask=keep.long(), output_hidden_states=True
+        )
         hidden = ours(tokens, segments=segments, mask=keep)
     torch.testing.assert_close(hidden[keep], ref.hidden_states[-1][keep], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(ours.mlm_logits(hidden)[keep], ref.prediction_logits[keep],
-                               atol=1e-4, rtol=1e-5)
-    torch.testing.assert_close(ours.nsp_logits(hidden), ref.seq_relationship_logits,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        ours.mlm_logits(hidden)[keep], ref.prediction_logits[keep], atol=1e-4, rtol=1e-5
+    )
+    torch.testing.assert_close(ours.nsp_logits(hidden), ref.seq_relationship_logits, atol=1e-5, rtol=1e-5)
     assert cfg.num_params() == sum(p.numel() for p in hf.parameters())
 
 
 def _tiny_hf_config(**kw):
-    return transformers.BertConfig(vocab_size=53, hidden_size=24, num_hidden_layers=3,
-                                   num_attention_heads=4, intermediate_size=37,
-                                   max_position_embeddings=19, attn_implementation="eager", **kw)
+    return transformers.BertConfig(
+        vocab_size=53,
+        hidden_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=19,
+        attn_implementation="eager",
+        **kw,
+    )
 
 
 def _perturb(hf) -> None:
@@ -118,11 +132,21 @@ def test_pretraining_loss_matches_hugging_face_on_the_same_masked_batch():
     chosen[:, 1] = True  # every row predicts something
     labels = torch.where(chosen, torch.randint(0, 53, (5, 11), generator=gen), -100)
     nsp = torch.tensor([0, 1, 1, 0, 1])
-    ref = hf(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long(), labels=labels,
-             next_sentence_label=nsp).loss
+    ref = hf(
+        input_ids=tokens,
+        token_type_ids=segments,
+        attention_mask=keep.long(),
+        labels=labels,
+        next_sentence_label=nsp,
+    ).loss
     index = torch.nonzero(chosen.reshape(-1)).squeeze(1)
-    batch = PretrainingBatch(EncoderInputs(tokens, segments, keep), index, labels.reshape(-1)[index],
-                             nsp, nsp_weight=len(index) / 5)
+    batch = PretrainingBatch(
+        EncoderInputs(tokens, segments, keep),
+        index,
+        labels.reshape(-1)[index],
+        nsp,
+        nsp_weight=len(index) / 5,
+    )
     out = MaskedLMWithNSP().loss(ours, batch)
     got = out.loss / out.n_tokens  # what the training loop minimises
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
@@ -130,6 +154,10 @@ def test_pretraining_loss_matches_hugging_face_on_the_same_masked_batch():
     # Hugging Face's padding_idx, whose embedding it never updates; ours treats it as any row)
     got.backward()
     ref.backward()
-    torch.testing.assert_close(ours.embed.token.weight.grad[1:],
-                               hf.bert.embeddings.word_embeddings.weight.grad[1:], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        ours.embed.token.weight.grad[1:],
+        hf.bert.embeddings.word_embeddings.weight.grad[1:],
+        atol=1e-5,
+        rtol=1e-4,
+    )
     torch.testing.assert_close(ours.mlm.bias.grad, hf.cls.predictions.bias.grad, atol=1e-5, rtol=1e-4)

@@ -30,12 +30,12 @@ pytestmark = pytest.mark.reference
 
 DIRS: dict[str, Callable[[Path], Path]] = {
     **{cls: functools.partial(bert_dir, cls=cls) for cls in BERT_CLASSES},
-    "BertForMaskedLM (vocab.txt)": lambda root: bert_dir(root, "BertForMaskedLM",
-                                                         legacy_vocab=True),
+    "BertForMaskedLM (vocab.txt)": lambda root: bert_dir(root, "BertForMaskedLM", legacy_vocab=True),
     "GPT2LMHeadModel": lambda root: gpt2_dir(root),
     "GPT2LMHeadModel (vocab.json + merges.txt)": lambda root: gpt2_dir(root, legacy_vocab=True),
     "GPT2LMHeadModel (untied)": lambda root: gpt2_dir(root, tie_word_embeddings=False),
-    "MarianMTModel": lambda root: marian_dir(root)}
+    "MarianMTModel": lambda root: marian_dir(root),
+}
 
 
 @pytest.fixture(scope="module")
@@ -83,21 +83,18 @@ def test_imported_bert_computes_what_hugging_face_computes(models, name):
         ref = hf(**kw, output_hidden_states=True)
         torch.testing.assert_close(h[keep], ref.hidden_states[-1][keep], atol=1e-5, rtol=1e-5)
         if report.architecture == "BertForPreTraining":
-            torch.testing.assert_close(ours.mlm_logits(h)[keep], ref.prediction_logits[keep],
-                                       atol=1e-4, rtol=1e-5)
-            torch.testing.assert_close(ours.nsp_logits(h), ref.seq_relationship_logits,
-                                       atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                ours.mlm_logits(h)[keep], ref.prediction_logits[keep], atol=1e-4, rtol=1e-5
+            )
+            torch.testing.assert_close(ours.nsp_logits(h), ref.seq_relationship_logits, atol=1e-5, rtol=1e-5)
         elif report.architecture == "BertForMaskedLM":
-            torch.testing.assert_close(ours.mlm_logits(h)[keep], ref.logits[keep], atol=1e-4,
-                                       rtol=1e-5)
+            torch.testing.assert_close(ours.mlm_logits(h)[keep], ref.logits[keep], atol=1e-4, rtol=1e-5)
         elif report.architecture == "BertForSequenceClassification":
             torch.testing.assert_close(ours.class_logits(h), ref.logits, atol=1e-5, rtol=1e-5)
         else:
             span = ours.span_logits(h)
-            torch.testing.assert_close(span[..., 0][keep], ref.start_logits[keep], atol=1e-5,
-                                       rtol=1e-5)
-            torch.testing.assert_close(span[..., 1][keep], ref.end_logits[keep], atol=1e-5,
-                                       rtol=1e-5)
+            torch.testing.assert_close(span[..., 0][keep], ref.start_logits[keep], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(span[..., 1][keep], ref.end_logits[keep], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["GPT2LMHeadModel", "GPT2LMHeadModel (untied)"])
@@ -131,7 +128,8 @@ def test_import_then_export_gives_back_every_tensor(models, name, tmp_path):
     exported = export_hf(report.path, tmp_path / "exported")
     original = hf_model(hf_dir, report.architecture)
     back, info = getattr(transformers, exported.architecture).from_pretrained(
-        exported.path, output_loading_info=True)
+        exported.path, output_loading_info=True
+    )
     assert not any(info.values()), info
     assert exported.architecture == report.architecture
     theirs, ours = original.state_dict(), back.state_dict()
@@ -190,9 +188,12 @@ def test_a_widened_model_is_refused_in_one_line(models, tmp_path):
     ckpt = load_checkpoint(report.path)
     wide = widen(ckpt.model, d_head=11)
     write_checkpoint(tmp_path / "wide", wide, wide.config, ckpt.tokenizer, {"task": "lm"})
-    with pytest.raises(CheckpointError, match=r"d_head=11, d_value=11 with d_model=24 and "
-                                              r"n_heads=4: GPT2LMHeadModel cannot hold it "
-                                              r"\(its heads are d_model / n_heads = 6 wide"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"d_head=11, d_value=11 with d_model=24 and "
+        r"n_heads=4: GPT2LMHeadModel cannot hold it "
+        r"\(its heads are d_model / n_heads = 6 wide",
+    ):
         export_hf(tmp_path / "wide", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -215,12 +216,23 @@ def _native(tmp_path, family: str, **fields):
     (tmp_path / "text.txt").write_text("\n".join(TEXT), encoding="utf-8")
     kind: TokenizerKind = "wordpiece" if family == "encoder" else "bpe"
     tok = Tokenizer.train(kind, [tmp_path / "text.txt"], 83)
-    sizes = dict(vocab_size=tok.vocab_size, d_model=24, n_heads=4, d_ff=37, n_layers=2,
-                 max_len=40, seq_len=16, dropout=0.0, **fields)
+    sizes = dict(
+        vocab_size=tok.vocab_size,
+        d_model=24,
+        n_heads=4,
+        d_ff=37,
+        n_layers=2,
+        max_len=40,
+        seq_len=16,
+        dropout=0.0,
+        **fields,
+    )
     torch.manual_seed(0)
-    model = {"lm": lambda: DecoderLM(DecoderLMConfig(**sizes)),
-             "mt": lambda: EncoderDecoder(EncoderDecoderConfig(**sizes)),
-             "encoder": lambda: Encoder(EncoderConfig(attn_dropout=0.0, **sizes))}[family]()
+    model = {
+        "lm": lambda: DecoderLM(DecoderLMConfig(**sizes)),
+        "mt": lambda: EncoderDecoder(EncoderDecoderConfig(**sizes)),
+        "encoder": lambda: Encoder(EncoderConfig(attn_dropout=0.0, **sizes)),
+    }[family]()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or "bias" in name:
@@ -230,8 +242,9 @@ def _native(tmp_path, family: str, **fields):
 
 
 def test_fullrank_models_that_hugging_face_can_hold_export_with_the_same_outputs(tmp_path):
-    lm_path, lm = _native(tmp_path, "lm", norm_first=True, positions="learned",
-                          activation="gelu_tanh", scale_embeddings=False)
+    lm_path, lm = _native(
+        tmp_path, "lm", norm_first=True, positions="learned", activation="gelu_tanh", scale_embeddings=False
+    )
     mt_path, mt = _native(tmp_path, "mt", positions="sinusoidal_halves", output_bias=True)
     enc_path, enc = _native(tmp_path, "encoder")
     tokens, keep = batch(lm.config.vocab_size)
@@ -239,28 +252,39 @@ def test_fullrank_models_that_hugging_face_can_hold_export_with_the_same_outputs
         hf = hf_model(export_hf(lm_path, tmp_path / "hf_lm").path, "GPT2LMHeadModel")
         torch.testing.assert_close(hf(input_ids=tokens).logits, lm(tokens), atol=1e-4, rtol=1e-5)
         hf = hf_model(export_hf(mt_path, tmp_path / "hf_mt").path, "MarianMTModel")
-        torch.testing.assert_close(hf(input_ids=tokens, attention_mask=keep.long(),
-                                      decoder_input_ids=tokens[:, :6]).logits,
-                                   mt(tokens, tokens[:, :6], src_mask=keep), atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(
+            hf(input_ids=tokens, attention_mask=keep.long(), decoder_input_ids=tokens[:, :6]).logits,
+            mt(tokens, tokens[:, :6], src_mask=keep),
+            atol=1e-4,
+            rtol=1e-5,
+        )
         hf = hf_model(export_hf(enc_path, tmp_path / "hf_enc").path, "BertForPreTraining")
         ref = hf(input_ids=tokens, attention_mask=keep.long())
         h = enc(tokens, mask=keep)
-        torch.testing.assert_close(ref.prediction_logits[keep], enc.mlm_logits(h)[keep],
-                                   atol=1e-4, rtol=1e-5)
-        torch.testing.assert_close(ref.seq_relationship_logits, enc.nsp_logits(h), atol=1e-5,
-                                   rtol=1e-5)
+        torch.testing.assert_close(ref.prediction_logits[keep], enc.mlm_logits(h)[keep], atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(ref.seq_relationship_logits, enc.nsp_logits(h), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("family,fields,message", [
-    ("lm", {}, r"norm_first=False: GPT2LMHeadModel cannot hold it \(GPT-2's blocks are pre-LN\)"),
-    ("mt", {}, r"positions=sinusoidal: MarianMTModel cannot hold it \(transformers computes "
-               r"Marian's own sinusoid"),
-    ("encoder", {"d_head": 8}, r"d_head=8, d_value=8 with d_model=24 and n_heads=4: "
-                               r"BertForPreTraining cannot hold it"),
-    ("encoder", {"norm_first": True}, r"norm_first=True: BertForPreTraining cannot hold it"),
-])
-def test_settings_hugging_face_cannot_hold_are_refused_in_one_line(tmp_path, family, fields,
-                                                                   message):
+@pytest.mark.parametrize(
+    "family,fields,message",
+    [
+        ("lm", {}, r"norm_first=False: GPT2LMHeadModel cannot hold it \(GPT-2's blocks are pre-LN\)"),
+        (
+            "mt",
+            {},
+            r"positions=sinusoidal: MarianMTModel cannot hold it \(transformers computes "
+            r"Marian's own sinusoid",
+        ),
+        (
+            "encoder",
+            {"d_head": 8},
+            r"d_head=8, d_value=8 with d_model=24 and n_heads=4: "
+            r"BertForPreTraining cannot hold it",
+        ),
+        ("encoder", {"norm_first": True}, r"norm_first=True: BertForPreTraining cannot hold it"),
+    ],
+)
+def test_settings_hugging_face_cannot_hold_are_refused_in_one_line(tmp_path, family, fields, message):
     path, _ = _native(tmp_path, family, **fields)
     with pytest.raises(CheckpointError, match=message) as e:
         export_hf(path, tmp_path / "out")
@@ -287,19 +311,19 @@ def test_older_checkpoints_with_buffers_tied_copies_and_shards_import(models, tm
     for i in range(2):
         state[f"h.{i}.attn.bias"] = torch.tril(torch.ones(1, 1, 43, 43))
     names = sorted(state)
-    shards = {"model-00001-of-00002.safetensors": names[:10],
-              "model-00002-of-00002.safetensors": names[10:]}
+    shards = {"model-00001-of-00002.safetensors": names[:10], "model-00002-of-00002.safetensors": names[10:]}
     for shard, keys in shards.items():
         save_file({k: state[k] for k in keys}, str(old / shard))
-    (old / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {k: shard for shard, keys in shards.items() for k in keys}}))
+    (old / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {k: shard for shard, keys in shards.items() for k in keys}})
+    )
     report = import_hf(old, tmp_path / "gpt2-imported")
-    assert [n for n, _ in report.conversion.dropped] == ["h.0.attn.bias", "h.1.attn.bias",
-                                                         "lm_head.weight"]
+    assert [n for n, _ in report.conversion.dropped] == ["h.0.attn.bias", "h.1.attn.bias", "lm_head.weight"]
     tokens, keep = batch(hf.config.vocab_size)
     with torch.no_grad():
-        torch.testing.assert_close(load_checkpoint(report.path).model(tokens),
-                                   hf(input_ids=tokens).logits, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(
+            load_checkpoint(report.path).model(tokens), hf(input_ids=tokens).logits, atol=1e-4, rtol=1e-5
+        )
 
     hf_dir, _ = models["BertForPreTraining"]
     hf = hf_model(hf_dir, "BertForPreTraining")
@@ -312,7 +336,8 @@ def test_older_checkpoints_with_buffers_tied_copies_and_shards_import(models, tm
     assert dict(report.conversion.dropped) == {
         "bert.embeddings.position_ids": "a buffer of the positions 0, 1, …",
         "cls.predictions.decoder.bias": "the same tensor as cls.predictions.bias",
-        "cls.predictions.decoder.weight": "tied to embeddings.word_embeddings.weight"}
+        "cls.predictions.decoder.weight": "tied to embeddings.word_embeddings.weight",
+    }
 
 
 def test_the_mapping_tables_of_the_docs_are_the_code_s():
@@ -323,9 +348,11 @@ def test_the_mapping_tables_of_the_docs_are_the_code_s():
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "import-export.md").read_text()
     sizes = dict(vocab_size=10, d_model=8, n_heads=2, n_layers=2, max_len=8, seq_len=8)
-    layouts = [bert_layout(EncoderConfig(n_classes=3, span_head=True, **sizes)),
-               gpt2_layout(DecoderLMConfig(**sizes)),
-               marian_layout(EncoderDecoderConfig(output_bias=True, **sizes))]
+    layouts = [
+        bert_layout(EncoderConfig(n_classes=3, span_head=True, **sizes)),
+        gpt2_layout(DecoderLMConfig(**sizes)),
+        marian_layout(EncoderDecoderConfig(output_bias=True, **sizes)),
+    ]
     for layout in layouts:
         for ours, theirs in hf_names(layout):
             assert f"| `{ours}` | `{theirs}` |" in doc, (layout.architecture, ours)

@@ -13,15 +13,25 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.mark.reference
 def test_encoder_decoder_matches_marian():
-    cfg = EncoderDecoderConfig(vocab_size=53, d_model=24, n_heads=4, d_ff=37, n_layers=2,
-                               n_decoder_layers=3, max_len=40, seq_len=16, dropout=0.0)
+    cfg = EncoderDecoderConfig(
+        vocab_size=53,
+        d_model=24,
+        n_heads=4,
+        d_ff=37,
+        n_layers=2,
+        n_decoder_layers=3,
+        max_len=40,
+        seq_len=16,
+        dropout=0.0,
+    )
     ours = EncoderDecoder(cfg).eval()
     with torch.no_grad():  # non-trivial norms and biases
         for name, p in ours.named_parameters():
             if "norm" in name or name.endswith("bias"):
                 p.uniform_(-0.5, 0.5)
-    marian = transformers.MarianMTModel(transformers.MarianConfig(
-        **marian_config_kwargs(cfg, pad_id=0, bos_id=2, eos_id=3))).eval()
+    marian = transformers.MarianMTModel(
+        transformers.MarianConfig(**marian_config_kwargs(cfg, pad_id=0, bos_id=2, eos_id=3))
+    ).eval()
     missing, unexpected = marian.load_state_dict(marian_state_dict(ours), strict=False)
     assert not unexpected and not missing
     src = torch.randint(4, 53, (3, 9))

@@ -55,22 +55,38 @@ def built(tmp_path_factory) -> Built:
     (root / "words.txt").write_text(TEXT[:4000].lower(), encoding="utf-8")
     (root / "symbols.txt").write_text(TREE_SYMBOLS, encoding="utf-8")
     words, trees = (Tokenizer.train("word", [root / f]) for f in ("words.txt", "symbols.txt"))
-    cfg = EncoderDecoderConfig(vocab_size=trees.vocab_size, src_vocab_size=words.vocab_size,
-                               max_len=64, seq_len=16, **small)
-    write_checkpoint(root / "parse", EncoderDecoder(cfg), cfg, words, {
-        "task": "parse", "tree_tokenizer": trees.to_str(), "tree_leaves": "placeholder",
-        "tree_order": "top_down"})
+    cfg = EncoderDecoderConfig(
+        vocab_size=trees.vocab_size, src_vocab_size=words.vocab_size, max_len=64, seq_len=16, **small
+    )
+    write_checkpoint(
+        root / "parse",
+        EncoderDecoder(cfg),
+        cfg,
+        words,
+        {
+            "task": "parse",
+            "tree_tokenizer": trees.to_str(),
+            "tree_leaves": "placeholder",
+            "tree_order": "top_down",
+        },
+    )
 
     pieces = Tokenizer.train("wordpiece", [root / "mt.txt"], 200)
     for name, heads, meta in (
-            ("classify", {"n_classes": len(LABELS)}, {"labels": LABELS}),
-            ("squad", {"span_head": True},
-             {"squad": {"doc_stride": 8, "n_best": 5, "max_answer_len": 10}})):
-        enc = EncoderConfig(vocab_size=pieces.vocab_size, seq_len=32, max_len=32,
-                            pretraining_heads=False, **heads, **small)
+        ("classify", {"n_classes": len(LABELS)}, {"labels": LABELS}),
+        ("squad", {"span_head": True}, {"squad": {"doc_stride": 8, "n_best": 5, "max_answer_len": 10}}),
+    ):
+        enc = EncoderConfig(
+            vocab_size=pieces.vocab_size, seq_len=32, max_len=32, pretraining_heads=False, **heads, **small
+        )
         write_checkpoint(root / name, Encoder(enc), enc, pieces, {"task": name, **meta})
-    return Built(run=root / "runs" / "tiny", mt=root / "mt", parse=root / "parse",
-                 classify=root / "classify", squad=root / "squad")
+    return Built(
+        run=root / "runs" / "tiny",
+        mt=root / "mt",
+        parse=root / "parse",
+        classify=root / "classify",
+        squad=root / "squad",
+    )
 
 
 @dataclass(frozen=True)
@@ -106,10 +122,17 @@ def sandbox(built, tmp_path, monkeypatch) -> Sandbox:
     (tmp_path / "cwd").mkdir()
     (tmp_path / "cwd" / "keep.txt").write_text("the working directory's file\n")
     monkeypatch.chdir(tmp_path / "cwd")
-    return Sandbox(root=tmp_path, cwd=tmp_path / "cwd", config=config,
-                   run=tmp_path / "runs" / "tiny", mt=tmp_path / "mt", parse=tmp_path / "parse",
-                   classify=tmp_path / "classify", squad=tmp_path / "squad",
-                   mine=tmp_path / "mine")
+    return Sandbox(
+        root=tmp_path,
+        cwd=tmp_path / "cwd",
+        config=config,
+        run=tmp_path / "runs" / "tiny",
+        mt=tmp_path / "mt",
+        parse=tmp_path / "parse",
+        classify=tmp_path / "classify",
+        squad=tmp_path / "squad",
+        mine=tmp_path / "mine",
+    )
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MODEL, STATE, META, TOKENIZER = ("model.safetensors", "optimizer.safetensors", "meta.json",
-                                 "tokenizer.json")
+MODEL, STATE, META, TOKENIZER = ("model.safetensors", "optimizer.safetensors", "meta.json", "tokenizer.json")
 
 
 def truncate(path: Path, keep: float = 0.5) -> None:
@@ -34,8 +33,10 @@ def edit_meta(ckpt: Path, edit: Callable[[dict[str, Any]], Any]) -> None:
 def rewrite(ckpt: Path, name: str, data: bytes) -> None:
     """Replace file ``name`` and record its checksum, as a crafted checkpoint would."""
     (ckpt / name).write_bytes(data)
-    edit_meta(ckpt, lambda m: m["files"].update(
-        {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}))
+    edit_meta(
+        ckpt,
+        lambda m: m["files"].update({name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}),
+    )
 
 
 def safetensors_bytes(header: dict[str, Any], payload: bytes = b"") -> bytes:

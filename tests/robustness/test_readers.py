@@ -44,9 +44,33 @@ def json_value(rng: random.Random, depth: int) -> object:
     """A random JSON value: containers to ``depth``, keys a reader may look for."""
     if depth <= 0 or rng.random() < 0.25:
         return rng.choice([None, True, 0, -1, 2.5, "", "x", "step", [], {}, "\u00e9"])
-    keys = ["data", "paragraphs", "qas", "context", "question", "answers", "text",
-            "answer_start", "id", "step", "split", "loss", "label", "text_a", "format", "model",
-            "task", "labels", "files", "name", "base", "axes", "arms", "seeds", "train"]
+    keys = [
+        "data",
+        "paragraphs",
+        "qas",
+        "context",
+        "question",
+        "answers",
+        "text",
+        "answer_start",
+        "id",
+        "step",
+        "split",
+        "loss",
+        "label",
+        "text_a",
+        "format",
+        "model",
+        "task",
+        "labels",
+        "files",
+        "name",
+        "base",
+        "axes",
+        "arms",
+        "seeds",
+        "train",
+    ]
     if rng.random() < 0.5:
         return [json_value(rng, depth - 1) for _ in range(rng.randrange(3))]
     return {rng.choice(keys): json_value(rng, depth - 1) for _ in range(rng.randrange(4))}
@@ -57,15 +81,18 @@ def inputs(rng: random.Random) -> Iterator[bytes]:
     makers: list[Callable[[], bytes]] = [
         lambda: rng.randbytes(rng.randrange(0, 400)),
         lambda: "".join(rng.choice(ALPHABET) for _ in range(rng.randrange(1, 300))).encode(
-            "utf-8", "surrogatepass"),
+            "utf-8", "surrogatepass"
+        ),
         lambda: nested(rng, rng.choice([1, 50, 2_000, 20_000, 100_000])).encode(),
         lambda: json.dumps(json_value(rng, rng.randrange(1, 8))).encode(),
         lambda: "\n".join(json.dumps(json_value(rng, 3)) for _ in range(3)).encode(),
-    lambda: "".join(rng.choice(['<doc id="1" title="T">\n', "</doc>\n", "Text. More.\n", "\n",
-                                "<doc>", "</doc", "= T =\n"]) for _ in range(rng.randrange(12))
-                    ).encode(),
-        lambda: b"\xef\xbb\xbf" + nested(rng, 5).encode() + rng.choice([b"\xe9", b"\xff\xfe",
-                                                                          b"\n\xc3("]),
+        lambda: "".join(
+            rng.choice(
+                ['<doc id="1" title="T">\n', "</doc>\n", "Text. More.\n", "\n", "<doc>", "</doc", "= T =\n"]
+            )
+            for _ in range(rng.randrange(12))
+        ).encode(),
+        lambda: b"\xef\xbb\xbf" + nested(rng, 5).encode() + rng.choice([b"\xe9", b"\xff\xfe", b"\n\xc3("]),
     ]
     while True:
         data = rng.choice(makers)()
@@ -120,6 +147,7 @@ def _experiment(suffix: str) -> Callable[[Path, bytes], None]:
         from fullrank.recipes.config import load_experiment
 
         load_experiment(write(tmp, f"exp{suffix}", data))
+
     return read
 
 
@@ -159,6 +187,7 @@ def _examples(suffix: str) -> Callable[[Path, bytes], None]:
         from fullrank.data.finetuning import read_examples
 
         read_examples(write(tmp, f"examples{suffix}", data))
+
     return read
 
 
@@ -177,6 +206,7 @@ def _parallel(tmp: Path, data: bytes) -> None:
 def _documents(corpus_format: CorpusFormat, suffix: str = ".txt") -> Callable[[Path, bytes], None]:
     """A pre-training corpus: ``data`` itself (random bytes where the file should be
     compressed), and ``data`` compressed, since a good archive may hold bad text."""
+
     def read(tmp: Path, data: bytes) -> None:
         import gzip
         import lzma
@@ -184,24 +214,33 @@ def _documents(corpus_format: CorpusFormat, suffix: str = ".txt") -> Callable[[P
         from fullrank.data.documents import read_documents
 
         pack: dict[str, Callable[[bytes], bytes]] = {".gz": gzip.compress, ".xz": lzma.compress}
-        for name, content in ((f"docs{suffix}", data),
-                              (f"packed{suffix}", pack.get(suffix, bytes)(data))):
+        for name, content in ((f"docs{suffix}", data), (f"packed{suffix}", pack.get(suffix, bytes)(data))):
             try:
                 read_documents(write(tmp, name, content), corpus_format)
             except FullrankError as e:
                 assert "\n" not in str(e) and str(e), (name, data[:80])
+
     return read
 
 
 READERS: dict[str, Callable[[Path, bytes], None]] = {
-    "treebank file": _trees, "tree per line (parse-eval)": _tree_lines, "text lines": _lines,
-    "standard input": _stdin, "experiment YAML": _experiment(".yaml"),
-    "experiment TOML": _experiment(".toml"), "sweep file": _sweep,
-    "checkpoint meta.json and latest": _checkpoint_meta, "tokenizer.json": _tokenizer,
-    "metrics.jsonl": _metrics, "examples JSONL": _examples(".jsonl"),
-    "examples JSON": _examples(".json"), "examples TSV": _examples(".tsv"),
-    "SQuAD JSON": _squad, "parallel text": _parallel,
-    "documents (blocks)": _documents("blocks"), "documents (wikitext)": _documents("wikitext"),
+    "treebank file": _trees,
+    "tree per line (parse-eval)": _tree_lines,
+    "text lines": _lines,
+    "standard input": _stdin,
+    "experiment YAML": _experiment(".yaml"),
+    "experiment TOML": _experiment(".toml"),
+    "sweep file": _sweep,
+    "checkpoint meta.json and latest": _checkpoint_meta,
+    "tokenizer.json": _tokenizer,
+    "metrics.jsonl": _metrics,
+    "examples JSONL": _examples(".jsonl"),
+    "examples JSON": _examples(".json"),
+    "examples TSV": _examples(".tsv"),
+    "SQuAD JSON": _squad,
+    "parallel text": _parallel,
+    "documents (blocks)": _documents("blocks"),
+    "documents (wikitext)": _documents("wikitext"),
     "documents (WikiExtractor, .xz)": _documents("wikiextractor", ".xz"),
     "documents (WikiExtractor, .gz)": _documents("wikiextractor", ".gz"),
 }
@@ -218,5 +257,7 @@ def test_a_reader_reads_or_refuses_in_one_line(reader, tmp_path):
         except FullrankError as e:
             assert "\n" not in str(e) and str(e), (reader, i, data[:80])
         except Exception as e:  # anything else is what the test exists to catch
-            pytest.fail(f"{reader}: input {i} of seed {SEED} ({len(data)} bytes, starting "
-                        f"{data[:60]!r}) raised {type(e).__name__}: {str(e)[:200]}")
+            pytest.fail(
+                f"{reader}: input {i} of seed {SEED} ({len(data)} bytes, starting "
+                f"{data[:60]!r}) raised {type(e).__name__}: {str(e)[:200]}"
+            )

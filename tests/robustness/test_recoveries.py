@@ -42,8 +42,10 @@ def test_resume_drops_a_metrics_record_torn_by_a_kill(sandbox, capsys):
 
 
 def test_train_resume_from_names_the_checkpoint(sandbox, capsys):
-    assert main(["train", str(sandbox.config), "--quiet", "train.steps=4",
-                 f"train.resume_from={sandbox.older}"]) == 0
+    assert (
+        main(["train", str(sandbox.config), "--quiet", "train.steps=4", f"train.resume_from={sandbox.older}"])
+        == 0
+    )
     meta = json.loads((sandbox.newest / META).read_text())
     assert meta["loop"]["step"] == 4 and meta["train"]["resume_from"] == str(sandbox.older)
 
@@ -59,16 +61,28 @@ def test_overwrite_replaces_a_fullrank_checkpoint_and_nothing_else(sandbox, caps
     target = sandbox.root / "averaged"
     shutil.copytree(sandbox.older, target)
     before = {k: v for k, v in snapshot(sandbox.root).items() if not k.startswith("averaged/")}
-    assert main(["average", str(sandbox.run), "--last", "2", "-o", str(target),
-                 "--overwrite"]) == 0
+    assert main(["average", str(sandbox.run), "--last", "2", "-o", str(target), "--overwrite"]) == 0
     assert_kept(before, snapshot(sandbox.root))
     assert load_checkpoint(target).meta["averaged"] == [str(sandbox.older), str(sandbox.newest)]
     assert main(["verify", str(target)]) == 0
 
 
 def test_a_diverged_run_keeps_its_last_good_checkpoint_as_latest(sandbox, capsys):
-    assert main(["train", str(sandbox.config), "name=diverged", "--quiet", "train.lr=1e30",
-                 "train.schedule=constant", "train.warmup=0", "train.save_every=1"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                str(sandbox.config),
+                "name=diverged",
+                "--quiet",
+                "train.lr=1e30",
+                "train.schedule=constant",
+                "train.warmup=0",
+                "train.save_every=1",
+            ]
+        )
+        == 2
+    )
     checkpoints = sandbox.root / "runs" / "diverged" / "checkpoints"
     good = latest_checkpoint(checkpoints)
     assert good.name == "step-00000001"

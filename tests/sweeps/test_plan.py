@@ -43,9 +43,15 @@ def toy_sweep(tmp_path: Path, text: str = TOY, **kw) -> Path:
 def test_points_cross_axes_arms_and_seeds_and_match_the_target(tmp_path):
     the_plan = plan(load_sweep(toy_sweep(tmp_path)), tmp_path / "out")
     assert [p.name for p in the_plan.points] == [
-        "fixed-n_heads2-s0", "fixed-n_heads2-s1", "fixed-n_heads4-s0", "fixed-n_heads4-s1",
-        "standard-n_heads2-s0", "standard-n_heads2-s1", "standard-n_heads4-s0",
-        "standard-n_heads4-s1"]
+        "fixed-n_heads2-s0",
+        "fixed-n_heads2-s1",
+        "fixed-n_heads4-s0",
+        "fixed-n_heads4-s1",
+        "standard-n_heads2-s0",
+        "standard-n_heads2-s1",
+        "standard-n_heads4-s0",
+        "standard-n_heads4-s1",
+    ]
     by = {p.name: p for p in the_plan.points}
     for h in (2, 4):
         fixed, standard = by[f"fixed-n_heads{h}-s0"], by[f"standard-n_heads{h}-s0"]
@@ -63,28 +69,34 @@ def test_command_line_overrides_win_over_the_sweep_file(tmp_path):
     text = text.replace("fixed: {model.d_head: 5,", "fixed: {model.dropout: 0.2, model.d_head: 5,")
     sweep = load_sweep(toy_sweep(tmp_path, text))
     before = plan(sweep, tmp_path / "out").points
-    assert {(p.arm, p.experiment.train.steps, p.experiment.train.lr,
-             p.experiment.model["dropout"]) for p in before} == {("fixed", 6, 0.01, 0.2),
-                                                                ("standard", 6, 0.01, 0.1)}
-    overridden = sweep.with_overrides(dict(parse_assignment(item) for item in
-                                           ["train.steps=3", "train.lr=0.002", "model.dropout=0.0"]))
+    assert {
+        (p.arm, p.experiment.train.steps, p.experiment.train.lr, p.experiment.model["dropout"])
+        for p in before
+    } == {("fixed", 6, 0.01, 0.2), ("standard", 6, 0.01, 0.1)}
+    overridden = sweep.with_overrides(
+        dict(parse_assignment(item) for item in ["train.steps=3", "train.lr=0.002", "model.dropout=0.0"])
+    )
     after = plan(overridden, tmp_path / "out").points
     assert [p.name for p in after] == [p.name for p in before]
-    assert {(p.experiment.train.steps, p.experiment.train.lr, p.experiment.model["dropout"])
-            for p in after} == {(3, 0.002, 0.0)}
+    assert {
+        (p.experiment.train.steps, p.experiment.train.lr, p.experiment.model["dropout"]) for p in after
+    } == {(3, 0.002, 0.0)}
     # each point's command line gives them after the file's values (`fullrank train` applies
     # the last value of a key)
     for p in after:
         last = dict(item.split("=", 1) for item in p.overrides)
-        assert (last["train.steps"], last["train.lr"], last["model.dropout"]) == ("3", "0.002",
-                                                                                  "0.0")
+        assert (last["train.steps"], last["train.lr"], last["model.dropout"]) == ("3", "0.002", "0.0")
 
 
 def test_a_key_set_point_by_point_cannot_be_overridden(tmp_path):
     text = TOY.replace("standard: {", "standard: {init_from: fixed, ")
     sweep = load_sweep(toy_sweep(tmp_path, text))
-    for key, why in (("model.n_heads", "an axis"), ("train.seed", "its seeds"),
-                     ("model.d_ff", "match.solve_for"), ("train.init_from", "an arm's init_from")):
+    for key, why in (
+        ("model.n_heads", "an axis"),
+        ("train.seed", "its seeds"),
+        ("model.d_ff", "match.solve_for"),
+        ("train.init_from", "an arm's init_from"),
+    ):
         with pytest.raises(ConfigError, match=rf"override '{key}': .*point by point \({why}\)"):
             sweep.with_overrides({key: 1})
     assert sweep.with_overrides({"train.lr": 0.1}).cli == {"train.lr": 0.1}
@@ -137,30 +149,42 @@ def test_shipped_sweeps_count_the_models_they_build(path, monkeypatch):
             model = build_model(p.model)
         assert p.params == sum(q.numel() for q in model.parameters()), p.group
         if sweep.match is not None and p.arm in sweep.match.arms:
-            target = next(q for q in the_plan.points if q.arm == sweep.match.target
-                          and all(p.coords.get(k) == v for k, v in q.coords.items()))
+            target = next(
+                q
+                for q in the_plan.points
+                if q.arm == sweep.match.target and all(p.coords.get(k) == v for k, v in q.coords.items())
+            )
             assert abs(p.params - target.params) <= sweep.match.tolerance * target.params
 
 
-@pytest.mark.parametrize("text,expected", [
-    (TOY.replace("model.n_heads: [2, 4]", "model.n_head: [2, 4]"),
-     "unknown key 'model.n_head' (did you mean 'model.n_heads'?)"),
-    (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: []"),
-     "axes: 'model.n_heads' is empty"),
-    (TOY.replace("seeds: [0, 1]", "seeds: [0, one]"), "seeds.1 = 'one': should be a valid integer"),
-    (TOY.replace("seeds: [0, 1]", "seeds: [0, 1.5]"), "seeds.1 = 1.5: should be a valid integer"),
-    (TOY.replace("seeds: [0, 1]", "seeds: [0, 1]\nseeds: [2]"),
-     "key 'seeds' appears twice in this mapping (first on line 4); keep one"),
-    (TOY.replace("seeds: [0, 1]", "seeds: [0, 0]"), "must be a non-empty list of distinct"),
-    (TOY.replace("tolerance: 0.05", "tolerance: 5e-2, count: all"),
-     "match.count = 'all': should be 'total' or 'non_embedding'"),
-    (TOY.replace("tolerance: 0.05", "tolerance: 0.000001"),
-     "point standard-n_heads2 is unmatched: the nearest, d_ff="),
-    (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: [2, 5]"),
-     "point standard (model.n_heads=5)"),
-    (TOY.replace("target: fixed", "target: fixd"), "match.target 'fixd' is not an arm (did you mean"),
-    (TOY.replace("match:", "mtch:"), "unknown key 'mtch' (did you mean 'match'?)"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (
+            TOY.replace("model.n_heads: [2, 4]", "model.n_head: [2, 4]"),
+            "unknown key 'model.n_head' (did you mean 'model.n_heads'?)",
+        ),
+        (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: []"), "axes: 'model.n_heads' is empty"),
+        (TOY.replace("seeds: [0, 1]", "seeds: [0, one]"), "seeds.1 = 'one': should be a valid integer"),
+        (TOY.replace("seeds: [0, 1]", "seeds: [0, 1.5]"), "seeds.1 = 1.5: should be a valid integer"),
+        (
+            TOY.replace("seeds: [0, 1]", "seeds: [0, 1]\nseeds: [2]"),
+            "key 'seeds' appears twice in this mapping (first on line 4); keep one",
+        ),
+        (TOY.replace("seeds: [0, 1]", "seeds: [0, 0]"), "must be a non-empty list of distinct"),
+        (
+            TOY.replace("tolerance: 0.05", "tolerance: 5e-2, count: all"),
+            "match.count = 'all': should be 'total' or 'non_embedding'",
+        ),
+        (
+            TOY.replace("tolerance: 0.05", "tolerance: 0.000001"),
+            "point standard-n_heads2 is unmatched: the nearest, d_ff=",
+        ),
+        (TOY.replace("model.n_heads: [2, 4]", "model.n_heads: [2, 5]"), "point standard (model.n_heads=5)"),
+        (TOY.replace("target: fixed", "target: fixd"), "match.target 'fixd' is not an arm (did you mean"),
+        (TOY.replace("match:", "mtch:"), "unknown key 'mtch' (did you mean 'match'?)"),
+    ],
+)
 def test_bad_sweep_files_are_one_line(tmp_path, capsys, text, expected):
     path = toy_sweep(tmp_path, text)
     assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
@@ -173,8 +197,7 @@ def test_dry_run_prints_every_point_and_writes_nothing(tmp_path, capsys):
     path = toy_sweep(tmp_path)
     assert main(["sweep", str(path), "--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    for text in ("standard-n_heads4", "fixed-n_heads2", "target", "matched: d_ff=", "non-emb",
-                 "FLOPs/token"):
+    for text in ("standard-n_heads4", "fixed-n_heads2", "target", "matched: d_ff=", "non-emb", "FLOPs/token"):
         assert text in out
     assert not (tmp_path / "out").exists()
 
@@ -191,13 +214,13 @@ def test_output_folder_that_is_not_this_sweeps_is_refused(tmp_path, capsys):
     the_plan = plan(load_sweep(path), tmp_path / "out")
     claim_output(the_plan, tmp_path / "out")
     (tmp_path / "out" / the_plan.points[0].name).mkdir()  # a point trained with other settings
-    changed = plan(load_sweep(toy_sweep(tmp_path, TOY.replace("seeds: [0, 1]",
-                                                              "seeds: [0, 1]\nsteps: 3"))),
-                   tmp_path / "out")
+    changed = plan(
+        load_sweep(toy_sweep(tmp_path, TOY.replace("seeds: [0, 1]", "seeds: [0, 1]\nsteps: 3"))),
+        tmp_path / "out",
+    )
     with pytest.raises(ConfigError, match="was trained with other settings"):
         claim_output(changed, tmp_path / "out")
-    other = plan(load_sweep(toy_sweep(tmp_path, TOY.replace("name: toy", "name: other"))),
-                 tmp_path / "out")
+    other = plan(load_sweep(toy_sweep(tmp_path, TOY.replace("name: toy", "name: other"))), tmp_path / "out")
     with pytest.raises(ConfigError, match="holds sweep 'toy'"):
         claim_output(other, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["sweep"] == "toy"

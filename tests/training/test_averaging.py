@@ -12,15 +12,17 @@ from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderD
 from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
 from fullrank.training.checkpoints import load_checkpoint, save_training_checkpoint, write_checkpoint
 
-CFG = EncoderDecoderConfig(vocab_size=19, d_model=12, n_heads=3, d_head=5, d_ff=20, n_layers=1,
-                           max_len=16, seq_len=8)
+CFG = EncoderDecoderConfig(
+    vocab_size=19, d_model=12, n_heads=3, d_head=5, d_ff=20, n_layers=1, max_len=16, seq_len=8
+)
 
 
 def saved(tmp_path, i: int) -> tuple[EncoderDecoder, object]:
     torch.manual_seed(i)
     model = EncoderDecoder(CFG)
-    path = write_checkpoint(tmp_path / "run" / "checkpoints" / f"step-{i:08d}", model, CFG, None,
-                            {"task": "mt"})
+    path = write_checkpoint(
+        tmp_path / "run" / "checkpoints" / f"step-{i:08d}", model, CFG, None, {"task": "mt"}
+    )
     return model, path
 
 
@@ -47,8 +49,7 @@ def test_last_k_and_architecture_mismatch(tmp_path):
     lm_cfg = DecoderLMConfig(vocab_size=19, d_model=12, n_heads=3, d_ff=20, n_layers=1, seq_len=8)
     other = write_checkpoint(tmp_path / "lm", DecoderLM(lm_cfg), lm_cfg, None, {"task": "lm"})
     with pytest.raises(CheckpointError, match="not in every checkpoint"):
-        average_checkpoints([tmp_path / "run" / "checkpoints" / "step-00000001", other],
-                            tmp_path / "bad")
+        average_checkpoints([tmp_path / "run" / "checkpoints" / "step-00000001", other], tmp_path / "bad")
 
 
 def test_uneven_spacing_is_noted_but_a_short_last_gap_is_not():
@@ -67,23 +68,30 @@ def test_too_few_checkpoints_say_how_many_and_which_setting_gives_more(tmp_path)
     opt = torch.optim.Adam(model.parameters())
     root = tmp_path / "run" / "checkpoints"
     for step in (400, 800, 1200):
-        save_training_checkpoint(root, step, model, CFG, None, opt,
-                                 {"train": {"keep_last": 3}}, keep_last=3, every=400)
+        save_training_checkpoint(
+            root, step, model, CFG, None, opt, {"train": {"keep_last": 3}}, keep_last=3, every=400
+        )
     with pytest.raises(CheckpointError) as e:
         last_checkpoints(tmp_path / "run", 5)
     assert str(e.value) == (
         f"{tmp_path / 'run'}: 3 checkpoints (steps 400, 800, 1200), fewer than --last 5; average "
-        f"those with --last 3, or keep more (train.keep_last, 3 in this run)")
-    with pytest.raises(CheckpointError, match="fewer than decode.average_last 4; average those "
-                                              "with decode.average_last 3"):
+        f"those with --last 3, or keep more (train.keep_last, 3 in this run)"
+    )
+    with pytest.raises(
+        CheckpointError, match="fewer than decode.average_last 4; average those with decode.average_last 3"
+    ):
         last_checkpoints(tmp_path / "run", 4, setting="decode.average_last")
     # all that were saved are kept: the run saved too seldom
-    save_training_checkpoint(root, 1600, model, CFG, None, opt, {"train": {"keep_last": 8}},
-                             keep_last=8, every=400)
-    with pytest.raises(CheckpointError, match=r"4 checkpoints \(steps 400, 800, 1200, 1600\), "
-                                              r"fewer than --last 5; average those with --last 4, "
-                                              r"or save more often \(train.save_every, every 400 "
-                                              r"steps in this run\)$"):
+    save_training_checkpoint(
+        root, 1600, model, CFG, None, opt, {"train": {"keep_last": 8}}, keep_last=8, every=400
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"4 checkpoints \(steps 400, 800, 1200, 1600\), "
+        r"fewer than --last 5; average those with --last 4, "
+        r"or save more often \(train.save_every, every 400 "
+        r"steps in this run\)$",
+    ):
         last_checkpoints(tmp_path / "run", 5)
     with pytest.raises(CheckpointError, match="no checkpoints, fewer than --last 2"):
         last_checkpoints(tmp_path / "empty", 2)

@@ -39,14 +39,16 @@ from fullrank.training.optim import make_optimizer
 
 
 def tiny_lm(**kw) -> tuple[DecoderLM, DecoderLMConfig]:
-    cfg = DecoderLMConfig(**{**dict(vocab_size=13, d_model=16, n_heads=2, d_head=5, d_ff=24,
-                                    n_layers=2, seq_len=8), **kw})
+    cfg = DecoderLMConfig(
+        **{**dict(vocab_size=13, d_model=16, n_heads=2, d_head=5, d_ff=24, n_layers=2, seq_len=8), **kw}
+    )
     return DecoderLM(cfg), cfg
 
 
 def test_weights_round_trip_with_tied_embeddings(tmp_path):
-    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=17, d_model=12, n_heads=3, d_ff=20,
-                                                n_layers=1, max_len=16, seq_len=8))
+    model = EncoderDecoder(
+        EncoderDecoderConfig(vocab_size=17, d_model=12, n_heads=3, d_ff=20, n_layers=1, max_len=16, seq_len=8)
+    )
     save_weights(model, tmp_path / MODEL_FILE)
     other = EncoderDecoder(model.config)
     load_weights(other, tmp_path / MODEL_FILE)
@@ -96,14 +98,20 @@ def test_truncated_file_is_one_line_naming_it(tmp_path):
     path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
     data = (path / MODEL_FILE).read_bytes()
     (path / MODEL_FILE).write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match=rf"model\.safetensors: {len(data) // 2:,} bytes "
-                                              rf"where {len(data):,} were written") as info:
+    with pytest.raises(
+        CheckpointError,
+        match=rf"model\.safetensors: {len(data) // 2:,} bytes "
+        rf"where {len(data):,} were written",
+    ) as info:
         load_checkpoint(path)
     assert "\n" not in str(info.value)
     # a checkpoint without checksums (as written before they were recorded): the format check
     drop_checksums(path)
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors "
-                                              r"file .*truncated or corrupt"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model\.safetensors: not a readable safetensors "
+        r"file .*truncated or corrupt",
+    ):
         load_checkpoint(path)
     (path / MODEL_FILE).write_bytes(b"garbage" * 10)
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
@@ -159,17 +167,22 @@ def test_checksums_are_recorded_and_verified(tmp_path):
         check_readable(ckpt)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: m["model"].update(vocab_size=10**12),
-     r"the model config describes [\d,]+ parameters but model\.safetensors holds [\d,]+ values"),
-    (lambda m: m.update(model=[1, 2]), r"model = \[1, 2\]: should be a valid dictionary"),
-    (lambda m: m["model"].update(d_model="wide"), r"d_model = 'wide': should be a valid integer"),
-    (lambda m: m["model"].update(dropout=float("nan")), r"invalid model config"),
-    (lambda m: m.update(task=["lm"]), r"task = \['lm'\]: should be 'lm', 'mt'"),
-    (lambda m: m.update(data=[]), r"data = \[\]: should be a valid dictionary"),
-    (lambda m: m.update(format="other"), r"format 'other' is not 'fullrank-checkpoint-v1'"),
-    (lambda m: m["files"].update({"../x": m["files"][MODEL_FILE]}), r"files\.\.\./x"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda m: m["model"].update(vocab_size=10**12),
+            r"the model config describes [\d,]+ parameters but model\.safetensors holds [\d,]+ values",
+        ),
+        (lambda m: m.update(model=[1, 2]), r"model = \[1, 2\]: should be a valid dictionary"),
+        (lambda m: m["model"].update(d_model="wide"), r"d_model = 'wide': should be a valid integer"),
+        (lambda m: m["model"].update(dropout=float("nan")), r"invalid model config"),
+        (lambda m: m.update(task=["lm"]), r"task = \['lm'\]: should be 'lm', 'mt'"),
+        (lambda m: m.update(data=[]), r"data = \[\]: should be a valid dictionary"),
+        (lambda m: m.update(format="other"), r"format 'other' is not 'fullrank-checkpoint-v1'"),
+        (lambda m: m["files"].update({"../x": m["files"][MODEL_FILE]}), r"files\.\.\./x"),
+    ],
+)
 def test_metadata_is_validated_before_any_model_is_built(tmp_path, edit, message):
     model, cfg = tiny_lm()
     path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
@@ -181,11 +194,14 @@ def test_metadata_is_validated_before_any_model_is_built(tmp_path, edit, message
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"\xff\xfe{}", r"meta\.json: not UTF-8 \(byte 0xff at offset 0\)"),
-    (b'{"format": ', r"meta\.json: not valid JSON"),
-    (b"[]", r"meta\.json: holds a JSON list, not an object"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"\xff\xfe{}", r"meta\.json: not UTF-8 \(byte 0xff at offset 0\)"),
+        (b'{"format": ', r"meta\.json: not valid JSON"),
+        (b"[]", r"meta\.json: holds a JSON list, not an object"),
+    ],
+)
 def test_undecodable_metadata_is_one_line(tmp_path, data, message):
     model, cfg = tiny_lm()
     path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
@@ -212,8 +228,11 @@ def test_paths_that_leave_the_run_directory_are_refused(tmp_path):
     outside = write_checkpoint(tmp_path / "elsewhere" / "step-00000009", model, cfg, None, {})
     for pointer in ("../../elsewhere/step-00000009", str(outside), "step-1/../../x"):
         (root / "latest").write_text(pointer)
-        with pytest.raises(CheckpointError, match=r"latest: names .*not a step-N checkpoint "
-                                                  r"inside"):
+        with pytest.raises(
+            CheckpointError,
+            match=r"latest: names .*not a step-N checkpoint "
+            r"inside",
+        ):
             load_checkpoint(tmp_path / "run")
     (root / "latest").write_bytes(b"step-\xff")
     with pytest.raises(CheckpointError, match=r"latest: not a UTF-8 checkpoint name"):
@@ -240,8 +259,11 @@ def test_optimizer_state_of_other_shapes_is_one_line(tmp_path):
     tensors[key] = tensors[key][:, :-1].contiguous()
     rewrite(ckpt, "optimizer.safetensors", save(tensors))
     fresh, _ = tiny_lm()
-    with pytest.raises(CheckpointError, match=rf"optimizer tensor '{key}' has shape .* but its "
-                                              rf"parameter has"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"optimizer tensor '{key}' has shape .* but its "
+        rf"parameter has",
+    ):
         load_training_state(ckpt, fresh, make_optimizer(fresh, TrainConfig()))
 
 
@@ -280,9 +302,11 @@ def test_other_architecture_names_the_first_mismatched_tensor(tmp_path):
     model, cfg = tiny_lm(d_head=5)
     save_weights(model, tmp_path / MODEL_FILE)
     other, _ = tiny_lm(d_head=7)
-    with pytest.raises(CheckpointError,
-                       match=r"tensor 'layers\.0\.self_attn\.qkv_proj\.weight' has shape "
-                             r"\(30, 16\) but the model expects \(42, 16\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor 'layers\.0\.self_attn\.qkv_proj\.weight' has shape "
+        r"\(30, 16\) but the model expects \(42, 16\)",
+    ):
         load_weights(other, tmp_path / MODEL_FILE)
     deeper, _ = tiny_lm(n_layers=3)
     with pytest.raises(CheckpointError, match=r"tensor 'layers\.2\..*' is missing"):
@@ -298,8 +322,7 @@ def test_missing_and_non_checkpoint_paths(tmp_path):
 
 def test_load_checkpoint_builds_the_model(tmp_path):
     model, cfg = tiny_lm()
-    write_checkpoint(tmp_path / "run" / "checkpoints" / "step-00000001", model, cfg, None,
-                     {"task": "lm"})
+    write_checkpoint(tmp_path / "run" / "checkpoints" / "step-00000001", model, cfg, None, {"task": "lm"})
     ckpt = load_checkpoint(tmp_path / "run")  # a run directory resolves to its latest
     assert ckpt.config == cfg and not ckpt.model.training
     x = torch.randint(0, 13, (1, 8))
@@ -362,8 +385,7 @@ def test_sigkill_during_saves_always_leaves_a_loadable_checkpoint(tmp_path):
     script.write_text(KILL_WHILE_SAVING)
     for attempt in range(3):
         root = tmp_path / f"root{attempt}"
-        proc = subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True)
         for _ in range(2 + attempt):
             proc.stdout.readline()  # at least one complete save
         time.sleep(0.05 * attempt)  # land somewhere inside a later save

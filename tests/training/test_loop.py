@@ -25,8 +25,11 @@ IDS = np.random.default_rng(0).integers(0, 23, 5000).astype(np.uint16)
 
 def make_model(dropout: float = 0.0) -> DecoderLM:
     torch.manual_seed(0)
-    return DecoderLM(DecoderLMConfig(vocab_size=23, d_model=24, n_heads=3, d_head=10, d_ff=37,
-                                     n_layers=2, seq_len=12, dropout=dropout))
+    return DecoderLM(
+        DecoderLMConfig(
+            vocab_size=23, d_model=24, n_heads=3, d_head=10, d_ff=37, n_layers=2, seq_len=12, dropout=dropout
+        )
+    )
 
 
 def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -42,8 +45,16 @@ def run(model, cfg: TrainConfig, **kw):
 def test_gradient_accumulation_equals_one_large_batch(clip):
     # eps=1 makes Adam's update ~linear in the gradient: with the paper's 1e-9 an update is
     # ~lr·sign(g), and a zero gradient's rounding noise would flip it.
-    base = dict(steps=4, optimizer="adamw", lr=1e-3, eps=1.0, schedule="constant", warmup=2,
-                weight_decay=0.01, clip_grad=clip)
+    base = dict(
+        steps=4,
+        optimizer="adamw",
+        lr=1e-3,
+        eps=1.0,
+        schedule="constant",
+        warmup=2,
+        weight_decay=0.01,
+        clip_grad=clip,
+    )
     big, small = make_model(), make_model()
     run(big, TrainConfig(batch_size=8, grad_accum=1, **base))
     run(small, TrainConfig(batch_size=4, grad_accum=2, **base))
@@ -56,8 +67,7 @@ def train_on_a_cycle(model, **cfg):
     data = LMBlocks(np.tile(np.arange(23, dtype=np.uint16), 200), seq_len=12, batch_size=8)
     task = LanguageModeling()
     before = task.evaluate(model, data.eval_batches(), torch.device("cpu"))["loss"]
-    config = TrainConfig(batch_size=8, lr=3e-3, schedule="constant", warmup=5, optimizer="adamw",
-                         **cfg)
+    config = TrainConfig(batch_size=8, lr=3e-3, schedule="constant", warmup=5, optimizer="adamw", **cfg)
     result = train(model, task, data, config, dist=CPU, progress=False)
     return before, task.evaluate(model, data.eval_batches(), torch.device("cpu"))["loss"], result
 
@@ -68,8 +78,17 @@ def test_training_lowers_the_loss():
 
 
 def test_resume_continues_bitwise_identically(tmp_path):
-    cfg = TrainConfig(steps=8, batch_size=4, lr=1e-3, schedule="cosine", warmup=3,
-                      save_every=3, log_every=2, optimizer="adamw", weight_decay=0.01)
+    cfg = TrainConfig(
+        steps=8,
+        batch_size=4,
+        lr=1e-3,
+        schedule="cosine",
+        warmup=3,
+        save_every=3,
+        log_every=2,
+        optimizer="adamw",
+        weight_decay=0.01,
+    )
     straight = make_model(dropout=0.3)  # dropout: the RNG state must be restored too
     torch.manual_seed(1)
     run(straight, cfg)
@@ -101,8 +120,7 @@ def test_bf16_autocast_trains_on_cpu():
 @pytest.mark.slow
 def test_torch_compile_option_matches_eager():
     eager, compiled = make_model(), make_model()
-    cfg = dict(steps=3, batch_size=4, lr=1e-3, schedule="constant", warmup=1, optimizer="adamw",
-               eps=1.0)
+    cfg = dict(steps=3, batch_size=4, lr=1e-3, schedule="constant", warmup=1, optimizer="adamw", eps=1.0)
     run(eager, TrainConfig(**cfg))
     run(compiled, TrainConfig(**cfg, compile=True))
     for name, a in weights(eager).items():
@@ -113,8 +131,17 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     # The time spent before a checkpoint counts after resuming: a run whose budget is spent
     # takes no further step (re-running a run stopped by max_minutes must not change it), and
     # one with time left logs elapsed times that continue from the checkpoint's.
-    cfg = TrainConfig(steps=6, batch_size=4, lr=1e-3, schedule="constant", warmup=1,
-                      save_every=2, log_every=1, optimizer="adamw", max_minutes=1.0)
+    cfg = TrainConfig(
+        steps=6,
+        batch_size=4,
+        lr=1e-3,
+        schedule="constant",
+        warmup=1,
+        save_every=2,
+        log_every=1,
+        optimizer="adamw",
+        max_minutes=1.0,
+    )
     out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
     first = make_model()
     run(first, cfg, out=out, stop_at=2)
@@ -144,8 +171,17 @@ def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tm
     # A session stopped off the save interval (as train.max_minutes stops one) and resumed
     # keeps the same checkpoints as a run that never stopped: the last K to average stay
     # evenly spaced.
-    cfg = TrainConfig(steps=9, batch_size=4, lr=1e-3, schedule="constant", warmup=1,
-                      save_every=2, keep_last=3, log_every=1, optimizer="adamw")
+    cfg = TrainConfig(
+        steps=9,
+        batch_size=4,
+        lr=1e-3,
+        schedule="constant",
+        warmup=1,
+        save_every=2,
+        keep_last=3,
+        log_every=1,
+        optimizer="adamw",
+    )
     straight = RunOutput(tmp_path / "straight", make_model().config, None, {"task": "lm"})
     run(make_model(), cfg, out=straight)
     split = RunOutput(tmp_path / "split", make_model().config, None, {"task": "lm"})
@@ -186,23 +222,37 @@ class BreaksAt:
         return out
 
 
-@pytest.mark.parametrize("nll, message", [
-    (True, r"step 5: the training loss is not a finite number"),
-    (False, r"step 4: a weight \(after the update\) is not a finite number"),
-])
-def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, nll,
-                                                                            message):
+@pytest.mark.parametrize(
+    "nll, message",
+    [
+        (True, r"step 5: the training loss is not a finite number"),
+        (False, r"step 4: a weight \(after the update\) is not a finite number"),
+    ],
+)
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, nll, message):
     # nll=True: the loss of step 5 is NaN (found at step 6, the next log line and save);
     # nll=False: only the gradient of step 4 is NaN, so step 4's weights are, found before
     # step 4's save
-    cfg = TrainConfig(steps=12, batch_size=4, lr=1e-3, schedule="constant", warmup=1,
-                      save_every=2, log_every=3, optimizer="adamw")
+    cfg = TrainConfig(
+        steps=12,
+        batch_size=4,
+        lr=1e-3,
+        schedule="constant",
+        warmup=1,
+        save_every=2,
+        log_every=3,
+        optimizer="adamw",
+    )
     out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
     data = LMBlocks(IDS, seq_len=12, batch_size=4)
-    with pytest.raises(TrainingError, match=message + r"; stopped without saving .*latest stays "
-                                                      r"the last good checkpoint"):
-        train(make_model(), BreaksAt(4 if not nll else 5, nll=nll), data, cfg, dist=CPU,
-              progress=False, out=out)
+    with pytest.raises(
+        TrainingError,
+        match=message + r"; stopped without saving .*latest stays "
+        r"the last good checkpoint",
+    ):
+        train(
+            make_model(), BreaksAt(4 if not nll else 5, nll=nll), data, cfg, dist=CPU, progress=False, out=out
+        )
     good = latest_checkpoint(out.checkpoints)
     assert good.name == ("step-00000004" if nll else "step-00000002")
     assert [p.name for p in step_dirs(out.checkpoints)][-1] == good.name
@@ -218,8 +268,7 @@ def test_the_noam_schedule_takes_the_model_width_from_the_caller():
     from fullrank.errors import ConfigError
     from fullrank.training.schedules import noam
 
-    cfg = TrainConfig(steps=1, batch_size=4, schedule="noam", warmup=4, lr=2.0,
-                      optimizer="adamw")
+    cfg = TrainConfig(steps=1, batch_size=4, schedule="noam", warmup=4, lr=2.0, optimizer="adamw")
     model = make_model()
     before = weights(model)
     with pytest.raises(ConfigError, match="d_model"):

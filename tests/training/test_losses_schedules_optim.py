@@ -23,12 +23,12 @@ def test_label_smoothing_matches_torch_cross_entropy(eps):
     target[1, 4:] = 0  # padding
     target[3, 2:] = 0
     out = label_smoothed_cross_entropy(logits, target, epsilon=eps, ignore_index=0)
-    ref = F.cross_entropy(logits.reshape(-1, 13), target.reshape(-1), ignore_index=0,
-                          label_smoothing=eps, reduction="mean")
+    ref = F.cross_entropy(
+        logits.reshape(-1, 13), target.reshape(-1), ignore_index=0, label_smoothing=eps, reduction="mean"
+    )
     assert int(out.n_tokens) == int((target != 0).sum())
     torch.testing.assert_close(out.loss / out.n_tokens, ref, rtol=1e-12, atol=1e-12)
-    ref_nll = F.cross_entropy(logits.reshape(-1, 13), target.reshape(-1), ignore_index=0,
-                              reduction="sum")
+    ref_nll = F.cross_entropy(logits.reshape(-1, 13), target.reshape(-1), ignore_index=0, reduction="sum")
     torch.testing.assert_close(out.nll, ref_nll, rtol=1e-12, atol=1e-12)
 
 
@@ -41,8 +41,16 @@ def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_row
     b = torch.randn(37, dtype=torch.float64, requires_grad=True) if with_bias else None
     target = torch.randint(0, 37, (3, 11))
     target[1, 5:] = 0
-    fused = linear_cross_entropy(h, w, target, bias=b, epsilon=eps, ignore_index=ignore,
-                                 chunk_bytes=chunk_rows * 37 * 8, min_chunk_rows=1)
+    fused = linear_cross_entropy(
+        h,
+        w,
+        target,
+        bias=b,
+        epsilon=eps,
+        ignore_index=ignore,
+        chunk_bytes=chunk_rows * 37 * 8,
+        min_chunk_rows=1,
+    )
     (0.3 * fused.loss).backward()
     grads = h.grad.clone(), w.grad.clone()
     grad_b = b.grad.clone() if b is not None else None
@@ -63,8 +71,9 @@ def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_row
 
 def test_fused_cross_entropy_of_no_rows_and_a_second_backward():
     w = torch.randn(37, 24, dtype=torch.float64, requires_grad=True)
-    empty = linear_cross_entropy(torch.randn(0, 24, dtype=torch.float64, requires_grad=True), w,
-                                 torch.zeros(0, dtype=torch.long))
+    empty = linear_cross_entropy(
+        torch.randn(0, 24, dtype=torch.float64, requires_grad=True), w, torch.zeros(0, dtype=torch.long)
+    )
     empty.loss.backward()
     assert float(empty.loss.detach()) == 0.0 and torch.equal(w.grad, torch.zeros_like(w))
     h = torch.randn(5, 24, dtype=torch.float64, requires_grad=True)
@@ -78,8 +87,7 @@ def test_fused_path_in_float32_and_without_grad():
     h = torch.randn(64, 32, requires_grad=True)
     w = torch.randn(500, 32, requires_grad=True)
     t = torch.randint(0, 500, (64,))
-    fused = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=10 * 500 * 4,
-                                 min_chunk_rows=1)
+    fused = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=10 * 500 * 4, min_chunk_rows=1)
     plain = label_smoothed_cross_entropy(h @ w.T, t, epsilon=0.1)
     torch.testing.assert_close(fused.loss, plain.loss, rtol=1e-5, atol=1e-4)
     with torch.no_grad():
@@ -120,8 +128,7 @@ def test_make_schedule_dispatches():
 
 
 def test_no_weight_decay_on_biases_and_norms_and_tied_weights_once():
-    model = DecoderLM(DecoderLMConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=24, n_layers=2,
-                                      seq_len=8))
+    model = DecoderLM(DecoderLMConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=24, n_layers=2, seq_len=8))
     decay, no_decay = parameter_groups(model, 0.1)
     names = {id(p): n for n, p in model.named_parameters()}
     assert all(p.ndim == 2 for p in decay["params"])

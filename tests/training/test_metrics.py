@@ -18,9 +18,10 @@ def test_no_events_file_until_something_is_logged(tmp_path):
 
 
 def records():
-    return [{"step": s, "split": "train", "loss": 6.0 - s / 100} for s in (50, 100, 150, 200)] + \
-        [{"step": s, "split": "valid", "loss": 5.9 - s / 200, "ppl": 2.0 ** (5.9 - s / 200),
-          "tokens": 2_048} for s in (100, 200)]
+    return [{"step": s, "split": "train", "loss": 6.0 - s / 100} for s in (50, 100, 150, 200)] + [
+        {"step": s, "split": "valid", "loss": 5.9 - s / 200, "ppl": 2.0 ** (5.9 - s / 200), "tokens": 2_048}
+        for s in (100, 200)
+    ]
 
 
 def labels(fig):
@@ -32,8 +33,10 @@ def test_the_plot_marks_the_exact_final_figure_and_says_which_point_is_which():
     loss, ppl = labels(fig)
     assert "valid loss, periodic, on the first 2,048 validation tokens" in loss
     assert "final, exact: 5.990 over 12,345 tokens" in loss
-    assert ppl == ["periodic, on the first 2,048 validation tokens",
-                   "final, exact: 399.40 over 12,345 tokens"]
+    assert ppl == [
+        "periodic, on the first 2,048 validation tokens",
+        "final, exact: 399.40 over 12,345 tokens",
+    ]
     star = [line for line in fig.axes[0].get_lines() if line.get_marker() == "*"]
     assert [tuple(star[0].get_xydata()[0])] == [(200.0, 5.99)]
 
@@ -46,8 +49,9 @@ def test_periodic_points_over_the_whole_text_say_so():
 def test_the_final_figure_comes_from_results_json(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records()))
     assert read_final(tmp_path) is None
-    (tmp_path / "results.json").write_text(json.dumps(
-        {"steps": 200, "valid": {"loss": 5.99, "ppl": 399.4, "tokens": 12_345}}))
+    (tmp_path / "results.json").write_text(
+        json.dumps({"steps": 200, "valid": {"loss": 5.99, "ppl": 399.4, "tokens": 12_345}})
+    )
     assert read_final(tmp_path) == (200, {"loss": 5.99, "ppl": 399.4, "tokens": 12_345})
     out = plot_run(tmp_path)
     assert out == tmp_path / "curves.png" and out.stat().st_size > 10_000

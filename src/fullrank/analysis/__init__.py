@@ -22,17 +22,33 @@ from fullrank.analysis.head_stats import HeadStats, head_report, head_stats, hea
 from fullrank.analysis.multihead import multihead_experiment
 from fullrank.analysis.rank_fit import RankFitRow, rank_experiment
 from fullrank.analysis.theorem1 import (
-                                        counterexample,
-                                        head_attention,
-                                        low_rank_construction,
-                                        theorem1_construction,
+    counterexample,
+    head_attention,
+    low_rank_construction,
+    theorem1_construction,
 )
 from fullrank.analysis.theorem2 import theorem2_experiment, witness
 from fullrank.analysis.widen import widen
 
 __all__ = [
-    "AttentionRecord", "AttentionRecorder", "Candidate", "HeadStats", "RankFitRow", "advise",
-    "capture_attention", "counterexample", "head_attention", "head_report", "head_stats",
-    "head_table", "low_rank_construction", "multihead_experiment", "parse_count",
-    "rank_experiment", "theorem1_construction", "theorem2_experiment", "widen", "witness",
+    "AttentionRecord",
+    "AttentionRecorder",
+    "Candidate",
+    "HeadStats",
+    "RankFitRow",
+    "advise",
+    "capture_attention",
+    "counterexample",
+    "head_attention",
+    "head_report",
+    "head_stats",
+    "head_table",
+    "low_rank_construction",
+    "multihead_experiment",
+    "parse_count",
+    "rank_experiment",
+    "theorem1_construction",
+    "theorem2_experiment",
+    "widen",
+    "witness",
 ]

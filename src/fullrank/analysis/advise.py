@@ -37,29 +37,30 @@ def parse_count(text: str) -> int:
     :class:`ConfigError` (one line)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMbBgGtT]?)\s*", text)
     if not m:
-        raise ConfigError(f"cannot read {text!r} as a parameter count; write e.g. 110M, 1.2B, "
-                          f"350K or 5000")
+        raise ConfigError(f"cannot read {text!r} as a parameter count; write e.g. 110M, 1.2B, 350K or 5000")
     value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
     if value < 1:
         raise ConfigError(f"parameter count {text!r} must be at least 1")
     return int(round(value))
 
 
-def base_config(family: str, *, d_model: int, seq_len: int, n_layers: int,
-                vocab_size: int | None = None) -> TransformerConfig:
+def base_config(
+    family: str, *, d_model: int, seq_len: int, n_layers: int, vocab_size: int | None = None
+) -> TransformerConfig:
     """The family's config at these sizes (``n_heads=1``, ``d_ff=64``; :func:`advise` varies
     them). Vocabularies default to BERT's 30,522 (encoder), LM1B's 32k (decoder LM) and
     [V17]'s shared 37k (encoder-decoder); ``max_len`` is at least ``seq_len``."""
-    common: dict[str, Any] = dict(d_model=d_model, n_heads=1, d_ff=FF_MULTIPLE,
-                                  n_layers=n_layers, seq_len=seq_len)
+    common: dict[str, Any] = dict(
+        d_model=d_model, n_heads=1, d_ff=FF_MULTIPLE, n_layers=n_layers, seq_len=seq_len
+    )
     if family == "encoder":
-        return EncoderConfig(vocab_size=vocab_size or BERT_VOCAB, max_len=max(512, seq_len),
-                             **common)
+        return EncoderConfig(vocab_size=vocab_size or BERT_VOCAB, max_len=max(512, seq_len), **common)
     if family == "decoder_lm":
         return DecoderLMConfig(vocab_size=vocab_size or LM1B_VOCAB, **common)
     if family == "encoder_decoder":
-        return EncoderDecoderConfig(vocab_size=vocab_size or AIAYN_VOCAB,
-                                    max_len=max(1024, seq_len), **common)
+        return EncoderDecoderConfig(
+            vocab_size=vocab_size or AIAYN_VOCAB, max_len=max(1024, seq_len), **common
+        )
     raise ConfigError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
 
 
@@ -102,17 +103,22 @@ def fill_ffn(config: TransformerConfig, budget: int) -> TransformerConfig | None
     return found.config if found is not None else None
 
 
-def advise(*, d_model: int, seq_len: int, n_layers: int, param_budget: int,
-           family: str = "encoder", vocab_size: int | None = None,
-           heads: Sequence[int] = DEFAULT_HEADS) -> list[Candidate]:
+def advise(
+    *,
+    d_model: int,
+    seq_len: int,
+    n_layers: int,
+    param_budget: int,
+    family: str = "encoder",
+    vocab_size: int | None = None,
+    heads: Sequence[int] = DEFAULT_HEADS,
+) -> list[Candidate]:
     """Candidate settings under ``param_budget``, standard rule first, then fixed heads; each
     group sorted by ``n_heads`` then ``d_head``. Settings that do not fit (``d_ff < 64``) are
     left out."""
-    base = base_config(family, d_model=d_model, seq_len=seq_len, n_layers=n_layers,
-                       vocab_size=vocab_size)
+    base = base_config(family, d_model=d_model, seq_len=seq_len, n_layers=n_layers, vocab_size=vocab_size)
     out: list[Candidate] = []
-    settings: list[tuple[str, int, int | None]] = [
-        ("standard", h, None) for h in heads if d_model % h == 0]
+    settings: list[tuple[str, int, int | None]] = [("standard", h, None) for h in heads if d_model % h == 0]
     settings += [("fixed", h, dh) for h in heads for dh in fixed_head_sizes(seq_len)]
     seen: set[tuple[int, int]] = set()
     for rule, h, dh in settings:
@@ -123,8 +129,16 @@ def advise(*, d_model: int, seq_len: int, n_layers: int, param_budget: int,
         if rule == "fixed" and (h, size) in seen:
             continue  # already listed under the standard rule
         seen.add((h, size))
-        out.append(Candidate(rule=rule, n_heads=h, d_head=size, d_ff=cfg.d_ff,
-                             params=cfg.num_params(),
-                             flops_per_token=cfg.flops_per_token()["forward"], seq_len=seq_len,
-                             config=cfg))
+        out.append(
+            Candidate(
+                rule=rule,
+                n_heads=h,
+                d_head=size,
+                d_ff=cfg.d_ff,
+                params=cfg.num_params(),
+                flops_per_token=cfg.flops_per_token()["forward"],
+                seq_len=seq_len,
+                config=cfg,
+            )
+        )
     return out

@@ -109,8 +109,7 @@ def capture_attention(model: nn.Module, *, to_cpu: bool = True) -> Iterator[Atte
     handles = []
 
     def make_hook(name: str):
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 output: Tensor) -> None:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Tensor) -> None:
             bound = _CORE_SIGNATURE.bind(module, *args, **kwargs)
             bound.apply_defaults()
             a = bound.arguments
@@ -131,13 +130,13 @@ def capture_attention(model: nn.Module, *, to_cpu: bool = True) -> Iterator[Atte
             call = calls.get(name, 0)
             calls[name] = call + 1
             recorder.records.append(AttentionRecord(name, call, *tensors))
+
         return hook
 
     try:
         for name, module in model.named_modules():
             if isinstance(module, ScaledDotProduct):
-                handles.append(module.register_forward_hook(make_hook(_owner_name(name)),
-                                                            with_kwargs=True))
+                handles.append(module.register_forward_hook(make_hook(_owner_name(name)), with_kwargs=True))
         yield recorder
     finally:
         for handle in handles:

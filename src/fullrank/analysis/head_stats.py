@@ -91,8 +91,7 @@ def row_entropy(probs: Tensor) -> Tensor:
     return -(probs * logp).sum(dim=-1)
 
 
-def record_head_stats(rec: AttentionRecord,
-                      query_keep: Tensor | None = None) -> list[dict[str, float]]:
+def record_head_stats(rec: AttentionRecord, query_keep: Tensor | None = None) -> list[dict[str, float]]:
     """Per-head sums over the batch for one record: ``[{"n": B, "keys": Σ S, "rank": Σ rank,
     "rank_max": …, "erank": Σ …, "entropy": Σ …, "max_entropy": Σ log S}, …]`` (one per head).
 
@@ -100,10 +99,13 @@ def record_head_stats(rec: AttentionRecord,
     """
     b, h, t, s = rec.probs.shape
     logits = attention_logits(rec.q.to(torch.float64), rec.k.to(torch.float64))  # (B, H, T, S)
-    allowed = (torch.ones(b, h, t, s, dtype=torch.bool) if rec.mask is None
-               else rec.mask.expand(b, h, t, s).cpu())
-    sums = [dict(n=0.0, keys=0.0, rank=0.0, rank_max=0.0, erank=0.0, entropy=0.0, max_entropy=0.0)
-            for _ in range(h)]
+    allowed = (
+        torch.ones(b, h, t, s, dtype=torch.bool) if rec.mask is None else rec.mask.expand(b, h, t, s).cpu()
+    )
+    sums = [
+        dict(n=0.0, keys=0.0, rank=0.0, rank_max=0.0, erank=0.0, entropy=0.0, max_entropy=0.0)
+        for _ in range(h)
+    ]
     for i in range(b):
         rows = torch.arange(t) if query_keep is None else query_keep[i].nonzero()[:, 0].cpu()
         for j in range(h):
@@ -124,8 +126,9 @@ def record_head_stats(rec: AttentionRecord,
     return sums
 
 
-def head_stats(records: Sequence[AttentionRecord],
-               query_keep: dict[str, Tensor | None] | None = None) -> list[HeadStats]:
+def head_stats(
+    records: Sequence[AttentionRecord], query_keep: dict[str, Tensor | None] | None = None
+) -> list[HeadStats]:
     """Aggregate captured records into one :class:`HeadStats` per (module, head).
 
     ``query_keep`` maps a module name to its ``(B, T)`` real-query mask (missing = all real).
@@ -146,15 +149,30 @@ def head_stats(records: Sequence[AttentionRecord],
     for name, per_head in totals.items():
         for j, acc in enumerate(per_head):
             n = max(acc["n"], 1.0)
-            out.append(HeadStats(name=name, head=j, d_head=d_heads[name], n_keys=acc["keys"] / n,
-                                 logit_rank=acc["rank"] / n, logit_rank_max=int(acc["rank_max"]),
-                                 effective_rank=acc["erank"] / n, entropy=acc["entropy"] / n,
-                                 max_entropy=acc["max_entropy"] / n))
+            out.append(
+                HeadStats(
+                    name=name,
+                    head=j,
+                    d_head=d_heads[name],
+                    n_keys=acc["keys"] / n,
+                    logit_rank=acc["rank"] / n,
+                    logit_rank_max=int(acc["rank_max"]),
+                    effective_rank=acc["erank"] / n,
+                    entropy=acc["entropy"] / n,
+                    max_entropy=acc["max_entropy"] / n,
+                )
+            )
     return out
 
 
-def head_report(model: nn.Module, tokens: Tensor, *, mask: Tensor | None = None,
-                tgt: Tensor | None = None, tgt_mask: Tensor | None = None) -> list[HeadStats]:
+def head_report(
+    model: nn.Module,
+    tokens: Tensor,
+    *,
+    mask: Tensor | None = None,
+    tgt: Tensor | None = None,
+    tgt_mask: Tensor | None = None,
+) -> list[HeadStats]:
     """Run ``model`` once on a token batch under :func:`capture_attention` and measure every head.
 
     Args:
@@ -202,17 +220,34 @@ def mean_keys(stats: Sequence[HeadStats]) -> str:
 
 def head_table(stats: Sequence[HeadStats]) -> Table:
     """A rich table of :func:`head_report`'s rows; ``d_head < n`` rows are flagged."""
-    table = Table(show_header=True, header_style="bold",
-                  caption="max entropy: the uniform-attention entropy, mean over queries of "
-                          "log(keys visible to the query); log n without a causal mask")
-    for col, justify in (("module", "left"), ("head", "right"), ("d_head", "right"),
-                         ("n (keys)", "right"), ("logit rank", "right"),
-                         ("eff. rank P", "right"), ("entropy", "right"), ("max entropy", "right"),
-                         ("d_head < n", "center")):
+    table = Table(
+        show_header=True,
+        header_style="bold",
+        caption="max entropy: the uniform-attention entropy, mean over queries of "
+        "log(keys visible to the query); log n without a causal mask",
+    )
+    for col, justify in (
+        ("module", "left"),
+        ("head", "right"),
+        ("d_head", "right"),
+        ("n (keys)", "right"),
+        ("logit rank", "right"),
+        ("eff. rank P", "right"),
+        ("entropy", "right"),
+        ("max entropy", "right"),
+        ("d_head < n", "center"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]  # left or right
     for st in stats:
-        table.add_row(st.name, str(st.head), str(st.d_head), f"{st.n_keys:.1f}",
-                      f"{st.logit_rank:.1f} (max {st.logit_rank_max})", f"{st.effective_rank:.2f}",
-                      f"{st.entropy:.3f}", f"{st.max_entropy:.3f}",
-                      "[yellow]yes[/yellow]" if st.bottleneck else "no")
+        table.add_row(
+            st.name,
+            str(st.head),
+            str(st.d_head),
+            f"{st.n_keys:.1f}",
+            f"{st.logit_rank:.1f} (max {st.logit_rank_max})",
+            f"{st.effective_rank:.2f}",
+            f"{st.entropy:.3f}",
+            f"{st.max_entropy:.3f}",
+            "[yellow]yes[/yellow]" if st.bottleneck else "no",
+        )
     return table

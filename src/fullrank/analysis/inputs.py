@@ -37,8 +37,9 @@ class DiagnosticBatch:
     tgt_mask: Tensor | None = None
 
 
-def lm_batch(tok: Tokenizer, text: str, *, seq_len: int, n_sequences: int,
-             eos_per_line: bool) -> DiagnosticBatch:
+def lm_batch(
+    tok: Tokenizer, text: str, *, seq_len: int, n_sequences: int, eos_per_line: bool
+) -> DiagnosticBatch:
     """Up to ``n_sequences`` consecutive blocks of ``seq_len`` tokens of ``text`` ``(B, T)``."""
     if eos_per_line:
         ids = [i for line in text.splitlines() for i in tok.encode(line) + [tok.eos_id]]
@@ -47,13 +48,19 @@ def lm_batch(tok: Tokenizer, text: str, *, seq_len: int, n_sequences: int,
     if not ids:
         raise DataError("the text encodes to no tokens; give some text")
     n = max(1, min(n_sequences, len(ids) // seq_len))
-    blocks = [ids[i * seq_len:(i + 1) * seq_len] for i in range(n)]
+    blocks = [ids[i * seq_len : (i + 1) * seq_len] for i in range(n)]
     tokens, mask = pad_sequences(blocks, tok.pad_id)
     return DiagnosticBatch(tokens, mask)
 
 
-def mt_batch(tok: Tokenizer, sources: Sequence[str], targets: Sequence[str], *,
-             max_len: int, target: Tokenizer | None = None) -> DiagnosticBatch:
+def mt_batch(
+    tok: Tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    *,
+    max_len: int,
+    target: Tokenizer | None = None,
+) -> DiagnosticBatch:
     """Sources (tokens + EOS) and teacher-forced targets (BOS + tokens), as in training.
 
     ``target``: the target side's own tokenizer (a parser's tree symbols; default ``tok``).
@@ -71,8 +78,9 @@ def token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
     return [(tok.id_to_token(int(i)) or "?").replace("\n", "\\n") for i in ids]
 
 
-def parse_batch(ckpt: Checkpoint, sentences: Sequence[str], trees: Sequence[Tree] | None, *,
-                where: Sequence[str]) -> tuple[DiagnosticBatch, Tokenizer]:
+def parse_batch(
+    ckpt: Checkpoint, sentences: Sequence[str], trees: Sequence[Tree] | None, *, where: Sequence[str]
+) -> tuple[DiagnosticBatch, Tokenizer]:
     """A parsing checkpoint's batch: tokenized ``sentences`` and their ``trees`` (default: the
     model's own greedy parses), teacher-forced as the parser saw them in training; also the
     tree symbols' tokenizer (the target side). ``where`` names each sentence or tree in an
@@ -92,6 +100,7 @@ def parse_batch(ckpt: Checkpoint, sentences: Sequence[str], trees: Sequence[Tree
         trees = [p.tree for p in parsed if p]
     tell_words(ckpt.model, symbols)
     pairs = teacher_forced(words, sentences, trees, leaves=leaves, order=order, where=where)
-    batch = mt_batch(words, [s for s, _ in pairs], [t for _, t in pairs],
-                     max_len=ckpt.config.max_len, target=symbols)
+    batch = mt_batch(
+        words, [s for s, _ in pairs], [t for _, t in pairs], max_len=ckpt.config.max_len, target=symbols
+    )
     return batch, symbols

@@ -72,27 +72,37 @@ class HeadWeights:
 
     @staticmethod
     def shapes(d: int, n_heads: int, d_head: int, d_value: int) -> list[tuple[int, ...]]:
-        return [(n_heads, d_head, d), (n_heads, d_head, d), (n_heads, d_value, d),
-                (d, n_heads * d_value)]
+        return [(n_heads, d_head, d), (n_heads, d_head, d), (n_heads, d_value, d), (d, n_heads * d_value)]
 
     @classmethod
-    def unflat(cls, theta: Tensor, d: int, n_heads: int, d_head: int,
-               d_value: int) -> HeadWeights:
+    def unflat(cls, theta: Tensor, d: int, n_heads: int, d_head: int, d_value: int) -> HeadWeights:
         shapes = cls.shapes(d, n_heads, d_head, d_value)
         parts = theta.split([math.prod(s) for s in shapes])
         return cls(*(p.reshape(s) for p, s in zip(parts, shapes)))
 
     @classmethod
-    def random(cls, d: int, n_heads: int, d_head: int, d_value: int | None = None, *,
-               generator: torch.Generator | None = None, qk_scale: float = 1.0) -> HeadWeights:
+    def random(
+        cls,
+        d: int,
+        n_heads: int,
+        d_head: int,
+        d_value: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
+        qk_scale: float = 1.0,
+    ) -> HeadWeights:
         """Gaussian weights with variance ``1/fan_in``; ``qk_scale`` sharpens the attention."""
         d_value = d_head if d_value is None else d_value
+
         def normal(*shape: int) -> Tensor:
             return torch.randn(*shape, generator=generator, dtype=torch.float64)
-        return cls(normal(n_heads, d_head, d) * qk_scale / math.sqrt(d),
-                   normal(n_heads, d_head, d) * qk_scale / math.sqrt(d),
-                   normal(n_heads, d_value, d) / math.sqrt(d),
-                   normal(d, n_heads * d_value) / math.sqrt(n_heads * d_value))
+
+        return cls(
+            normal(n_heads, d_head, d) * qk_scale / math.sqrt(d),
+            normal(n_heads, d_head, d) * qk_scale / math.sqrt(d),
+            normal(n_heads, d_value, d) / math.sqrt(d),
+            normal(d, n_heads * d_value) / math.sqrt(n_heads * d_value),
+        )
 
 
 def attention_probs(w: HeadWeights, x: Tensor) -> Tensor:
@@ -118,9 +128,14 @@ def relative_residual(w: HeadWeights, x: Tensor, y: Tensor) -> float:
     return ((layer_output(w, x) - y).norm() / y.norm()).item()
 
 
-def levenberg_marquardt(residual: Callable[[Tensor], Tensor], theta: Tensor, *,
-                        max_iter: int = 100, tol: float = 1e-30,
-                        rel_tol: float = 1e-12) -> Tensor:
+def levenberg_marquardt(
+    residual: Callable[[Tensor], Tensor],
+    theta: Tensor,
+    *,
+    max_iter: int = 100,
+    tol: float = 1e-30,
+    rel_tol: float = 1e-12,
+) -> Tensor:
     """Minimise ``‖residual(θ)‖²`` by Levenberg–Marquardt with a forward-mode Jacobian.
 
     Each step solves ``(JᵀJ + μ·s·I) δ = −Jᵀr`` (``s`` the mean of ``diag JᵀJ``), accepting it
@@ -155,8 +170,14 @@ def levenberg_marquardt(residual: Callable[[Tensor], Tensor], theta: Tensor, *,
     return theta
 
 
-def adam_lbfgs(loss: Callable[[Tensor], Tensor], theta: Tensor, *, adam_steps: int = 300,
-               lbfgs_iter: int = 500, lr: float = 1e-2) -> Tensor:
+def adam_lbfgs(
+    loss: Callable[[Tensor], Tensor],
+    theta: Tensor,
+    *,
+    adam_steps: int = 300,
+    lbfgs_iter: int = 500,
+    lr: float = 1e-2,
+) -> Tensor:
     """Minimise a scalar ``loss(θ)``: Adam to get near a basin, then L-BFGS to converge."""
     theta = theta.clone().requires_grad_(True)
     adam = torch.optim.Adam([theta], lr=lr)
@@ -164,9 +185,15 @@ def adam_lbfgs(loss: Callable[[Tensor], Tensor], theta: Tensor, *, adam_steps: i
         adam.zero_grad()
         loss(theta).backward()
         adam.step()
-    lbfgs = torch.optim.LBFGS([theta], lr=1.0, max_iter=lbfgs_iter, tolerance_grad=1e-14,
-                              tolerance_change=1e-20, history_size=50,
-                              line_search_fn="strong_wolfe")
+    lbfgs = torch.optim.LBFGS(
+        [theta],
+        lr=1.0,
+        max_iter=lbfgs_iter,
+        tolerance_grad=1e-14,
+        tolerance_change=1e-20,
+        history_size=50,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure() -> Tensor:
         lbfgs.zero_grad()
@@ -191,10 +218,20 @@ class LayerFit:
     weights: HeadWeights
 
 
-def fit_layer(x: Tensor, y: Tensor, x_test: Tensor, y_test: Tensor, *, n_heads: int,
-              d_head: int, d_value: int | None = None, restarts: int = 3,
-              method: str = "lm", max_iter: int = 100,
-              generator: torch.Generator | None = None) -> LayerFit:
+def fit_layer(
+    x: Tensor,
+    y: Tensor,
+    x_test: Tensor,
+    y_test: Tensor,
+    *,
+    n_heads: int,
+    d_head: int,
+    d_value: int | None = None,
+    restarts: int = 3,
+    method: str = "lm",
+    max_iter: int = 100,
+    generator: torch.Generator | None = None,
+) -> LayerFit:
     """Fit a layer of ``n_heads`` heads of size ``d_head`` to ``y ≈ f(x)`` (paper's columns).
 
     Args:
@@ -228,9 +265,15 @@ def fit_layer(x: Tensor, y: Tensor, x_test: Tensor, y_test: Tensor, *, n_heads: 
         else:
             theta = adam_lbfgs(loss, theta0, lbfgs_iter=max_iter)
         w = HeadWeights.unflat(theta, *dims)
-        fit = LayerFit(n_heads=n_heads, d_head=d_head, d_value=d_value, n_params=theta.numel(),
-                       train_residual=relative_residual(w, x, y),
-                       test_residual=relative_residual(w, x_test, y_test), weights=w)
+        fit = LayerFit(
+            n_heads=n_heads,
+            d_head=d_head,
+            d_value=d_value,
+            n_params=theta.numel(),
+            train_residual=relative_residual(w, x, y),
+            test_residual=relative_residual(w, x_test, y_test),
+            weights=w,
+        )
         if best is None or fit.train_residual < best.train_residual:
             best = fit
     assert best is not None
@@ -269,10 +312,18 @@ class MultiHeadRow:
         return self.fixed.train_residual <= FIT_TOL
 
 
-def multihead_experiment(*, d_model: int = 16, n: int = 4, heads: tuple[int, ...] = (1, 2, 4, 8, 16),
-                         samples_per_param: float = 6.0, n_test: int = 64, restarts: int = 3,
-                         max_iter: int = 1000, qk_scale: float = 2.0,
-                         seed: int = 0) -> list[MultiHeadRow]:
+def multihead_experiment(
+    *,
+    d_model: int = 16,
+    n: int = 4,
+    heads: tuple[int, ...] = (1, 2, 4, 8, 16),
+    samples_per_param: float = 6.0,
+    n_test: int = 64,
+    restarts: int = 3,
+    max_iter: int = 1000,
+    qk_scale: float = 2.0,
+    seed: int = 0,
+) -> list[MultiHeadRow]:
     """Standard-rule heads against fixed-size heads as ``h`` grows, at fixed ``d_model``.
 
     For each ``h``: a target layer of ``h`` random heads of size ``n`` (attention sharpened by
@@ -285,15 +336,34 @@ def multihead_experiment(*, d_model: int = 16, n: int = 4, heads: tuple[int, ...
     rows = []
     with single_thread():
         for h in heads:
-            rows.append(_multihead_row(h, d_model=d_model, n=n, samples_per_param=samples_per_param,
-                                       n_test=n_test, restarts=restarts, max_iter=max_iter,
-                                       qk_scale=qk_scale, gen=gen))
+            rows.append(
+                _multihead_row(
+                    h,
+                    d_model=d_model,
+                    n=n,
+                    samples_per_param=samples_per_param,
+                    n_test=n_test,
+                    restarts=restarts,
+                    max_iter=max_iter,
+                    qk_scale=qk_scale,
+                    gen=gen,
+                )
+            )
     return rows
 
 
-def _multihead_row(h: int, *, d_model: int, n: int, samples_per_param: float, n_test: int,
-                   restarts: int, max_iter: int, qk_scale: float,
-                   gen: torch.Generator) -> MultiHeadRow:
+def _multihead_row(
+    h: int,
+    *,
+    d_model: int,
+    n: int,
+    samples_per_param: float,
+    n_test: int,
+    restarts: int,
+    max_iter: int,
+    qk_scale: float,
+    gen: torch.Generator,
+) -> MultiHeadRow:
     """One ``h`` of :func:`multihead_experiment`."""
     target = HeadWeights.random(d_model, h, n, generator=gen, qk_scale=qk_scale)
     n_params = 4 * d_model * h * max(n, d_model // h)
@@ -301,11 +371,9 @@ def _multihead_row(h: int, *, d_model: int, n: int, samples_per_param: float, n_
     x = torch.randn(n_train, d_model, n, generator=gen, dtype=torch.float64)
     x_test = torch.randn(n_test, d_model, n, generator=gen, dtype=torch.float64)
     y, y_test = layer_output(target, x), layer_output(target, x_test)
-    common: dict[str, Any] = dict(restarts=restarts, method="adam_lbfgs", max_iter=max_iter,
-                                  generator=gen)
+    common: dict[str, Any] = dict(restarts=restarts, method="adam_lbfgs", max_iter=max_iter, generator=gen)
     standard = None
     if d_model % h == 0:
         standard = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=d_model // h, **common)
     fixed = fit_layer(x, y, x_test, y_test, n_heads=h, d_head=n, **common)
-    return MultiHeadRow(n_heads=h, d_model=d_model, n=n, n_train=n_train, standard=standard,
-                        fixed=fixed)
+    return MultiHeadRow(n_heads=h, d_model=d_model, n=n, n_train=n_train, standard=standard, fixed=fixed)

@@ -51,18 +51,49 @@ def plot_rank_experiment(rows: Sequence[RankFitRow], path: str | Path | None = N
     d_heads = sorted({r.d_head for r in rows})
     seeds = sorted({r.seed for r in rows})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, metric, label in ((axes[0], "max_abs", "max |P̂ − P|"),
-                              (axes[1], "kl", "mean column KL(P ‖ P̂)")):
-        grid = np.array([[max(getattr(r, f"best_{metric}"), FLOOR) for dh in d_heads
-                          for r in rows if r.seed == s and r.d_head == dh] for s in seeds])
-        opt = np.array([[max(getattr(r, f"opt_{metric}"), FLOOR) for dh in d_heads
-                         for r in rows if r.seed == s and r.d_head == dh] for s in seeds])
+    for ax, metric, label in ((axes[0], "max_abs", "max |P̂ − P|"), (axes[1], "kl", "mean column KL(P ‖ P̂)")):
+        grid = np.array(
+            [
+                [
+                    max(getattr(r, f"best_{metric}"), FLOOR)
+                    for dh in d_heads
+                    for r in rows
+                    if r.seed == s and r.d_head == dh
+                ]
+                for s in seeds
+            ]
+        )
+        opt = np.array(
+            [
+                [
+                    max(getattr(r, f"opt_{metric}"), FLOOR)
+                    for dh in d_heads
+                    for r in rows
+                    if r.seed == s and r.d_head == dh
+                ]
+                for s in seeds
+            ]
+        )
         for line in grid:
             ax.plot(d_heads, line, color="tab:blue", alpha=0.25, lw=1)
-        ax.plot(d_heads, grid.mean(axis=0), color="tab:blue", lw=2.2, marker="o",
-                label="best reachable (mean over seeds)")
-        ax.plot(d_heads, opt.mean(axis=0), ls="none", marker="o", mfc="none", mec="tab:orange",
-                ms=8, label="optimiser: SVD start + restarts (mean)")
+        ax.plot(
+            d_heads,
+            grid.mean(axis=0),
+            color="tab:blue",
+            lw=2.2,
+            marker="o",
+            label="best reachable (mean over seeds)",
+        )
+        ax.plot(
+            d_heads,
+            opt.mean(axis=0),
+            ls="none",
+            marker="o",
+            mfc="none",
+            mec="tab:orange",
+            ms=8,
+            label="optimiser: SVD start + restarts (mean)",
+        )
         ax.axvline(n, color="tab:red", lw=1.5, label=f"d_head = n = {n}")
         ax.axvline(n - 1, color="tab:red", lw=1, ls=":", label=f"d_head = n − 1 = {n - 1}")
         ax.set_yscale("log")
@@ -74,9 +105,12 @@ def plot_rank_experiment(rows: Sequence[RankFitRow], path: str | Path | None = N
     handles, labels = axes[0].get_legend_handles_labels()
     handles.insert(1, plt.Line2D([], [], color="tab:blue", alpha=0.25, lw=1))
     labels.insert(1, "one seed")
-    fig.suptitle(f"How well a head of size d_head reaches a random attention matrix "
-                 f"(n = {n}, d_model = {rows[0].d_model}, {len(seeds)} seeds; zeros drawn at "
-                 f"{FLOOR:g})", fontsize=10)
+    fig.suptitle(
+        f"How well a head of size d_head reaches a random attention matrix "
+        f"(n = {n}, d_model = {rows[0].d_model}, {len(seeds)} seeds; zeros drawn at "
+        f"{FLOOR:g})",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     return _save(fig, path)
@@ -92,18 +126,31 @@ def plot_multihead(rows: Sequence[MultiHeadRow], path: str | Path | None = None)
     d_model, n = rows[0].d_model, rows[0].n
     fig, ax = plt.subplots(figsize=(8, 4.6))
     heads = [r.n_heads for r in rows]
-    for name, colour, pick in (("standard, d_head = d_model/h", "tab:blue", lambda r: r.standard),
-                               (f"fixed, d_head = n = {n}", "tab:orange", lambda r: r.fixed)):
+    for name, colour, pick in (
+        ("standard, d_head = d_model/h", "tab:blue", lambda r: r.standard),
+        (f"fixed, d_head = n = {n}", "tab:orange", lambda r: r.fixed),
+    ):
         fits = [(r.n_heads, pick(r)) for r in rows if pick(r) is not None]
         xs = [h for h, _ in fits]
-        ax.plot(xs, [max(f.train_residual, FLOOR) for _, f in fits], "o-", color=colour, lw=2,
-                label=f"{name}: training inputs")
-        ax.plot(xs, [max(f.test_residual, FLOOR) for _, f in fits], "o--", color=colour,
-                mfc="none", label=f"{name}: held-out inputs")
+        ax.plot(
+            xs,
+            [max(f.train_residual, FLOOR) for _, f in fits],
+            "o-",
+            color=colour,
+            lw=2,
+            label=f"{name}: training inputs",
+        )
+        ax.plot(
+            xs,
+            [max(f.test_residual, FLOOR) for _, f in fits],
+            "o--",
+            color=colour,
+            mfc="none",
+            label=f"{name}: held-out inputs",
+        )
     limit = d_model // n  # the most heads for which the standard rule keeps d_head ≥ n
     if limit >= 1:
-        ax.axvline(limit, color="tab:red", lw=1.5,
-                   label=f"h = d_model/n = {limit}: beyond it d_model/h < n")
+        ax.axvline(limit, color="tab:red", lw=1.5, label=f"h = d_model/n = {limit}: beyond it d_model/h < n")
     ax.axhline(FIT_TOL, color="grey", lw=1, ls=":", label=f"fits: residual ≤ {FIT_TOL:g}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(heads)
@@ -112,29 +159,40 @@ def plot_multihead(rows: Sequence[MultiHeadRow], path: str | Path | None = None)
     ax.set_yscale("log")
     ax.set_ylabel("relative residual ‖f(X) − Y‖ / ‖Y‖")
     ax.grid(True, which="major", alpha=0.3)
-    ax.set_title(f"Fitting h random heads of size n = {n} at d_model = {d_model}: standard rule "
-                 f"against fixed heads", fontsize=10)
+    ax.set_title(
+        f"Fitting h random heads of size n = {n} at d_model = {d_model}: standard rule against fixed heads",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0.16, 1, 1))
-    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8,
-               frameon=False)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
     return _save(fig, path)
 
 
 # ------------------------------------------------------------------------------ head statistics
-HEAD_METRICS = {"logit_rank": "logit rank (≤ d_head)", "effective_rank": "effective rank of P",
-                "entropy": "entropy (nats)"}
+HEAD_METRICS = {
+    "logit_rank": "logit rank (≤ d_head)",
+    "effective_rank": "effective rank of P",
+    "entropy": "entropy (nats)",
+}
 
 
-def plot_head_heatmap(stats: Sequence[HeadStats], path: str | Path | None = None, *,
-                      metrics: Sequence[str] = tuple(HEAD_METRICS)) -> Figure:
+def plot_head_heatmap(
+    stats: Sequence[HeadStats],
+    path: str | Path | None = None,
+    *,
+    metrics: Sequence[str] = tuple(HEAD_METRICS),
+) -> Figure:
     """One heatmap per metric: rows are attention modules, columns heads, each cell annotated."""
     names = list(dict.fromkeys(st.name for st in stats))
     n_heads = max(st.head for st in stats) + 1
     cells = max(len(names), 1) * n_heads
     annotate = cells <= 400
-    fig, axes = plt.subplots(1, len(metrics), squeeze=False,
-                             figsize=(max(4.0, 0.55 * n_heads + 2.5) * len(metrics),
-                                      max(2.5, 0.38 * len(names) + 1.5)))
+    fig, axes = plt.subplots(
+        1,
+        len(metrics),
+        squeeze=False,
+        figsize=(max(4.0, 0.55 * n_heads + 2.5) * len(metrics), max(2.5, 0.38 * len(names) + 1.5)),
+    )
     for ax, metric in zip(axes[0], metrics):
         grid = np.full((len(names), n_heads), np.nan)
         for st in stats:
@@ -151,12 +209,19 @@ def plot_head_heatmap(stats: Sequence[HeadStats], path: str | Path | None = None
             for (i, j), v in np.ndenumerate(grid):
                 if not math.isnan(v):
                     dark = hi > lo and (v - lo) / (hi - lo) > 0.6
-                    ax.text(j, i, f"{v:.1f}" if metric != "entropy" else f"{v:.2f}",
-                            ha="center", va="center", fontsize=6,
-                            color="black" if dark else "white")
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.1f}" if metric != "entropy" else f"{v:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="black" if dark else "white",
+                    )
     d_heads = sorted({st.d_head for st in stats})
-    fig.suptitle(f"per-head statistics — d_head {', '.join(map(str, d_heads))}; "
-                 f"{mean_keys(stats)}", fontsize=10)
+    fig.suptitle(
+        f"per-head statistics — d_head {', '.join(map(str, d_heads))}; {mean_keys(stats)}", fontsize=10
+    )
     fig.tight_layout()
     return _save(fig, path)
 
@@ -167,8 +232,9 @@ def _check_maps(probs: Tensor, query_tokens: Sequence[str], key_tokens: Sequence
         raise ValueError(f"probs must be (H, T, S) for one example, got {tuple(probs.shape)}")
     _, t, s = probs.shape
     if len(query_tokens) != t or len(key_tokens) != s:
-        raise ValueError(f"probs are (H, {t}, {s}) but got {len(query_tokens)} query and "
-                         f"{len(key_tokens)} key tokens")
+        raise ValueError(
+            f"probs are (H, {t}, {s}) but got {len(query_tokens)} query and {len(key_tokens)} key tokens"
+        )
     return probs.detach().float().cpu().numpy()
 
 
@@ -185,8 +251,9 @@ SCREEN_INCHES = (13.0, 9.0)
 MAX_TOKENS = 40  # tokens per axis drawn by default (``fullrank attention --max-tokens``)
 
 
-def token_window(probs: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str],
-                 max_tokens: int | None) -> tuple[np.ndarray, list[str], list[str], str]:
+def token_window(
+    probs: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], max_tokens: int | None
+) -> tuple[np.ndarray, list[str], list[str], str]:
     """The first ``max_tokens`` queries and keys of ``(H, T, S)`` ``probs`` (``None``: all), and
     a note for the title saying what was left out (``""`` when nothing was)."""
     t, s = len(query_tokens), len(key_tokens)
@@ -195,14 +262,20 @@ def token_window(probs: np.ndarray, query_tokens: Sequence[str], key_tokens: Seq
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     tt, ss = min(t, max_tokens), min(s, max_tokens)
-    shown = f"the first {tt} of {t} tokens" if t == s else \
-        f"the first {tt} of {t} queries, {ss} of {s} keys"
+    shown = f"the first {tt} of {t} tokens" if t == s else f"the first {tt} of {t} queries, {ss} of {s} keys"
     return probs[:, :tt, :ss], list(query_tokens[:tt]), list(key_tokens[:ss]), shown
 
 
-def plot_attention_maps(probs: Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str],
-                        path: str | Path | None = None, *, heads: Sequence[int] | None = None,
-                        title: str = "", max_tokens: int | None = MAX_TOKENS) -> Figure:
+def plot_attention_maps(
+    probs: Tensor,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    path: str | Path | None = None,
+    *,
+    heads: Sequence[int] | None = None,
+    title: str = "",
+    max_tokens: int | None = MAX_TOKENS,
+) -> Figure:
     """Per-head attention matrices in a grid that fits a screen, with one colour bar.
 
     Args:
@@ -221,11 +294,13 @@ def plot_attention_maps(probs: Tensor, query_tokens: Sequence[str], key_tokens: 
     cols = min(len(chosen), 4 if len(chosen) <= 8 else 6)
     rows = math.ceil(len(chosen) / cols)
     # a panel as large as its labels need, but the grid (and a colour bar) within a screen
-    panel = min(max(2.4, 0.16 * max(t, s) + 1.2), (SCREEN_INCHES[0] - 1.0) / cols,
-                (SCREEN_INCHES[1] - 0.8) / rows)
+    panel = min(
+        max(2.4, 0.16 * max(t, s) + 1.2), (SCREEN_INCHES[0] - 1.0) / cols, (SCREEN_INCHES[1] - 0.8) / rows
+    )
     font = max(4.0, min(8.0, 0.75 * 72 * (panel - 1.0) / max(t, s)))
-    fig, axes = plt.subplots(rows, cols, squeeze=False, layout="constrained",
-                             figsize=(panel * cols + 1.0, panel * rows + 0.8))
+    fig, axes = plt.subplots(
+        rows, cols, squeeze=False, layout="constrained", figsize=(panel * cols + 1.0, panel * rows + 0.8)
+    )
     for ax in axes.flat:
         ax.axis("off")
     image = None
@@ -238,18 +313,31 @@ def plot_attention_maps(probs: Tensor, query_tokens: Sequence[str], key_tokens: 
         ax.set_yticks(range(t))
         ax.set_yticklabels(query_tokens, fontsize=font)
     assert image is not None  # at least one head is drawn
-    fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / (panel * rows)), aspect=30,
-                 label="attention weight (each row sums to 1)")
+    fig.colorbar(
+        image,
+        ax=axes,
+        shrink=min(1.0, 4.0 / (panel * rows)),
+        aspect=30,
+        label="attention weight (each row sums to 1)",
+    )
     heading = "; ".join(x for x in (title, shown) if x)
     if heading:
         fig.suptitle(heading, fontsize=10)
     return _save(fig, path)
 
 
-def plot_attention_lines(probs: Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str],
-                         path: str | Path | None = None, *, query: int | None = None,
-                         heads: Sequence[int] | None = None, title: str = "",
-                         min_weight: float = 0.02, max_tokens: int | None = MAX_TOKENS) -> Figure:
+def plot_attention_lines(
+    probs: Tensor,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    path: str | Path | None = None,
+    *,
+    query: int | None = None,
+    heads: Sequence[int] | None = None,
+    title: str = "",
+    min_weight: float = 0.02,
+    max_tokens: int | None = MAX_TOKENS,
+) -> Figure:
     """[V17] Figures 3–5: queries in a top row, keys in a bottom row, a line per (query, key,
     head) with opacity equal to the attention weight, one colour per head, heads overlaid.
 
@@ -281,12 +369,10 @@ def plot_attention_lines(probs: Tensor, query_tokens: Sequence[str], key_tokens:
             for j in range(s):
                 w = float(p[h, i, j])
                 if w >= min_weight:
-                    ax.plot([xq[i] + dx, xk[j] + dx], [1, 0], color=colours[h], alpha=min(1.0, w),
-                            lw=2.0)
+                    ax.plot([xq[i] + dx, xk[j] + dx], [1, 0], color=colours[h], alpha=min(1.0, w), lw=2.0)
     for i, tok in enumerate(query_tokens):
         weight = "bold" if query == i else "normal"
-        ax.text(xq[i], 1.04, tok, rotation=90, ha="center", va="bottom", fontsize=font,
-                fontweight=weight)
+        ax.text(xq[i], 1.04, tok, rotation=90, ha="center", va="bottom", fontsize=font, fontweight=weight)
     for j, tok in enumerate(key_tokens):
         ax.text(xk[j], -0.04, tok, rotation=90, ha="center", va="top", fontsize=font)
     handles = [plt.Line2D([], [], color=colours[h], lw=3, label=f"head {h}") for h in chosen]
@@ -296,7 +382,6 @@ def plot_attention_lines(probs: Tensor, query_tokens: Sequence[str], key_tokens:
     ax.axis("off")
     heading = "; ".join(x for x in (title, shown) if x)
     if heading:
-        ax.set_title(heading, fontsize=10,
-                     pad=8 + 0.7 * font * max(len(tok) for tok in query_tokens))
+        ax.set_title(heading, fontsize=10, pad=8 + 0.7 * font * max(len(tok) for tok in query_tokens))
     fig.tight_layout()
     return _save(fig, path)

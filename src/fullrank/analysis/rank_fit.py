@@ -71,8 +71,9 @@ class RankFitRow:
         return self.best_max_abs <= ZERO_TOL
 
 
-def random_instance(n: int, d_model: int, generator: torch.Generator, *,
-                    logit_std: float = 1.0) -> tuple[Tensor, Tensor]:
+def random_instance(
+    n: int, d_model: int, generator: torch.Generator, *, logit_std: float = 1.0
+) -> tuple[Tensor, Tensor]:
     """A random ``X (d_model, n)`` (tokens in columns) and a positive column-stochastic
     ``P (n, n) = softmax(logit_std · G, dim=0)``, in float64."""
     x = torch.randn(d_model, n, generator=generator, dtype=torch.float64)
@@ -94,8 +95,15 @@ def _column_kl(p: Tensor, logits: Tensor) -> Tensor:
     return (p * (torch.log(p) - log_q)).sum(dim=-2).mean(dim=-1)
 
 
-def fit_heads(xs: Tensor, ps: Tensor, d_head: int, *, restarts: int = 3, max_iter: int = 400,
-              generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def fit_heads(
+    xs: Tensor,
+    ps: Tensor,
+    d_head: int,
+    *,
+    restarts: int = 3,
+    max_iter: int = 400,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
     """Fit ``W_q, W_k`` of size ``d_head`` to each of ``S`` targets; the best of the restarts.
 
     Args:
@@ -127,8 +135,15 @@ def fit_heads(xs: Tensor, ps: Tensor, d_head: int, *, restarts: int = 3, max_ite
     start_a, start_b = a.clone(), b.clone()
     a.requires_grad_(True)
     b.requires_grad_(True)
-    opt = torch.optim.LBFGS([a, b], lr=1.0, max_iter=max_iter, tolerance_grad=1e-12,
-                            tolerance_change=1e-16, history_size=30, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        [a, b],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=1e-12,
+        tolerance_change=1e-16,
+        history_size=30,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure() -> Tensor:
         opt.zero_grad()
@@ -150,15 +165,23 @@ def fit_heads(xs: Tensor, ps: Tensor, d_head: int, *, restarts: int = 3, max_ite
         return b_best @ x_plus, a_best @ x_plus
 
 
-def rank_experiment(*, n: int = 32, d_model: int = 64, seeds: int = 5,
-                    d_heads: Sequence[int] = (1, 2, 4, 8, 16, 24, 28, 31, 32, 40, 48, 64),
-                    restarts: int = 3, max_iter: int = 400, logit_std: float = 1.0,
-                    seed: int = 0) -> list[RankFitRow]:
+def rank_experiment(
+    *,
+    n: int = 32,
+    d_model: int = 64,
+    seeds: int = 5,
+    d_heads: Sequence[int] = (1, 2, 4, 8, 16, 24, 28, 31, 32, 40, 48, 64),
+    restarts: int = 3,
+    max_iter: int = 400,
+    logit_std: float = 1.0,
+    seed: int = 0,
+) -> list[RankFitRow]:
     """Best reachable error against ``d_head`` for random ``X (d_model, n)`` and ``P`` (paper's
     columns). One row per (seed, ``d_head``); see the module docstring for the method."""
     if d_model < n:
-        raise ConfigError(f"d_model={d_model} < n={n}: the rank experiment needs X of full column "
-                          f"rank, so d_model >= n")
+        raise ConfigError(
+            f"d_model={d_model} < n={n}: the rank experiment needs X of full column rank, so d_model >= n"
+        )
     gen = torch.Generator().manual_seed(seed)
     instances = [random_instance(n, d_model, gen, logit_std=logit_std) for _ in range(seeds)]
     xs = torch.stack([x for x, _ in instances])
@@ -166,8 +189,7 @@ def rank_experiment(*, n: int = 32, d_model: int = 64, seeds: int = 5,
     rows: list[RankFitRow] = []
     for d_head in d_heads:
         with single_thread():
-            w_q, w_k = fit_heads(xs, ps, d_head, restarts=restarts, max_iter=max_iter,
-                                 generator=gen)
+            w_q, w_k = fit_heads(xs, ps, d_head, restarts=restarts, max_iter=max_iter, generator=gen)
         opt_abs, opt_kl = attention_errors(head_attention(xs, w_q, w_k), ps)
         for i, (x, p) in enumerate(instances):
             c_abs = c_kl = math.nan
@@ -177,10 +199,20 @@ def rank_experiment(*, n: int = 32, d_model: int = 64, seeds: int = 5,
                 c_abs, c_kl = ca.item(), ckl.item()
             o_abs, o_kl = opt_abs[i].item(), opt_kl[i].item()
             use_c = not math.isnan(c_abs) and c_abs < o_abs
-            rows.append(RankFitRow(
-                seed=seed + i, n=n, d_model=d_model, d_head=d_head, opt_max_abs=o_abs,
-                opt_kl=o_kl, construction_max_abs=c_abs, construction_kl=c_kl,
-                best_max_abs=c_abs if use_c else o_abs, best_kl=c_kl if use_c else o_kl))
+            rows.append(
+                RankFitRow(
+                    seed=seed + i,
+                    n=n,
+                    d_model=d_model,
+                    d_head=d_head,
+                    opt_max_abs=o_abs,
+                    opt_kl=o_kl,
+                    construction_max_abs=c_abs,
+                    construction_kl=c_kl,
+                    best_max_abs=c_abs if use_c else o_abs,
+                    best_kl=c_kl if use_c else o_kl,
+                )
+            )
     return rows
 
 
@@ -207,14 +239,19 @@ def summarise(rows: Sequence[RankFitRow]) -> list[RankSummary]:
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
 
-    return [RankSummary(
-        d_head=dh, n=g[0].n,
-        best_max_abs_mean=mean([r.best_max_abs for r in g]),
-        best_max_abs_worst=max(r.best_max_abs for r in g),
-        best_kl_mean=mean([r.best_kl for r in g]),
-        opt_max_abs_mean=mean([r.opt_max_abs for r in g]),
-        construction_max_abs_mean=mean([r.construction_max_abs for r in g]),
-        reaches_zero=all(r.reaches_zero for r in g)) for dh, g in groups.items()]
+    return [
+        RankSummary(
+            d_head=dh,
+            n=g[0].n,
+            best_max_abs_mean=mean([r.best_max_abs for r in g]),
+            best_max_abs_worst=max(r.best_max_abs for r in g),
+            best_kl_mean=mean([r.best_kl for r in g]),
+            opt_max_abs_mean=mean([r.opt_max_abs for r in g]),
+            construction_max_abs_mean=mean([r.construction_max_abs for r in g]),
+            reaches_zero=all(r.reaches_zero for r in g),
+        )
+        for dh, g in groups.items()
+    ]
 
 
 def write_csv(rows: Sequence[RankFitRow], path: str | Path) -> Path:
@@ -225,6 +262,5 @@ def write_csv(rows: Sequence[RankFitRow], path: str | Path) -> Path:
         writer = csv.DictWriter(f, fieldnames=names)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: (repr(v) if isinstance(v, float) else v)
-                             for k, v in asdict(row).items()})
+            writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in asdict(row).items()})
     return path

@@ -55,18 +55,23 @@ def _check_inputs(x: Tensor, p: Tensor) -> tuple[Tensor, Tensor]:
         raise ConfigError(f"P must be n×n = {n}×{n} to match X's {n} columns, got {tuple(p.shape)}")
     x, p = x.to(torch.float64), p.to(torch.float64)
     if d < n:
-        raise ConfigError(f"d={d} < n={n}: Theorem 1 needs d >= n (with d < n some P are "
-                          f"unreachable; see fullrank.analysis.theorem1.counterexample)")
+        raise ConfigError(
+            f"d={d} < n={n}: Theorem 1 needs d >= n (with d < n some P are "
+            f"unreachable; see fullrank.analysis.theorem1.counterexample)"
+        )
     rank = int(torch.linalg.matrix_rank(x))
     if rank < n:
         raise ConfigError(f"X ({d}×{n}) has rank {rank} < n={n}: Theorem 1 needs full column rank")
     if not torch.isfinite(p).all() or not (p > 0).all():
-        raise ConfigError("P must be strictly positive (log P is taken); got a zero, negative or "
-                          "non-finite entry")
+        raise ConfigError(
+            "P must be strictly positive (log P is taken); got a zero, negative or non-finite entry"
+        )
     worst = (p.sum(dim=0) - 1).abs().max().item()
     if worst > STOCHASTIC_TOL:
-        raise ConfigError(f"P must be column-stochastic (paper's convention: each column sums to "
-                          f"1); a column sum is off by {worst:.2e} — transpose a row-stochastic P")
+        raise ConfigError(
+            f"P must be column-stochastic (paper's convention: each column sums to "
+            f"1); a column sum is off by {worst:.2e} — transpose a row-stochastic P"
+        )
     return x, p
 
 
@@ -79,8 +84,7 @@ def left_inverse(x: Tensor) -> Tensor:
     return torch.linalg.pinv(x)
 
 
-def theorem1_construction(x: Tensor, p: Tensor, *,
-                          d0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def theorem1_construction(x: Tensor, p: Tensor, *, d0: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``W_q, W_k`` (``d×d``) with ``softmax((W_k X)ᵀ(W_q X)/√d) = P`` — the proof of Theorem 1.
 
     Paper's columns: ``X`` is ``(d, n)`` with tokens in columns and full column rank, ``d ≥ n``;
@@ -132,8 +136,7 @@ def factor_logits(c: Tensor, d_head: int) -> tuple[Tensor, Tensor]:
     return a, b
 
 
-def low_rank_construction(x: Tensor, p: Tensor, d_head: int, *,
-                          exact: bool = True) -> tuple[Tensor, Tensor]:
+def low_rank_construction(x: Tensor, p: Tensor, d_head: int, *, exact: bool = True) -> tuple[Tensor, Tensor]:
     """``W_q, W_k`` of head size ``d_head`` (``(d_head, d)``) reaching ``P`` when ``d_head ≥ n−1``.
 
     Paper's columns (``X (d, n)``, ``P`` column-stochastic), ``d ≥ n``, ``X`` of full column rank.
@@ -146,9 +149,11 @@ def low_rank_construction(x: Tensor, p: Tensor, d_head: int, *,
     c = centred_log(p)
     rank = int(torch.linalg.matrix_rank(c))
     if exact and d_head < rank:
-        raise ConfigError(f"d_head={d_head} is below rank {rank} of the centred logits log(P D_0): "
-                          f"no exact construction (pass exact=False for the best rank-{d_head} "
-                          f"approximation)")
+        raise ConfigError(
+            f"d_head={d_head} is below rank {rank} of the centred logits log(P D_0): "
+            f"no exact construction (pass exact=False for the best rank-{d_head} "
+            f"approximation)"
+        )
     a, b = factor_logits(c, d_head)  # logits Xᵀ W_kᵀ W_q X / √d_head = AᵀB / √d_head
     x_plus = left_inverse(x)
     return b @ x_plus, a @ x_plus
@@ -183,8 +188,12 @@ def counterexample(ws: Tensor | None = None) -> Counterexample:
     x = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
     target = torch.tensor([[0.5, 0.75], [0.5, 0.25]], dtype=torch.float64)
     if ws is None:
-        ws = torch.cat([torch.linspace(-60, 60, 12001, dtype=torch.float64),
-                        torch.tensor([-1e6, 1e6], dtype=torch.float64)])
+        ws = torch.cat(
+            [
+                torch.linspace(-60, 60, 12001, dtype=torch.float64),
+                torch.tensor([-1e6, 1e6], dtype=torch.float64),
+            ]
+        )
     ws = ws.to(torch.float64)
     # W_k = w, W_q = 1 (any factorisation of w gives the same logits): batch of (1, 1) weights.
     w_q = torch.ones(len(ws), 1, 1, dtype=torch.float64)
@@ -192,5 +201,4 @@ def counterexample(ws: Tensor | None = None) -> Counterexample:
     probs = head_attention(x, w_q, w_k)  # (W, 2, 2)
     deviation = (probs[:, :, 1] - 0.5).abs().max().item()
     error = (probs - target).abs().amax(dim=(-2, -1)).min().item()
-    return Counterexample(target=target, second_column_deviation=deviation, min_error=error,
-                          n_tried=len(ws))
+    return Counterexample(target=target, second_column_deviation=deviation, min_error=error, n_tried=len(ws))

@@ -38,8 +38,9 @@ class Witness:
     rank_v_o: int  # rank of V_o = [V_v^1; …; V_v^h]ᵀ; must equal d (full rank)
 
 
-def witness(d: int, d_p: int, n_heads: int, *, generator: torch.Generator | None = None,
-            qk_scale: float = 1.5) -> Witness:
+def witness(
+    d: int, d_p: int, n_heads: int, *, generator: torch.Generator | None = None, qk_scale: float = 1.5
+) -> Witness:
     """Build ``g_V`` of Theorem 2: ``h = n_heads`` heads of size ``d_p`` in width ``d``.
 
     Raises:
@@ -52,17 +53,23 @@ def witness(d: int, d_p: int, n_heads: int, *, generator: torch.Generator | None
         raise ConfigError(f"Theorem 2 needs h > d/d_p, got h={n_heads}, d/d_p={d / d_p:g}")
     if d % n_heads:
         raise ConfigError(f"the standard layer needs h | d, got h={n_heads}, d={d}")
+
     def normal(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
     v_q = normal(d_p, d) * qk_scale / d**0.5
     v_k = normal(d_p, d) * qk_scale / d**0.5
     v_v = normal(n_heads, d_p, d) / d**0.5
     v_o = v_v.reshape(n_heads * d_p, d).T.contiguous()  # [V_v^1; …; V_v^h]ᵀ, (d, h·d_p)
-    weights = HeadWeights(v_q.expand(n_heads, d_p, d).clone(), v_k.expand(n_heads, d_p, d).clone(),
-                          v_v, v_o)
-    return Witness(weights=weights, d=d, d_p=d_p, n_heads=n_heads,
-                   rank_u=int(torch.linalg.matrix_rank(v_k.T @ v_q)),
-                   rank_v_o=int(torch.linalg.matrix_rank(v_o)))
+    weights = HeadWeights(v_q.expand(n_heads, d_p, d).clone(), v_k.expand(n_heads, d_p, d).clone(), v_v, v_o)
+    return Witness(
+        weights=weights,
+        d=d,
+        d_p=d_p,
+        n_heads=n_heads,
+        rank_u=int(torch.linalg.matrix_rank(v_k.T @ v_q)),
+        rank_v_o=int(torch.linalg.matrix_rank(v_o)),
+    )
 
 
 @dataclass(frozen=True)
@@ -91,9 +98,16 @@ class Theorem2Row:
         return self.fixed.train_residual <= FITS_TOL
 
 
-def theorem2_experiment(configs: tuple[tuple[int, int, int], ...] = ((8, 4, 4), (6, 3, 3)), *,
-                        n: int = 4, n_train: int = 64, n_test: int = 64, restarts: int = 3,
-                        max_iter: int = 60, seed: int = 0) -> list[Theorem2Row]:
+def theorem2_experiment(
+    configs: tuple[tuple[int, int, int], ...] = ((8, 4, 4), (6, 3, 3)),
+    *,
+    n: int = 4,
+    n_train: int = 64,
+    n_test: int = 64,
+    restarts: int = 3,
+    max_iter: int = 60,
+    seed: int = 0,
+) -> list[Theorem2Row]:
     """For each ``(d, d_p, h)``: build the witness, fit a standard and a fixed layer to it.
 
     Inputs are standard normal ``X (N, d, n)`` (paper's columns), ``n_train`` for fitting and
@@ -109,9 +123,30 @@ def theorem2_experiment(configs: tuple[tuple[int, int, int], ...] = ((8, 4, 4), 
         x_test = torch.randn(n_test, d, n, generator=gen, dtype=torch.float64)
         y, y_test = layer_output(wit.weights, x), layer_output(wit.weights, x_test)
         with single_thread():
-            standard, fixed = (fit_layer(x, y, x_test, y_test, n_heads=h, d_head=size,
-                                         restarts=restarts, max_iter=max_iter, generator=gen)
-                               for size in (d // h, d_p))
-        rows.append(Theorem2Row(d=d, d_p=d_p, n_heads=h, n=n, rank_u=wit.rank_u,
-                                rank_v_o=wit.rank_v_o, standard=standard, fixed=fixed))
+            standard, fixed = (
+                fit_layer(
+                    x,
+                    y,
+                    x_test,
+                    y_test,
+                    n_heads=h,
+                    d_head=size,
+                    restarts=restarts,
+                    max_iter=max_iter,
+                    generator=gen,
+                )
+                for size in (d // h, d_p)
+            )
+        rows.append(
+            Theorem2Row(
+                d=d,
+                d_p=d_p,
+                n_heads=h,
+                n=n,
+                rank_u=wit.rank_u,
+                rank_v_o=wit.rank_v_o,
+                standard=standard,
+                fixed=fixed,
+            )
+        )
     return rows

@@ -35,8 +35,16 @@ from fullrank.errors import ConfigError
 from fullrank.layers.attention import MultiHeadAttention
 
 
-def _pad_heads(w: Tensor, n_heads: int, old: int, new: int, *, scale: float = 1.0,
-               fill_std: float = 0.0, generator: torch.Generator | None = None) -> Tensor:
+def _pad_heads(
+    w: Tensor,
+    n_heads: int,
+    old: int,
+    new: int,
+    *,
+    scale: float = 1.0,
+    fill_std: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Rows grouped per head ``(H·old, …) → (H·new, …)``: existing rows times ``scale``, the new
     rows of each head normal with std ``fill_std`` (zero when 0)."""
     rest = w.shape[1:]
@@ -48,28 +56,40 @@ def _pad_heads(w: Tensor, n_heads: int, old: int, new: int, *, scale: float = 1.
     return out.reshape(n_heads * new, *rest)
 
 
-def widen_attention_state(old: MultiHeadAttention, d_head: int, d_value: int, *,
-                          zero_init: bool = False,
-                          generator: torch.Generator | None = None) -> dict[str, Tensor]:
+def widen_attention_state(
+    old: MultiHeadAttention,
+    d_head: int,
+    d_value: int,
+    *,
+    zero_init: bool = False,
+    generator: torch.Generator | None = None,
+) -> dict[str, Tensor]:
     """The state dict of ``old`` mapped to heads of ``d_head`` / ``d_value`` (see the module
     docstring); keys as in ``MultiHeadAttention.state_dict()``."""
     h, dh, dv = old.n_heads, old.d_head, old.d_value
     s = (d_head / dh) ** 0.25
     hd, hv = h * dh, h * dv
     w = old.qkv_proj.weight.detach().cpu()
-    w_q, w_k, w_v = w[:hd], w[hd:2 * hd], w[2 * hd:2 * hd + hv]
+    w_q, w_k, w_v = w[:hd], w[hd : 2 * hd], w[2 * hd : 2 * hd + hv]
     q_std = 0.0 if zero_init else w_q.double().std().item()
     v_std = 0.0 if zero_init else w_v.double().std().item()
     state: dict[str, Tensor] = {}
-    state["qkv_proj.weight"] = torch.cat([
-        _pad_heads(w_q, h, dh, d_head, scale=s, fill_std=q_std, generator=generator),
-        _pad_heads(w_k, h, dh, d_head, scale=s),  # new key rows zero: q·k unchanged
-        _pad_heads(w_v, h, dv, d_value, fill_std=v_std, generator=generator)])
+    state["qkv_proj.weight"] = torch.cat(
+        [
+            _pad_heads(w_q, h, dh, d_head, scale=s, fill_std=q_std, generator=generator),
+            _pad_heads(w_k, h, dh, d_head, scale=s),  # new key rows zero: q·k unchanged
+            _pad_heads(w_v, h, dv, d_value, fill_std=v_std, generator=generator),
+        ]
+    )
     if old.qkv_proj.bias is not None:
         b = old.qkv_proj.bias.detach().cpu()
-        state["qkv_proj.bias"] = torch.cat([
-            _pad_heads(b[:hd], h, dh, d_head, scale=s), _pad_heads(b[hd:2 * hd], h, dh, d_head, scale=s),
-            _pad_heads(b[2 * hd:2 * hd + hv], h, dv, d_value)])
+        state["qkv_proj.bias"] = torch.cat(
+            [
+                _pad_heads(b[:hd], h, dh, d_head, scale=s),
+                _pad_heads(b[hd : 2 * hd], h, dh, d_head, scale=s),
+                _pad_heads(b[2 * hd : 2 * hd + hv], h, dv, d_value),
+            ]
+        )
     # out_proj.weight (D, H·Dv): its new columns are zero, so the new value coordinates add nothing.
     state["out_proj.weight"] = _pad_heads(old.out_proj.weight.detach().cpu().T, h, dv, d_value).T
     if old.out_proj.bias is not None:
@@ -77,8 +97,9 @@ def widen_attention_state(old: MultiHeadAttention, d_head: int, d_value: int, *,
     return state
 
 
-def widen(model: nn.Module, d_head: int, d_value: int | None = None, *, zero_init: bool = False,
-          seed: int = 0) -> nn.Module:
+def widen(
+    model: nn.Module, d_head: int, d_value: int | None = None, *, zero_init: bool = False, seed: int = 0
+) -> nn.Module:
     """A new model of the same family with heads of ``d_head`` (and ``d_value``), same outputs.
 
     The new config is ``dataclasses.replace(model.config, d_head=d_head, d_value=...)``.
@@ -101,8 +122,10 @@ def widen(model: nn.Module, d_head: int, d_value: int | None = None, *, zero_ini
     else:
         new_dv_field, new_dv = d_value, d_value
     if d_head < old_dh or new_dv < old_dv:
-        raise ConfigError(f"widen only grows heads: d_head {old_dh} → {d_head}, d_value {old_dv} → "
-                          f"{new_dv}; both must not shrink")
+        raise ConfigError(
+            f"widen only grows heads: d_head {old_dh} → {d_head}, d_value {old_dv} → "
+            f"{new_dv}; both must not shrink"
+        )
     new_config = dataclasses.replace(config, d_head=d_head, d_value=new_dv_field)
     ref = next(model.parameters())
     new_model = type(model)(new_config).to(dtype=ref.dtype, device=ref.device)
@@ -110,8 +133,9 @@ def widen(model: nn.Module, d_head: int, d_value: int | None = None, *, zero_ini
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     for name, module in model.named_modules():
         if isinstance(module, MultiHeadAttention):
-            for key, value in widen_attention_state(module, d_head, new_dv, zero_init=zero_init,
-                                                    generator=gen).items():
+            for key, value in widen_attention_state(
+                module, d_head, new_dv, zero_init=zero_init, generator=gen
+            ).items():
                 state[f"{name}.{key}"] = value
     new_model.load_state_dict(state)
     new_model.train(model.training)

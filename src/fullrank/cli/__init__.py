@@ -25,48 +25,82 @@ from fullrank.errors import FullrankError
 
 # name → (module under fullrank.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "info": ("info", "Summarise a model: parameters by component, head sizes, FLOPs per token, "
-                     "warnings."),
-    "bottleneck": ("bottleneck", "Measure [B20]'s low-rank bottleneck: error against head size, "
-                                 "standard vs fixed heads, and the two theorems."),
-    "advise": ("advise", "Suggest (n_heads, d_head, d_ff) under a parameter budget, standard rule "
-                         "against fixed heads."),
-    "train": ("train", "Train a model from an experiment file (YAML/TOML), with dotted key=value "
-                       "overrides."),
-    "eval": ("eval", "Perplexity of a language-model checkpoint on a text file (every token, "
-                     "exactly once)."),
+    "info": ("info", "Summarise a model: parameters by component, head sizes, FLOPs per token, warnings."),
+    "bottleneck": (
+        "bottleneck",
+        "Measure [B20]'s low-rank bottleneck: error against head size, "
+        "standard vs fixed heads, and the two theorems.",
+    ),
+    "advise": (
+        "advise",
+        "Suggest (n_heads, d_head, d_ff) under a parameter budget, standard rule against fixed heads.",
+    ),
+    "train": ("train", "Train a model from an experiment file (YAML/TOML), with dotted key=value overrides."),
+    "eval": ("eval", "Perplexity of a language-model checkpoint on a text file (every token, exactly once)."),
     "generate": ("generate", "Sample a continuation of a prompt from a language-model checkpoint."),
     "plot": ("plot", "Render a run's loss and validation-perplexity curves to PNG."),
-    "translate": ("translate", "Translate lines from stdin (or --input) with beam search; one "
-                               "output line per input line."),
-    "parse": ("parse", "Parse tokenized sentences from stdin (or --input) into bracketed trees, one "
-                       "line per line ([V17] §6.3)."),
-    "parse-eval": ("parse_eval", "Score bracketed trees against references with EVALB's rules "
-                                 "(COLLINS.prm): F1, exact match, all and ≤ 40 words."),
-    "average": ("average", "Average checkpoints' parameters elementwise ([V17] §6.1: the last 5) "
-                           "into a new checkpoint."),
-    "bleu": ("bleu", "Score detokenized translations against raw references (sacrebleu), with "
-                     "signatures."),
-    "grid": ("grid", "Run chosen rows of [V17] Table 3 (a sweep file whose arms are the rows) and "
-                     "tabulate them."),
-    "sweep": ("sweep", "Train every point of a sweep file (axes × arms × seeds, parameters matched) "
-                       "and tabulate and plot mean ± std."),
-    "heads": ("heads", "Per layer and head: numerical rank of QKᵀ, effective rank and entropy of "
-                       "the attention, d_head against n."),
-    "widen": ("widen", "Turn a checkpoint into one with larger heads (d_head, d_value) that "
-                       "computes the same function."),
-    "import": ("import_hf", "Turn a Hugging Face model directory (BERT, GPT-2, Marian; "
-                            "safetensors) into a fullrank checkpoint with its tokenizer."),
-    "export": ("export_hf", "Write a fullrank checkpoint as a Hugging Face model directory that "
-                            "transformers' from_pretrained loads."),
-    "attention": ("attention", "Draw per-head attention maps and the 'from one token' view "
-                               "([V17] Figures 3–5)."),
-    "classify": ("classify", "Label sentences or TAB-separated sentence pairs with a fine-tuned "
-                             "classifier: label and probabilities per line."),
-    "answer": ("answer", "Answer a question about a text file with a fine-tuned SQuAD span "
-                         "model."),
-    "verify": ("verify", "Check a checkpoint, or every checkpoint of a run, against the SHA-256 "
-                         "of its files and its metadata."),
+    "translate": (
+        "translate",
+        "Translate lines from stdin (or --input) with beam search; one output line per input line.",
+    ),
+    "parse": (
+        "parse",
+        "Parse tokenized sentences from stdin (or --input) into bracketed trees, one "
+        "line per line ([V17] §6.3).",
+    ),
+    "parse-eval": (
+        "parse_eval",
+        "Score bracketed trees against references with EVALB's rules "
+        "(COLLINS.prm): F1, exact match, all and ≤ 40 words.",
+    ),
+    "average": (
+        "average",
+        "Average checkpoints' parameters elementwise ([V17] §6.1: the last 5) into a new checkpoint.",
+    ),
+    "bleu": ("bleu", "Score detokenized translations against raw references (sacrebleu), with signatures."),
+    "grid": (
+        "grid",
+        "Run chosen rows of [V17] Table 3 (a sweep file whose arms are the rows) and tabulate them.",
+    ),
+    "sweep": (
+        "sweep",
+        "Train every point of a sweep file (axes × arms × seeds, parameters matched) "
+        "and tabulate and plot mean ± std.",
+    ),
+    "heads": (
+        "heads",
+        "Per layer and head: numerical rank of QKᵀ, effective rank and entropy of "
+        "the attention, d_head against n.",
+    ),
+    "widen": (
+        "widen",
+        "Turn a checkpoint into one with larger heads (d_head, d_value) that computes the same function.",
+    ),
+    "import": (
+        "import_hf",
+        "Turn a Hugging Face model directory (BERT, GPT-2, Marian; "
+        "safetensors) into a fullrank checkpoint with its tokenizer.",
+    ),
+    "export": (
+        "export_hf",
+        "Write a fullrank checkpoint as a Hugging Face model directory that "
+        "transformers' from_pretrained loads.",
+    ),
+    "attention": (
+        "attention",
+        "Draw per-head attention maps and the 'from one token' view ([V17] Figures 3–5).",
+    ),
+    "classify": (
+        "classify",
+        "Label sentences or TAB-separated sentence pairs with a fine-tuned "
+        "classifier: label and probabilities per line.",
+    ),
+    "answer": ("answer", "Answer a question about a text file with a fine-tuned SQuAD span model."),
+    "verify": (
+        "verify",
+        "Check a checkpoint, or every checkpoint of a run, against the SHA-256 "
+        "of its files and its metadata.",
+    ),
 }
 
 
@@ -87,8 +121,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> _Parser:
     """The parser; only ``command``'s sub-parser gets its arguments (the others show help)."""
     parser = _Parser(
-        prog="fullrank",
-        description="Transformers with a free attention head size ([V17] + [B20]).")
+        prog="fullrank", description="Transformers with a free attention head size ([V17] + [B20])."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -36,8 +36,7 @@ def check_text(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
     of ``parser`` (one command's) whose value in ``args`` is not UTF-8 text."""
     for action in parser._actions:  # argparse has no public list of a parser's arguments
         value = getattr(args, action.dest, None)
-        name = (max(action.option_strings, key=len) if action.option_strings
-                else action.metavar or action.dest)
+        name = max(action.option_strings, key=len) if action.option_strings else action.metavar or action.dest
         for item in value if isinstance(value, list) else [value]:
             if not isinstance(item, (str, PurePath)):
                 continue

@@ -12,26 +12,49 @@ VIEWS = ("encoder", "decoder", "cross")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
-    p.add_argument("--text", required=True,
-                   help="the sentence (the source, for translation; tokenized, for parsing)")
-    p.add_argument("--target", default=None,
-                   help="translation: the target to teacher-force (default: the model's greedy "
-                        "translation); parsing: the sentence's bracketed tree (default: the "
-                        "model's greedy parse)")
-    p.add_argument("--view", choices=VIEWS, default="encoder",
-                   help="translation and parsing: encoder self-, decoder self- or "
-                        "cross-attention (a language model has only its own self-attention)")
-    p.add_argument("--layer", type=int, default=None,
-                   help="layer index (default: the last but one, as [V17]'s layer 5 of 6)")
+    p.add_argument(
+        "--text", required=True, help="the sentence (the source, for translation; tokenized, for parsing)"
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        help="translation: the target to teacher-force (default: the model's greedy "
+        "translation); parsing: the sentence's bracketed tree (default: the "
+        "model's greedy parse)",
+    )
+    p.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="encoder",
+        help="translation and parsing: encoder self-, decoder self- or "
+        "cross-attention (a language model has only its own self-attention)",
+    )
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="layer index (default: the last but one, as [V17]'s layer 5 of 6)",
+    )
     p.add_argument("--heads", type=int, nargs="*", default=None, help="heads to draw (default all)")
-    p.add_argument("--query", type=int, default=None,
-                   help="token index for the 'from one token' view (default: every token)")
-    p.add_argument("--max-tokens", type=int, default=40,
-                   help="draw the first this many tokens of each axis, so that the figure fits a "
-                        "screen (default 40; 0 = all, for a large figure)")
-    p.add_argument("-o", "--output", required=True,
-                   help="PNG of the per-head maps; the line view goes to OUTPUT-lines.png (both "
-                        "new files)")
+    p.add_argument(
+        "--query",
+        type=int,
+        default=None,
+        help="token index for the 'from one token' view (default: every token)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=40,
+        help="draw the first this many tokens of each axis, so that the figure fits a "
+        "screen (default 40; 0 = all, for a large figure)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="PNG of the per-head maps; the line view goes to OUTPUT-lines.png (both new files)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
 
 
@@ -50,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--text is empty; give a sentence")
     out = Path(args.output)
     lines = out.with_name(out.stem + "-lines" + out.suffix)
-    check_output_files([out, lines], option="-o", overwrite=args.overwrite,
-                       inputs=[args.checkpoint])
+    check_output_files([out, lines], option="-o", overwrite=args.overwrite, inputs=[args.checkpoint])
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:
@@ -61,14 +83,20 @@ def run(args: argparse.Namespace) -> int:
             target = args.target or translate(ckpt.model, tok, [args.text], beam=1)[0][0]
             batch, symbols = mt_batch(tok, [args.text], [target], max_len=cfg.max_len), tok
         else:
-            gold = None if args.target is None else [read_clean_tree_line(
-                args.target, source="--target", line_number=1)]
+            gold = (
+                None
+                if args.target is None
+                else [read_clean_tree_line(args.target, source="--target", line_number=1)]
+            )
             batch, symbols = parse_batch(ckpt, [args.text], gold, where=["--target"])
             assert batch.tgt is not None  # a parser's batch has its target
             target = " ".join(token_strings(symbols, batch.tgt[0, 1:].tolist()))
         n_layers = cfg.n_layers if args.view == "encoder" else getattr(cfg, "decoder_layers")
-        prefix = {"encoder": "encoder.{}.self_attn", "decoder": "decoder.{}.self_attn",
-                  "cross": "decoder.{}.cross_attn"}[args.view]
+        prefix = {
+            "encoder": "encoder.{}.self_attn",
+            "decoder": "decoder.{}.self_attn",
+            "cross": "decoder.{}.cross_attn",
+        }[args.view]
         src_strings = token_strings(tok, batch.tokens[0].tolist())
         assert batch.tgt is not None  # an encoder-decoder's batch has its target
         tgt_strings = token_strings(symbols, batch.tgt[0].tolist())
@@ -83,11 +111,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--layer {layer} is out of range: this model has layers 0..{n_layers - 1}")
     bad_heads = [h for h in args.heads or [] if not 0 <= h < cfg.n_heads]
     if bad_heads:
-        raise ConfigError(f"--heads {bad_heads[0]} is out of range: this model has heads "
-                          f"0..{cfg.n_heads - 1}")
+        raise ConfigError(
+            f"--heads {bad_heads[0]} is out of range: this model has heads 0..{cfg.n_heads - 1}"
+        )
     if args.query is not None and not 0 <= args.query < len(queries):
-        raise ConfigError(f"--query {args.query} is out of range: the text has tokens "
-                          f"0..{len(queries) - 1}")
+        raise ConfigError(f"--query {args.query} is out of range: the text has tokens 0..{len(queries) - 1}")
     name = prefix.format(layer)
     model = ckpt.model
     with torch.no_grad(), capture_attention(model) as rec:
@@ -100,11 +128,18 @@ def run(args: argparse.Namespace) -> int:
     if args.max_tokens < 0:
         raise ConfigError(f"--max-tokens must be >= 0 (0 = all tokens), got {args.max_tokens}")
     max_tokens = args.max_tokens or None
-    plot_attention_maps(probs, queries, keys, out, heads=args.heads, title=title,
-                        max_tokens=max_tokens)
+    plot_attention_maps(probs, queries, keys, out, heads=args.heads, title=title, max_tokens=max_tokens)
     where = "" if args.query is None else f" from '{queries[args.query]}'"
-    plot_attention_lines(probs, queries, keys, lines, query=args.query, heads=args.heads,
-                         title=title + where, max_tokens=max_tokens)
+    plot_attention_lines(
+        probs,
+        queries,
+        keys,
+        lines,
+        query=args.query,
+        heads=args.heads,
+        title=title + where,
+        max_tokens=max_tokens,
+    )
     shown = f" (target: {target})" if batch.tgt is not None else ""
     print(f"{name}: maps {out}, lines {lines}{shown}")
     return 0

@@ -13,12 +13,17 @@ from fullrank.paths import check_output_dir
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", help="checkpoint directories, or one run directory with --last")
     p.add_argument("--last", type=int, default=None, help="average the run's last K checkpoints")
-    p.add_argument("-o", "--output", required=True,
-                   help="directory of the averaged checkpoint (a new one, or with --overwrite an "
-                        "existing checkpoint)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the checkpoint at --output (only a fullrank checkpoint is "
-                        "replaced)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="directory of the averaged checkpoint (a new one, or with --overwrite an existing checkpoint)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the checkpoint at --output (only a fullrank checkpoint is replaced)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,9 +40,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         paths = [Path(p) for p in args.paths]
     sources = [resolve(p) for p in paths]
-    check_output_dir(args.output, option="-o", overwrite=args.overwrite,
-                     inputs=[*args.paths, *sources], within=sources,
-                     replaceable=is_checkpoint_dir, kind="a fullrank checkpoint")
+    check_output_dir(
+        args.output,
+        option="-o",
+        overwrite=args.overwrite,
+        inputs=[*args.paths, *sources],
+        within=sources,
+        replaceable=is_checkpoint_dir,
+        kind="a fullrank checkpoint",
+    )
     out = average_checkpoints(paths, args.output, replace=args.overwrite)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) → {out}")
     return 0

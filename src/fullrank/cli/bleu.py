@@ -13,12 +13,19 @@ from pathlib import Path
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("hypotheses", help="file of translations, one per line")
     p.add_argument("--ref", required=True, help="file of references, line-aligned")
-    p.add_argument("--lang", help="target language (ISO code, e.g. de) for the Moses tokenizer; "
-                                  "default: the reference file's suffix (test.de → de), else en")
-    p.add_argument("--baseline", help="another system's translations of the same sources: also "
-                                      "test whether the difference is chance (paired bootstrap)")
-    p.add_argument("--resamples", type=int, default=1000,
-                   help="bootstrap resamples for --baseline (default 1000)")
+    p.add_argument(
+        "--lang",
+        help="target language (ISO code, e.g. de) for the Moses tokenizer; "
+        "default: the reference file's suffix (test.de → de), else en",
+    )
+    p.add_argument(
+        "--baseline",
+        help="another system's translations of the same sources: also "
+        "test whether the difference is chance (paired bootstrap)",
+    )
+    p.add_argument(
+        "--resamples", type=int, default=1000, help="bootstrap resamples for --baseline (default 1000)"
+    )
 
 
 def target_language(ref: str, lang: str | None) -> str | None:
@@ -37,16 +44,22 @@ def run(args: argparse.Namespace) -> int:
     lang = target_language(args.ref, args.lang)
     if lang is None:
         lang = "en"
-        print(f"note: {args.ref} does not end in a language code; the Moses tokenizer uses its "
-              f"English rules (pass --lang to choose)", file=sys.stderr)
+        print(
+            f"note: {args.ref} does not end in a language code; the Moses tokenizer uses its "
+            f"English rules (pass --lang to choose)",
+            file=sys.stderr,
+        )
     hyps, refs = read_lines(args.hypotheses, allow_blank=True), read_lines(args.ref)
     for line in score(hyps, refs, lang=lang).lines():
         print(line)
     if args.baseline:
-        results = paired_bootstrap(hyps, read_lines(args.baseline, allow_blank=True), refs,
-                                   resamples=args.resamples)
-        print(f"\npaired bootstrap against {args.baseline} ({args.resamples} resamples; "
-              f"* p < 0.05: unlikely to be chance):")
+        results = paired_bootstrap(
+            hyps, read_lines(args.baseline, allow_blank=True), refs, resamples=args.resamples
+        )
+        print(
+            f"\npaired bootstrap against {args.baseline} ({args.resamples} resamples; "
+            f"* p < 0.05: unlikely to be chance):"
+        )
         for r in results:
             print("  " + r.line())
     return 0

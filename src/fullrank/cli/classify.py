@@ -11,8 +11,9 @@ import argparse
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint or run directory of a `task: classify` run")
-    p.add_argument("--input", default=None,
-                   help="file of examples, one per line, pairs TAB-separated (default: stdin)")
+    p.add_argument(
+        "--input", default=None, help="file of examples, one per line, pairs TAB-separated (default: stdin)"
+    )
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
 
@@ -31,21 +32,30 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
     if not isinstance(ckpt.info, ClassifyMeta) or ckpt.tokenizer is None:
-        raise CheckpointError(f"{ckpt.path}: `fullrank classify` needs a checkpoint of a "
-                              f"`task: classify` run with its tokenizer (this one has "
-                              f"task={ckpt.task!r})")
+        raise CheckpointError(
+            f"{ckpt.path}: `fullrank classify` needs a checkpoint of a "
+            f"`task: classify` run with its tokenizer (this one has "
+            f"task={ckpt.task!r})"
+        )
     labels = ckpt.info.labels
     lines = read_lines(args.input) if args.input else read_stdin_lines()
     texts = [tuple(line.split("\t")) for line in lines if line.strip()]
     widths = {len(t) for t in texts}
     if len(widths) > 1 or not widths <= {1, 2}:
-        raise DataError(f"{args.input or 'stdin'}: each line must be one text or two "
-                        f"TAB-separated texts; found lines with {sorted(widths)} fields")
+        raise DataError(
+            f"{args.input or 'stdin'}: each line must be one text or two "
+            f"TAB-separated texts; found lines with {sorted(widths)} fields"
+        )
     if not texts:
         return 0
     rows, segments = encode_texts(texts, ckpt.tokenizer, ckpt.config.seq_len)
-    batches = classification_batches(rows, segments, torch.zeros(len(rows), dtype=torch.long).numpy(),
-                                     pad_id=ckpt.tokenizer.pad_id, batch_size=args.batch_size)
+    batches = classification_batches(
+        rows,
+        segments,
+        torch.zeros(len(rows), dtype=torch.long).numpy(),
+        pad_id=ckpt.tokenizer.pad_id,
+        batch_size=args.batch_size,
+    )
     probs, _ = SequenceClassification().predict(ckpt.model, batches.eval_batches(), device)
     for row in probs.tolist():
         best = max(range(len(row)), key=row.__getitem__)

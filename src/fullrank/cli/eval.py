@@ -14,8 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="text file to evaluate on")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--cache-dir", default=None,
-                   help="token cache directory (default: a temporary one)")
+    p.add_argument("--cache-dir", default=None, help="token cache directory (default: a temporary one)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,18 +32,18 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
     if ckpt.task != "lm" or ckpt.tokenizer is None:
-        raise CheckpointError(f"{ckpt.path}: `fullrank eval` needs a language-model checkpoint "
-                              f"with its tokenizer (this one has task={ckpt.task!r})")
+        raise CheckpointError(
+            f"{ckpt.path}: `fullrank eval` needs a language-model checkpoint "
+            f"with its tokenizer (this one has task={ckpt.task!r})"
+        )
     ensure_vocab_matches(ckpt.tokenizer, ckpt.config.vocab_size, str(ckpt.path))
     eos_per_line = ckpt.eos_per_line
     with tempfile.TemporaryDirectory() as tmp:
-        ids = tokenize_file(args.data, ckpt.tokenizer, args.cache_dir or Path(tmp),
-                            eos_per_line=eos_per_line)
-        blocks = LMBlocks(ids, seq_len=ckpt.config.seq_len, batch_size=args.batch_size,
-                          name=str(args.data))
-        result = LanguageModeling().evaluate(ckpt.model, blocks.eval_batches(args.batch_size),
-                                             device)
+        ids = tokenize_file(args.data, ckpt.tokenizer, args.cache_dir or Path(tmp), eos_per_line=eos_per_line)
+        blocks = LMBlocks(ids, seq_len=ckpt.config.seq_len, batch_size=args.batch_size, name=str(args.data))
+        result = LanguageModeling().evaluate(ckpt.model, blocks.eval_batches(args.batch_size), device)
     console().print(
         f"{args.data}: loss {result['loss']:.4f} nats/token · perplexity {result['ppl']:.2f} "
-        f"· {result['tokens']:,} tokens · {ckpt.path}")
+        f"· {result['tokens']:,} tokens · {ckpt.path}"
+    )
     return 0

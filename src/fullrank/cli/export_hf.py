@@ -7,12 +7,19 @@ import argparse
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
-    p.add_argument("-o", "--output", required=True,
-                   help="the Hugging Face model directory to write (a new one, or with "
-                        "--overwrite an existing Hugging Face model directory)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the model directory at --output (only a directory holding "
-                        "config.json and model.safetensors is replaced)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="the Hugging Face model directory to write (a new one, or with "
+        "--overwrite an existing Hugging Face model directory)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the model directory at --output (only a directory holding "
+        "config.json and model.safetensors is replaced)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,19 +12,31 @@ from fullrank.errors import CheckpointError, ConfigError, DataError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
-    p.add_argument("--data", required=True,
-                   help="text file (language model) or source sentences (translation; "
-                        "tokenized, for parsing)")
-    p.add_argument("--ref", default=None,
-                   help="translation: target sentences to teacher-force (default: the model's "
-                        "own greedy translations); parsing: the sentences' bracketed trees, "
-                        "one per line (default: the model's own greedy parses)")
-    p.add_argument("--sequences", type=int, default=8,
-                   help="blocks of seq_len tokens (LM) or sentences (translation, parsing) to "
-                        "measure on")
-    p.add_argument("-o", "--output", default=None,
-                   help="heatmap PNG (default: heads.png next to the checkpoint's run); a CSV "
-                        "with the same name is written too")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="text file (language model) or source sentences (translation; tokenized, for parsing)",
+    )
+    p.add_argument(
+        "--ref",
+        default=None,
+        help="translation: target sentences to teacher-force (default: the model's "
+        "own greedy translations); parsing: the sentences' bracketed trees, "
+        "one per line (default: the model's own greedy parses)",
+    )
+    p.add_argument(
+        "--sequences",
+        type=int,
+        default=8,
+        help="blocks of seq_len tokens (LM) or sentences (translation, parsing) to measure on",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="heatmap PNG (default: heads.png next to the checkpoint's run); a CSV "
+        "with the same name is written too",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
 
 
@@ -43,9 +55,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--sequences must be at least 1, got {args.sequences}")
     ckpt_dir = resolve(args.checkpoint)
     out = Path(args.output) if args.output else ckpt_dir.parent.parent / "heads.png"
-    check_output_files([out, out.with_suffix(".csv")], option="-o", overwrite=args.overwrite,
-                       inputs=[p for p in (args.data, args.ref, args.checkpoint) if p],
-                       within=[ckpt_dir])
+    check_output_files(
+        [out, out.with_suffix(".csv")],
+        option="-o",
+        overwrite=args.overwrite,
+        inputs=[p for p in (args.data, args.ref, args.checkpoint) if p],
+        within=[ckpt_dir],
+    )
     ckpt = load_checkpoint(ckpt_dir)
     tok = ckpt.tokenizer
     if tok is None:
@@ -53,11 +69,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = ckpt.config
     if ckpt.task == "mt":
         sources = [s for s in read_lines(args.data) if s.strip()][: args.sequences]
-        targets = ([t for t in read_lines(args.ref) if t.strip()][: args.sequences] if args.ref
-                   else [o[0] for o in translate(ckpt.model, tok, sources, beam=1)])
+        targets = (
+            [t for t in read_lines(args.ref) if t.strip()][: args.sequences]
+            if args.ref
+            else [o[0] for o in translate(ckpt.model, tok, sources, beam=1)]
+        )
         batch = mt_batch(tok, sources, targets, max_len=cfg.max_len)
-        stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt,
-                            tgt_mask=batch.tgt_mask)
+        stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt, tgt_mask=batch.tgt_mask)
     elif ckpt.task == "parse":
         lines = read_lines(args.data)
         numbers = [i for i, s in enumerate(lines, 1) if s.strip()][: args.sequences]
@@ -66,33 +84,41 @@ def run(args: argparse.Namespace) -> int:
         if args.ref:
             refs = read_lines(args.ref)
             if len(refs) != len(lines):
-                raise DataError(f"--ref has {len(refs)} lines and --data {len(lines)}; give "
-                                f"one tree per sentence, in the same order")
-            gold = [read_clean_tree_line(refs[i - 1], source=args.ref, line_number=i)
-                    for i in numbers]
+                raise DataError(
+                    f"--ref has {len(refs)} lines and --data {len(lines)}; give "
+                    f"one tree per sentence, in the same order"
+                )
+            gold = [read_clean_tree_line(refs[i - 1], source=args.ref, line_number=i) for i in numbers]
             where = [f"{args.ref} line {i}" for i in numbers]
         batch, _ = parse_batch(ckpt, sentences, gold, where=where)
-        stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt,
-                            tgt_mask=batch.tgt_mask)
+        stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt, tgt_mask=batch.tgt_mask)
     else:
         eos_per_line = ckpt.eos_per_line
-        batch = lm_batch(tok, read_text(args.data), seq_len=cfg.seq_len,
-                         n_sequences=args.sequences, eos_per_line=eos_per_line)
+        batch = lm_batch(
+            tok,
+            read_text(args.data),
+            seq_len=cfg.seq_len,
+            n_sequences=args.sequences,
+            eos_per_line=eos_per_line,
+        )
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask)
     console = make_console()
     dh, dv = cfg.head_sizes
-    console.print(f"{ckpt.path}: {cfg.n_heads} heads × d_head {dh} (d_value {dv}), measured on "
-                  f"{batch.tokens.shape[0]} sequences, {mean_keys(stats)}")
+    console.print(
+        f"{ckpt.path}: {cfg.n_heads} heads × d_head {dh} (d_value {dv}), measured on "
+        f"{batch.tokens.shape[0]} sequences, {mean_keys(stats)}"
+    )
     console.print(head_table(stats))
     plot_head_heatmap(stats, out)
-    with atomic_path(out.with_suffix(".csv")) as tmp, open(tmp, "w", newline="",
-                                                             encoding="utf-8") as f:
+    with atomic_path(out.with_suffix(".csv")) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         rows = [dataclasses.asdict(s) for s in stats]
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     n_bottleneck = sum(s.bottleneck for s in stats)
-    console.print(f"{n_bottleneck} of {len(stats)} heads have d_head < n (logit rank capped "
-                  f"below the sequence length, [B20] Theorem 1)\nheatmap: {out}\ntable: "
-                  f"{out.with_suffix('.csv')}")
+    console.print(
+        f"{n_bottleneck} of {len(stats)} heads have d_head < n (logit rank capped "
+        f"below the sequence length, [B20] Theorem 1)\nheatmap: {out}\ntable: "
+        f"{out.with_suffix('.csv')}"
+    )
     return 0

@@ -6,23 +6,33 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("directory", help="a Hugging Face model directory, as save_pretrained writes "
-                                     "it (config.json, model.safetensors, tokenizer files)")
-    p.add_argument("-o", "--output", required=True,
-                   help="directory of the new checkpoint (a new one, or with --overwrite an "
-                        "existing checkpoint)")
-    p.add_argument("--tokenizer", default=None,
-                   help="a tokenizer.json to use instead of the directory's tokenizer files "
-                        "(e.g. for Marian, whose sentencepiece files fullrank cannot read)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the checkpoint at --output (only a fullrank checkpoint is "
-                        "replaced)")
+    p.add_argument(
+        "directory",
+        help="a Hugging Face model directory, as save_pretrained writes "
+        "it (config.json, model.safetensors, tokenizer files)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="directory of the new checkpoint (a new one, or with --overwrite an existing checkpoint)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a tokenizer.json to use instead of the directory's tokenizer files "
+        "(e.g. for Marian, whose sentencepiece files fullrank cannot read)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the checkpoint at --output (only a fullrank checkpoint is replaced)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from fullrank.interop.huggingface import import_hf
 
-    report = import_hf(args.directory, args.output, overwrite=args.overwrite,
-                       tokenizer_file=args.tokenizer)
+    report = import_hf(args.directory, args.output, overwrite=args.overwrite, tokenizer_file=args.tokenizer)
     print("\n".join(report.lines()))
     return 0

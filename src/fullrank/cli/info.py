@@ -16,13 +16,20 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?",
-                   help="a preset name (see --list) or an experiment file (configs/…yaml)")
-    p.add_argument("--vocab-size", type=int, default=None,
-                   help="vocabulary size for an experiment file whose tokenizer sets it")
+    p.add_argument("name", nargs="?", help="a preset name (see --list) or an experiment file (configs/…yaml)")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="vocabulary size for an experiment file whose tokenizer sets it",
+    )
     p.add_argument("--list", action="store_true", help="list the preset names and exit")
-    p.add_argument("--seq-len", type=int, default=None,
-                   help="sequence length n for FLOPs and the d_head < n check (default: the config's)")
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="sequence length n for FLOPs and the d_head < n check (default: the config's)",
+    )
 
 
 def human(n: float) -> str:
@@ -39,12 +46,16 @@ def render(name: str, cfg: TransformerConfig, console: Console) -> None:
     dh, dv = cfg.head_sizes
     rule = "standard rule d_head = d_model / n_heads" if cfg.standard_rule else "fixed head size"
     console.print(f"[bold]{name}[/bold]  ({type(cfg).__name__})")
-    console.print(f"  layers {cfg.n_layers}, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
-                  f"vocab {cfg.vocab_size}, seq_len {cfg.seq_len}, "
-                  f"{'pre' if cfg.norm_first else 'post'}-LN, {cfg.activation}, "
-                  f"{cfg.positions} positions")
-    console.print(f"  heads: n_heads {cfg.n_heads} × d_head {dh} (d_value {dv}) — {rule}; "
-                  f"attention width n_heads·d_head = {cfg.n_heads * dh}")
+    console.print(
+        f"  layers {cfg.n_layers}, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
+        f"vocab {cfg.vocab_size}, seq_len {cfg.seq_len}, "
+        f"{'pre' if cfg.norm_first else 'post'}-LN, {cfg.activation}, "
+        f"{cfg.positions} positions"
+    )
+    console.print(
+        f"  heads: n_heads {cfg.n_heads} × d_head {dh} (d_value {dv}) — {rule}; "
+        f"attention width n_heads·d_head = {cfg.n_heads * dh}"
+    )
     table = Table(show_header=True, header_style="bold")
     table.add_column("component")
     table.add_column("parameters", justify="right")
@@ -56,8 +67,10 @@ def render(name: str, cfg: TransformerConfig, console: Console) -> None:
     table.add_row("[bold]total[/bold]", f"[bold]{total:,}[/bold]", f"({human(total)})")
     console.print(table)
     flops = cfg.flops_per_token()
-    console.print(f"  FLOPs per token at n={cfg.seq_len}: forward {human(flops['forward'])}, "
-                  f"training (3×) {human(flops['train'])}")
+    console.print(
+        f"  FLOPs per token at n={cfg.seq_len}: forward {human(flops['forward'])}, "
+        f"training (3×) {human(flops['train'])}"
+    )
     for warning in (cfg.bottleneck_warning(), cfg.kernel_warning()):
         if warning:
             console.print(f"  [yellow]warning:[/yellow] {warning}")
@@ -74,8 +87,10 @@ def load(name: str, vocab_size: int | None) -> TransformerConfig:
     exp = load_experiment(path)
     vocab = vocab_size or exp.model.get("vocab_size") or exp.data.vocab_size
     if vocab is None:
-        raise ConfigError(f"{path}: its vocabulary size comes from the {exp.data.tokenizer} "
-                          f"tokenizer trained on the data; pass --vocab-size N")
+        raise ConfigError(
+            f"{path}: its vocabulary size comes from the {exp.data.tokenizer} "
+            f"tokenizer trained on the data; pass --vocab-size N"
+        )
     return exp.model_config(int(vocab))
 
 

@@ -16,28 +16,47 @@ from fullrank.cli.arguments import finite_float
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", nargs="+",
-                   help="parsing checkpoint directory or run directory (its latest); several: "
-                        "an ensemble of parsers that share their vocabularies")
+    p.add_argument(
+        "checkpoint",
+        nargs="+",
+        help="parsing checkpoint directory or run directory (its latest); several: "
+        "an ensemble of parsers that share their vocabularies",
+    )
     p.add_argument("--input", "-i", default=None, help="sentences to parse (default: stdin)")
-    p.add_argument("--output", "-o", default=None,
-                   help="file to write (default: stdout): a new file, checked before anything "
-                        "is decoded; written whole or not at all")
+    p.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        help="file to write (default: stdout): a new file, checked before anything "
+        "is decoded; written whole or not at all",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--beam", type=int, default=21, help="beam size ([V17] §6.3: 21)")
     p.add_argument("--alpha", type=finite_float, default=0.3, help="GNMT length penalty α ([V17]: 0.3)")
-    p.add_argument("--max-len-a", type=finite_float, default=1.0,
-                   help="at most a·|words| + b output tokens ([V17]: input length + 300)")
+    p.add_argument(
+        "--max-len-a",
+        type=finite_float,
+        default=1.0,
+        help="at most a·|words| + b output tokens ([V17]: input length + 300)",
+    )
     p.add_argument("--max-len-b", type=int, default=300)
-    p.add_argument("--unconstrained", action="store_true",
-                   help="let the model write any token sequence and repair malformed trees "
-                        "afterwards (default: the search only writes well-formed trees over "
-                        "the input's words)")
+    p.add_argument(
+        "--unconstrained",
+        action="store_true",
+        help="let the model write any token sequence and repair malformed trees "
+        "afterwards (default: the search only writes well-formed trees over "
+        "the input's words)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
-    p.add_argument("--workers", type=int, default=1,
-                   help="CPU: decode this many batches at once (as for translate); the same trees")
-    p.add_argument("--processes", action="store_true",
-                   help="with --workers: forked processes instead of threads (Linux)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="CPU: decode this many batches at once (as for translate); the same trees",
+    )
+    p.add_argument(
+        "--processes", action="store_true", help="with --workers: forked processes instead of threads (Linux)"
+    )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
 
 
@@ -56,38 +75,69 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
 
-    check_settings(beam=args.beam, batch_size=args.batch_size, a=args.max_len_a,
-                   b=args.max_len_b, workers=args.workers, alpha=args.alpha, name=_option)
+    check_settings(
+        beam=args.beam,
+        batch_size=args.batch_size,
+        a=args.max_len_a,
+        b=args.max_len_b,
+        workers=args.workers,
+        alpha=args.alpha,
+        name=_option,
+    )
     if args.output:
-        check_output_files([args.output], option="-o", overwrite=args.overwrite,
-                           inputs=[p for p in (args.input, *args.checkpoint) if p])
+        check_output_files(
+            [args.output],
+            option="-o",
+            overwrite=args.overwrite,
+            inputs=[p for p in (args.input, *args.checkpoint) if p],
+        )
     ckpts = [load_checkpoint(path, device=pick_device(args.device)) for path in args.checkpoint]
     first = ckpts[0]
     trees = tree_vocabulary(first.meta, str(first.path))
     leaves = tree_leaves(first.meta, str(first.path))
     words = first.tokenizer
     if words is None:
-        raise CheckpointError(f"{first.path}: the checkpoint has no tokenizer.json (its word "
-                              f"vocabulary); use a checkpoint written by a parsing run")
+        raise CheckpointError(
+            f"{first.path}: the checkpoint has no tokenizer.json (its word "
+            f"vocabulary); use a checkpoint written by a parsing run"
+        )
     order = tree_order(first.meta, str(first.path))
     for ckpt in ckpts:
         if ckpt.tokenizer is None:
-            raise CheckpointError(f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
-                                  f"vocabulary); use a checkpoint written by a parsing run")
-        same = (tree_vocabulary(ckpt.meta, str(ckpt.path)).fingerprint() == trees.fingerprint()
-                and ckpt.tokenizer.fingerprint() == words.fingerprint()
-                and tree_leaves(ckpt.meta, str(ckpt.path)) == leaves
-                and tree_order(ckpt.meta, str(ckpt.path)) == order)
+            raise CheckpointError(
+                f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
+                f"vocabulary); use a checkpoint written by a parsing run"
+            )
+        same = (
+            tree_vocabulary(ckpt.meta, str(ckpt.path)).fingerprint() == trees.fingerprint()
+            and ckpt.tokenizer.fingerprint() == words.fingerprint()
+            and tree_leaves(ckpt.meta, str(ckpt.path)) == leaves
+            and tree_order(ckpt.meta, str(ckpt.path)) == order
+        )
         if not same:
-            raise CheckpointError(f"{ckpt.path} and {first.path} have different vocabularies or "
-                                  f"tree settings; an ensemble needs parsers trained on the "
-                                  f"same training trees with the same data settings")
+            raise CheckpointError(
+                f"{ckpt.path} and {first.path} have different vocabularies or "
+                f"tree settings; an ensemble needs parsers trained on the "
+                f"same training trees with the same data settings"
+            )
     lines = read_lines(args.input, allow_blank=True) if args.input else read_stdin_lines()
-    parsed = parse([c.model for c in ckpts], words, trees, lines,
-                   beam=args.beam, alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
-                   batch_size=args.batch_size, progress=args.input is not None,
-                   workers=args.workers, processes=args.processes, leaves=leaves,
-                   order=order, constrained=not args.unconstrained)
+    parsed = parse(
+        [c.model for c in ckpts],
+        words,
+        trees,
+        lines,
+        beam=args.beam,
+        alpha=args.alpha,
+        a=args.max_len_a,
+        b=args.max_len_b,
+        batch_size=args.batch_size,
+        progress=args.input is not None,
+        workers=args.workers,
+        processes=args.processes,
+        leaves=leaves,
+        order=order,
+        constrained=not args.unconstrained,
+    )
     text = "".join((p.tree.to_string() if p else "") + "\n" for p in parsed)
     if args.output:
         write_text_atomic(args.output, text)
@@ -95,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     done = [p for p in parsed if p]
     repairs = Counter(r for p in done for r in p.repairs)
-    print(f"parsed {len(done)} sentences; {sum(p.repaired for p in done)} needed repair"
-          + (f" ({', '.join(f'{k} {n}' for k, n in repairs.most_common())})" if repairs else ""),
-          file=sys.stderr)
+    print(
+        f"parsed {len(done)} sentences; {sum(p.repaired for p in done)} needed repair"
+        + (f" ({', '.join(f'{k} {n}' for k, n in repairs.most_common())})" if repairs else ""),
+        file=sys.stderr,
+    )
     return 0

@@ -8,9 +8,13 @@ from pathlib import Path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `fullrank train`")
-    p.add_argument("-o", "--output", default=None,
-                   help="PNG path (default: RUN_DIR/curves.png, the run's own figure, redrawn "
-                        "as training redraws it); another path must be new")
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="PNG path (default: RUN_DIR/curves.png, the run's own figure, redrawn "
+        "as training redraws it); another path must be new",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
 
 
@@ -20,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     out = Path(args.output) if args.output else run_dir / "curves.png"
-    check_output_files([out], option="-o", overwrite=args.overwrite or not args.output,
-                       inputs=[run_dir / METRICS_FILE])
+    check_output_files(
+        [out], option="-o", overwrite=args.overwrite or not args.output, inputs=[run_dir / METRICS_FILE]
+    )
     print(plot_run(run_dir, out))
     return 0

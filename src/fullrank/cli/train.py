@@ -8,17 +8,27 @@ from typing import Literal
 from fullrank.errors import ConfigError
 
 Resume = Literal["never", "auto", "always"]
-RESUME_WORDS: dict[str, Resume] = {"auto": "auto", "true": "always", "always": "always", "false": "never",
-                "never": "never"}
+RESUME_WORDS: dict[str, Resume] = {
+    "auto": "auto",
+    "true": "always",
+    "always": "always",
+    "false": "never",
+    "never": "never",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="experiment file, e.g. configs/lm/shakespeare_char.yaml")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="overrides such as train.steps=500 model.d_head=64; "
-                        "resume=auto continues the run if it has a checkpoint")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run from its latest checkpoint, exactly")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="overrides such as train.steps=500 model.d_head=64; "
+        "resume=auto continues the run if it has a checkpoint",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run from its latest checkpoint, exactly"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

@@ -14,38 +14,59 @@ from fullrank.errors import CheckpointError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", nargs="+",
-                   help="checkpoint directory or run directory (its latest); several: an "
-                        "ensemble of models that share one tokenizer")
+    p.add_argument(
+        "checkpoint",
+        nargs="+",
+        help="checkpoint directory or run directory (its latest); several: an "
+        "ensemble of models that share one tokenizer",
+    )
     p.add_argument("--input", "-i", default=None, help="file to translate (default: stdin)")
-    p.add_argument("--output", "-o", default=None,
-                   help="file to write (default: stdout): a new file, checked before anything "
-                        "is decoded; written whole or not at all")
+    p.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        help="file to write (default: stdout): a new file, checked before anything "
+        "is decoded; written whole or not at all",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--beam", type=int, default=4, help="beam size k; 1 = greedy ([V17]: 4)")
     p.add_argument("--alpha", type=finite_float, default=0.6, help="GNMT length penalty α ([V17]: 0.6)")
     p.add_argument("--max-len-a", type=finite_float, default=1.0, help="max output length a·|src| + b")
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    p.add_argument("--n-best", type=int, default=1,
-                   help="print the n best translations of each line, tab-separated")
-    p.add_argument("--workers", type=int, default=1,
-                   help="CPU: decode this many batches at once, each on an equal share of the "
-                        "threads, the lines shared out evenly (a file of several batches; beam "
-                        "search on 2 cores about 1.1× faster with 2, greedy not faster); the "
-                        "same translations")
-    p.add_argument("--processes", action="store_true",
-                   help="with --workers: the workers are forked processes, not threads (Linux): "
-                        "on 2 cores with 2 workers beam search 1.2–1.3× and greedy 1.1–1.2× "
-                        "faster than one batch at a time; the same translations")
-    p.add_argument("--strict", action="store_true",
-                   help="a line longer than the model reads (its max_len tokens) is an error, "
-                        "before anything is translated (default: it is cut to what the model "
-                        "reads, with a warning naming the line)")
+    p.add_argument(
+        "--n-best", type=int, default=1, help="print the n best translations of each line, tab-separated"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="CPU: decode this many batches at once, each on an equal share of the "
+        "threads, the lines shared out evenly (a file of several batches; beam "
+        "search on 2 cores about 1.1× faster with 2, greedy not faster); the "
+        "same translations",
+    )
+    p.add_argument(
+        "--processes",
+        action="store_true",
+        help="with --workers: the workers are forked processes, not threads (Linux): "
+        "on 2 cores with 2 workers beam search 1.2–1.3× and greedy 1.1–1.2× "
+        "faster than one batch at a time; the same translations",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="a line longer than the model reads (its max_len tokens) is an error, "
+        "before anything is translated (default: it is cut to what the model "
+        "reads, with a warning naming the line)",
+    )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the decoder step: about a minute of compiling, then "
-                        "faster steps (for large inputs); the same translations")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decoder step: about a minute of compiling, then "
+        "faster steps (for large inputs); the same translations",
+    )
 
 
 def _option(setting: str) -> str:
@@ -60,35 +81,61 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.training.checkpoints import load_checkpoint
     from fullrank.training.distributed import pick_device
 
-    check_settings(beam=args.beam, n_best=args.n_best, batch_size=args.batch_size,
-                   a=args.max_len_a, b=args.max_len_b, workers=args.workers, alpha=args.alpha,
-                   name=_option)
+    check_settings(
+        beam=args.beam,
+        n_best=args.n_best,
+        batch_size=args.batch_size,
+        a=args.max_len_a,
+        b=args.max_len_b,
+        workers=args.workers,
+        alpha=args.alpha,
+        name=_option,
+    )
     if args.output:
-        check_output_files([args.output], option="-o", overwrite=args.overwrite,
-                           inputs=[p for p in (args.input, *args.checkpoint) if p])
+        check_output_files(
+            [args.output],
+            option="-o",
+            overwrite=args.overwrite,
+            inputs=[p for p in (args.input, *args.checkpoint) if p],
+        )
     device = pick_device(args.device)
     ckpts = [load_checkpoint(path, device=device) for path in args.checkpoint]
     for ckpt in ckpts:
         if ckpt.task != "mt" or ckpt.tokenizer is None:
-            raise CheckpointError(f"{ckpt.path}: `fullrank translate` needs a translation "
-                                  f"checkpoint with its tokenizer (this one has "
-                                  f"task={ckpt.task!r})")
+            raise CheckpointError(
+                f"{ckpt.path}: `fullrank translate` needs a translation "
+                f"checkpoint with its tokenizer (this one has "
+                f"task={ckpt.task!r})"
+            )
     first = ckpts[0]
     tok = first.tokenizer
     assert tok is not None  # checked above
     for ckpt in ckpts[1:]:
         if ckpt.tokenizer is None or ckpt.tokenizer.fingerprint() != tok.fingerprint():
-            raise CheckpointError(f"{ckpt.path} and {first.path} have different tokenizers; an "
-                                  f"ensemble needs models trained with one shared vocabulary")
+            raise CheckpointError(
+                f"{ckpt.path} and {first.path} have different tokenizers; an "
+                f"ensemble needs models trained with one shared vocabulary"
+            )
     if args.input:
         lines = read_lines(args.input, allow_blank=True)
     else:
         lines = read_stdin_lines()
-    outputs = translate([c.model for c in ckpts], tok, lines, beam=args.beam,
-                        alpha=args.alpha, a=args.max_len_a, b=args.max_len_b,
-                        batch_size=args.batch_size, n_best=args.n_best,
-                        progress=args.input is not None, compile=args.compile,
-                        workers=args.workers, processes=args.processes, strict=args.strict)
+    outputs = translate(
+        [c.model for c in ckpts],
+        tok,
+        lines,
+        beam=args.beam,
+        alpha=args.alpha,
+        a=args.max_len_a,
+        b=args.max_len_b,
+        batch_size=args.batch_size,
+        n_best=args.n_best,
+        progress=args.input is not None,
+        compile=args.compile,
+        workers=args.workers,
+        processes=args.processes,
+        strict=args.strict,
+    )
     text = "".join("\t".join(o) + "\n" for o in outputs)
     if args.output:
         write_text_atomic(args.output, text)

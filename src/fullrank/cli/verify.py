@@ -21,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
 
     found, root = checkpoints_in(args.path)
     checks: list[tuple[str, Callable[[], str]]] = [
-        (str(ckpt), functools.partial(check_readable, ckpt)) for ckpt in found]
+        (str(ckpt), functools.partial(check_readable, ckpt)) for ckpt in found
+    ]
     if root is not None:
         checks.append((str(root / "latest"), functools.partial(check_pointer, root)))
     failed = 0
@@ -32,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
             failed += 1
             print(f"{name}: FAILED — {e}", flush=True)
     if failed:
-        raise CheckpointError(f"{failed} of {len(checks)} checks failed (listed above); use "
-                              f"another checkpoint, or resume, which passes over unreadable ones")
+        raise CheckpointError(
+            f"{failed} of {len(checks)} checks failed (listed above); use "
+            f"another checkpoint, or resume, which passes over unreadable ones"
+        )
     return 0

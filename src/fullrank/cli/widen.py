@@ -17,17 +17,29 @@ if TYPE_CHECKING:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
     p.add_argument("--d-head", type=int, required=True, help="new query/key size per head")
-    p.add_argument("--d-value", type=int, default=None,
-                   help="new value size per head (default: follows d_head if it did)")
-    p.add_argument("--zero-init", action="store_true",
-                   help="zero every new weight (they then receive no gradient; default: new "
-                        "query and value rows are random, new key rows and output columns zero)")
-    p.add_argument("-o", "--output", required=True,
-                   help="directory of the new checkpoint (a new one, or with --overwrite an "
-                        "existing checkpoint)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the checkpoint at --output (only a fullrank checkpoint is "
-                        "replaced)")
+    p.add_argument(
+        "--d-value",
+        type=int,
+        default=None,
+        help="new value size per head (default: follows d_head if it did)",
+    )
+    p.add_argument(
+        "--zero-init",
+        action="store_true",
+        help="zero every new weight (they then receive no gradient; default: new "
+        "query and value rows are random, new key rows and output columns zero)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="directory of the new checkpoint (a new one, or with --overwrite an existing checkpoint)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the checkpoint at --output (only a fullrank checkpoint is replaced)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,9 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.training.checkpoints import is_checkpoint_dir, load_checkpoint, resolve, write_checkpoint
 
     source = resolve(args.checkpoint)
-    check_output_dir(args.output, option="-o", overwrite=args.overwrite,
-                     inputs=[args.checkpoint, source], within=[source],
-                     replaceable=is_checkpoint_dir, kind="a fullrank checkpoint")
+    check_output_dir(
+        args.output,
+        option="-o",
+        overwrite=args.overwrite,
+        inputs=[args.checkpoint, source],
+        within=[source],
+        replaceable=is_checkpoint_dir,
+        kind="a fullrank checkpoint",
+    )
     ckpt = load_checkpoint(source)
     model = widen(ckpt.model, args.d_head, args.d_value, zero_init=args.zero_init)
     config: ModelConfig = getattr(model, "config")
@@ -49,13 +67,14 @@ def run(args: argparse.Namespace) -> int:
         model_fields.pop("family")
         meta["experiment"]["model"] = model_fields
     meta["widened_from"] = str(ckpt.path)
-    out = write_checkpoint(args.output, model, config, ckpt.tokenizer, meta,
-                           replace=args.overwrite)
+    out = write_checkpoint(args.output, model, config, ckpt.tokenizer, meta, replace=args.overwrite)
     check = _max_difference(ckpt.model, model)
     old, new = ckpt.config.head_sizes, config.head_sizes
-    print(f"widened heads d_head/d_value {old[0]}/{old[1]} → {new[0]}/{new[1]}: "
-          f"{ckpt.config.num_params():,} → {config.num_params():,} parameters; "
-          f"max |output difference| on a random batch {check:.2e}; written to {out}")
+    print(
+        f"widened heads d_head/d_value {old[0]}/{old[1]} → {new[0]}/{new[1]}: "
+        f"{ckpt.config.num_params():,} → {config.num_params():,} parameters; "
+        f"max |output difference| on a random batch {check:.2e}; written to {out}"
+    )
     return 0
 
 

@@ -61,11 +61,15 @@ class Seq2SeqBatch:
 
     def __post_init__(self) -> None:
         if self.src.shape != self.src_mask.shape or self.src.dim() != 2:
-            raise ValueError(f"src {tuple(self.src.shape)} and src_mask {tuple(self.src_mask.shape)} "
-                             "must be the same (B, S)")
+            raise ValueError(
+                f"src {tuple(self.src.shape)} and src_mask {tuple(self.src_mask.shape)} "
+                "must be the same (B, S)"
+            )
         if not (self.tgt_in.shape == self.tgt_out.shape == self.tgt_mask.shape) or self.tgt_in.dim() != 2:
-            raise ValueError(f"tgt_in {tuple(self.tgt_in.shape)}, tgt_out {tuple(self.tgt_out.shape)} and "
-                             f"tgt_mask {tuple(self.tgt_mask.shape)} must be the same (B, T)")
+            raise ValueError(
+                f"tgt_in {tuple(self.tgt_in.shape)}, tgt_out {tuple(self.tgt_out.shape)} and "
+                f"tgt_mask {tuple(self.tgt_mask.shape)} must be the same (B, T)"
+            )
         if self.src.shape[0] != self.tgt_in.shape[0]:
             raise ValueError(f"src has {self.src.shape[0]} rows but the target {self.tgt_in.shape[0]}")
 
@@ -75,8 +79,12 @@ class Seq2SeqBatch:
         return int(self.tgt_mask.sum())
 
     def to(self, device: torch.device | str) -> Seq2SeqBatch:
-        return Seq2SeqBatch(*(t.to(device, non_blocking=True) for t in
-                              (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask)))
+        return Seq2SeqBatch(
+            *(
+                t.to(device, non_blocking=True)
+                for t in (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask)
+            )
+        )
 
 
 def pad_sequences(seqs: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -90,8 +98,14 @@ def pad_sequences(seqs: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> tu
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
-def collate_pairs(src: Sequence[Sequence[int] | np.ndarray], tgt: Sequence[Sequence[int] | np.ndarray],
-                  *, pad_id: int, bos_id: int, eos_id: int) -> Seq2SeqBatch:
+def collate_pairs(
+    src: Sequence[Sequence[int] | np.ndarray],
+    tgt: Sequence[Sequence[int] | np.ndarray],
+    *,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+) -> Seq2SeqBatch:
     """Build a :class:`Seq2SeqBatch` from token ids without specials.
 
     Source ``x`` becomes ``x + [EOS]`` (no BOS); target ``y`` gives ``tgt_in = [BOS] + y`` and
@@ -111,14 +125,18 @@ def collate_pairs(src: Sequence[Sequence[int] | np.ndarray], tgt: Sequence[Seque
         src_ids[row, :n] = x
         src_ids[row, n] = eos_id
         tgt_in[row, 0] = bos_id
-        tgt_in[row, 1: m + 1] = y
+        tgt_in[row, 1 : m + 1] = y
         tgt_out[row, :m] = y
         tgt_out[row, m] = eos_id
     src_mask = np.arange(s_max)[None, :] < src_len[:, None]
     tgt_mask = np.arange(t_max)[None, :] < tgt_len[:, None]
-    return Seq2SeqBatch(src=torch.from_numpy(src_ids), src_mask=torch.from_numpy(src_mask),
-                        tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
-                        tgt_mask=torch.from_numpy(tgt_mask))
+    return Seq2SeqBatch(
+        src=torch.from_numpy(src_ids),
+        src_mask=torch.from_numpy(src_mask),
+        tgt_in=torch.from_numpy(tgt_in),
+        tgt_out=torch.from_numpy(tgt_out),
+        tgt_mask=torch.from_numpy(tgt_mask),
+    )
 
 
 @dataclass
@@ -133,13 +151,16 @@ class EncoderInputs:
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 2 or not (self.tokens.shape == self.segments.shape == self.mask.shape):
-            raise ValueError(f"tokens {tuple(self.tokens.shape)}, segments "
-                             f"{tuple(self.segments.shape)} and mask {tuple(self.mask.shape)} "
-                             f"must be the same (B, T)")
+            raise ValueError(
+                f"tokens {tuple(self.tokens.shape)}, segments "
+                f"{tuple(self.segments.shape)} and mask {tuple(self.mask.shape)} "
+                f"must be the same (B, T)"
+            )
 
     def to(self, device: torch.device | str) -> EncoderInputs:
-        return EncoderInputs(*(t.to(device, non_blocking=True)
-                               for t in (self.tokens, self.segments, self.mask)))
+        return EncoderInputs(
+            *(t.to(device, non_blocking=True) for t in (self.tokens, self.segments, self.mask))
+        )
 
 
 @dataclass
@@ -168,10 +189,13 @@ class PretrainingBatch:
         return int(self.mlm_index.shape[0])
 
     def to(self, device: torch.device | str) -> PretrainingBatch:
-        return PretrainingBatch(self.inputs.to(device), self.mlm_index.to(device, non_blocking=True),
-                                self.mlm_labels.to(device, non_blocking=True),
-                                None if self.nsp_labels is None else
-                                self.nsp_labels.to(device, non_blocking=True), self.nsp_weight)
+        return PretrainingBatch(
+            self.inputs.to(device),
+            self.mlm_index.to(device, non_blocking=True),
+            self.mlm_labels.to(device, non_blocking=True),
+            None if self.nsp_labels is None else self.nsp_labels.to(device, non_blocking=True),
+            self.nsp_weight,
+        )
 
 
 @dataclass
@@ -205,12 +229,16 @@ class SpanBatch:
         return int(self.starts.shape[0])
 
     def to(self, device: torch.device | str) -> SpanBatch:
-        return SpanBatch(self.inputs.to(device), self.starts.to(device, non_blocking=True),
-                         self.ends.to(device, non_blocking=True))
+        return SpanBatch(
+            self.inputs.to(device),
+            self.starts.to(device, non_blocking=True),
+            self.ends.to(device, non_blocking=True),
+        )
 
 
-def encoder_inputs(rows: Sequence[Sequence[int] | np.ndarray],
-                   segments: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> EncoderInputs:
+def encoder_inputs(
+    rows: Sequence[Sequence[int] | np.ndarray], segments: Sequence[Sequence[int] | np.ndarray], pad_id: int
+) -> EncoderInputs:
     """Right-pad token rows and their segment rows into an :class:`EncoderInputs`."""
     tokens, mask = pad_sequences(rows, pad_id)
     seg, _ = pad_sequences(segments, 0)

@@ -16,8 +16,14 @@ import numpy as np
 from fullrank.errors import ConfigError
 
 
-def bucket_batches(lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int = 0,
-                   epoch: int = 0, shuffle: bool = True) -> list[np.ndarray]:
+def bucket_batches(
+    lengths: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+) -> list[np.ndarray]:
     """Group example indices into batches with ``len(batch) · max(lengths[batch]) <= max_tokens``.
 
     Examples are sorted by length and packed greedily, so each batch holds similar lengths.
@@ -37,8 +43,10 @@ def bucket_batches(lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed
     cost = np.maximum(lengths, 1)  # an empty example still takes a row
     longest = int(cost.argmax())
     if cost[longest] > max_tokens:
-        raise ConfigError(f"example {longest} has {int(lengths[longest])} tokens, more than max_tokens = "
-                          f"{max_tokens}; drop examples longer than the budget first or raise max_tokens")
+        raise ConfigError(
+            f"example {longest} has {int(lengths[longest])} tokens, more than max_tokens = "
+            f"{max_tokens}; drop examples longer than the budget first or raise max_tokens"
+        )
 
     rng = np.random.default_rng([seed, epoch])
     if shuffle:

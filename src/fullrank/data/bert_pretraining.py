@@ -77,8 +77,7 @@ class Instances:
 
     def __getitem__(self, i: int) -> Instance:
         a0, a1, b0, b1 = (int(x) for x in self.bounds[i])
-        return Instance(np.asarray(self.ids[a0:a1]), np.asarray(self.ids[b0:b1]),
-                        bool(self.random_next[i]))
+        return Instance(np.asarray(self.ids[a0:a1]), np.asarray(self.ids[b0:b1]), bool(self.random_next[i]))
 
     def __iter__(self) -> Iterator[Instance]:
         return (self[i] for i in range(len(self)))
@@ -112,12 +111,20 @@ def _instances(corpus: TokenizedCorpus, rows: list[list[int]], flags: list[bool]
 
 def _check_len(max_seq_len: int, specials: int) -> None:
     if max_seq_len < specials + 2:
-        raise ConfigError(f"max_seq_len = {max_seq_len} leaves no room for the segments and the "
-                          f"{specials} special tokens; use at least {specials + 2} (BERT: 128)")
+        raise ConfigError(
+            f"max_seq_len = {max_seq_len} leaves no room for the segments and the "
+            f"{specials} special tokens; use at least {specials + 2} (BERT: 128)"
+        )
 
 
-def make_instances(corpus: TokenizedCorpus, *, max_seq_len: int, seed: int,
-                   short_seq_prob: float = 0.1, random_next_prob: float = 0.5) -> Instances:
+def make_instances(
+    corpus: TokenizedCorpus,
+    *,
+    max_seq_len: int,
+    seed: int,
+    short_seq_prob: float = 0.1,
+    random_next_prob: float = 0.5,
+) -> Instances:
     """Segment pairs for every document, in the manner of BERT's ``create_instances_from_document``
     (see the module docstring); a pure function of ``seed``."""
     _check_len(max_seq_len, 3)
@@ -129,7 +136,7 @@ def make_instances(corpus: TokenizedCorpus, *, max_seq_len: int, seed: int,
     flags: list[bool] = []
     for d in range(n_docs):
         first, last = int(corpus.doc_starts[d]), int(corpus.doc_starts[d + 1])
-        bound = np.asarray(starts[first: last + 1]).tolist()  # sentence s spans bound[s-first:…+2]
+        bound = np.asarray(starts[first : last + 1]).tolist()  # sentence s spans bound[s-first:…+2]
         target = max_tokens
         if rng.random() < short_seq_prob:
             target = int(rng.integers(2, max_tokens + 1))
@@ -168,8 +175,9 @@ def make_instances(corpus: TokenizedCorpus, *, max_seq_len: int, seed: int,
     return _instances(corpus, rows, flags)
 
 
-def make_segments(corpus: TokenizedCorpus, *, max_seq_len: int, seed: int,
-                  short_seq_prob: float = 0.0) -> Instances:
+def make_segments(
+    corpus: TokenizedCorpus, *, max_seq_len: int, seed: int, short_seq_prob: float = 0.0
+) -> Instances:
     """Single segments ``[CLS] tokens [SEP]`` for masked-LM training without next-sentence
     prediction: each document's tokens cut into consecutive windows of ``max_seq_len - 2``
     (with probability ``short_seq_prob`` a window of random length from 2), so that no sequence
@@ -207,8 +215,9 @@ class MaskingRule:
     mask_prob: float = 0.8
     random_prob: float = 0.1
 
-    def apply(self, tokens: np.ndarray, candidates: np.ndarray,
-              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def apply(
+        self, tokens: np.ndarray, candidates: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Mask ``tokens`` (a copy) at positions drawn from ``candidates``.
 
         Returns ``(masked tokens, positions (P,) sorted, labels (P,))``.
@@ -229,16 +238,18 @@ def masking_rule(tok: Tokenizer, *, mlm_prob: float = 0.15, max_predictions: int
     """The rule for a WordPiece tokenizer: ``[MASK]``, and every non-special id as a random
     replacement."""
     if tok.mask_id is None:
-        raise ConfigError(f"BERT pre-training needs a wordpiece tokenizer (with [MASK]); this one "
-                          f"is {tok.kind}")
+        raise ConfigError(
+            f"BERT pre-training needs a wordpiece tokenizer (with [MASK]); this one is {tok.kind}"
+        )
     if not 0.0 < mlm_prob < 1.0:
         raise ConfigError(f"data.mlm_prob must be in (0, 1), got {mlm_prob}")
     if max_predictions < 1:
         raise ConfigError(f"data.max_predictions must be at least 1, got {max_predictions}")
     specials = [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id]
     regular = np.setdiff1d(np.arange(tok.vocab_size), np.asarray(specials))
-    return MaskingRule(mask_id=tok.mask_id, regular_ids=regular, mlm_prob=mlm_prob,
-                       max_predictions=max_predictions)
+    return MaskingRule(
+        mask_id=tok.mask_id, regular_ids=regular, mlm_prob=mlm_prob, max_predictions=max_predictions
+    )
 
 
 # -------------------------------------------------------------------------------- batches
@@ -247,9 +258,19 @@ class PretrainingBatches:
     ``get(epoch, index)`` is a pure function of ``(seed, epoch, index)`` (see the module
     docstring). Batches of single segments carry no next-sentence labels."""
 
-    def __init__(self, instances: Instances, rule: MaskingRule, *, cls_id: int,
-                 sep_id: int, pad_id: int, batch_size: int, seed: int = 0,
-                 masking: Masking = "dynamic", name: str = "corpus") -> None:
+    def __init__(
+        self,
+        instances: Instances,
+        rule: MaskingRule,
+        *,
+        cls_id: int,
+        sep_id: int,
+        pad_id: int,
+        batch_size: int,
+        seed: int = 0,
+        masking: Masking = "dynamic",
+        name: str = "corpus",
+    ) -> None:
         if masking not in ("static", "dynamic"):
             raise ConfigError(f"data.masking must be static or dynamic, got {masking!r}")
         if batch_size < 1:
@@ -259,8 +280,9 @@ class PretrainingBatches:
         self.rule = rule
         self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
         self.batch_size, self.seed, self.masking, self.name = batch_size, seed, masking, name
-        self._n_predictions = np.minimum(rule.max_predictions, np.maximum(
-            1, np.round(instances.lengths * rule.mlm_prob))).astype(np.int64)  # n_predictions
+        self._n_predictions = np.minimum(
+            rule.max_predictions, np.maximum(1, np.round(instances.lengths * rule.mlm_prob))
+        ).astype(np.int64)  # n_predictions
         self._order: tuple[int, np.ndarray] | None = None
 
     def __len__(self) -> int:
@@ -293,8 +315,9 @@ class PretrainingBatches:
             self._order = (epoch, rng.permutation(len(self.instances)))
         return self._order[1]
 
-    def collate(self, ids: Sequence[int] | np.ndarray, epoch: int,
-                nsp_weight: float | None = None) -> PretrainingBatch:
+    def collate(
+        self, ids: Sequence[int] | np.ndarray, epoch: int, nsp_weight: float | None = None
+    ) -> PretrainingBatch:
         """The batch of instances ``ids`` masked as in ``epoch``."""
         rows, segs, index, labels = [], [], [], []
         for i in ids:
@@ -312,19 +335,25 @@ class PretrainingBatches:
             nsp = torch.from_numpy(self.instances.random_next[picked].astype(np.int64))
         if nsp_weight is None:
             nsp_weight = len(flat) / max(len(ids), 1)
-        return PretrainingBatch(inputs, torch.from_numpy(flat.astype(np.int64)),
-                                torch.from_numpy(np.concatenate(labels).astype(np.int64)), nsp,
-                                nsp_weight)
+        return PretrainingBatch(
+            inputs,
+            torch.from_numpy(flat.astype(np.int64)),
+            torch.from_numpy(np.concatenate(labels).astype(np.int64)),
+            nsp,
+            nsp_weight,
+        )
 
     def get(self, epoch: int, index: int, *, rank: int = 0, world: int = 1) -> PretrainingBatch:
         """Global batch ``index`` of ``epoch``, or this rank's rows ``[rank::world]`` of it."""
         check_world(self.batch_size, rank, world)
         if len(self) == 0:
-            raise DataError(f"{self.name}: {len(self.instances)} training sequences, fewer than "
-                            f"batch_size = {self.batch_size}; use a longer corpus or a smaller "
-                            f"batch_size")
+            raise DataError(
+                f"{self.name}: {len(self.instances)} training sequences, fewer than "
+                f"batch_size = {self.batch_size}; use a longer corpus or a smaller "
+                f"batch_size"
+            )
         check_position(epoch, index, len(self))
-        ids = self.order(epoch)[index * self.batch_size: (index + 1) * self.batch_size]
+        ids = self.order(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
         # N/B of the global batch: the count of predictions depends on lengths alone
         n_global = int(self._n_predictions[ids].sum())
         return self.collate(ids[rank::world], epoch, nsp_weight=n_global / len(ids))

@@ -30,21 +30,19 @@ from fullrank.errors import ConfigError
 VARIANTS = 16  # segmentations drawn per distinct word
 
 
-def _segment(word: str, ranks: dict[tuple[str, str], int], p: float,
-             rng: np.random.Generator) -> list[str]:
+def _segment(word: str, ranks: dict[tuple[str, str], int], p: float, rng: np.random.Generator) -> list[str]:
     """The pieces of one pre-token under BPE-dropout with probability ``p`` (``p = 0``:
     standard BPE — the lowest-ranked applicable merge, leftmost among equals, until none)."""
     syms = list(word)
     while len(syms) > 1:
-        cands = [(r, i) for i, pair in enumerate(zip(syms, syms[1:]))
-                 if (r := ranks.get(pair)) is not None]
+        cands = [(r, i) for i, pair in enumerate(zip(syms, syms[1:])) if (r := ranks.get(pair)) is not None]
         if p > 0 and cands:
             keep = rng.random(len(cands)) >= p
             cands = [c for c, k in zip(cands, keep) if k]
         if not cands:
             break
         _, i = min(cands)
-        syms[i: i + 2] = [syms[i] + syms[i + 1]]
+        syms[i : i + 2] = [syms[i] + syms[i + 1]]
     return syms
 
 
@@ -64,12 +62,22 @@ class BPEDropout:
     ``tokenizer.encode`` would return them with standard BPE.
     """
 
-    def __init__(self, tokenizer: Tokenizer, texts: Sequence[str], p: float, *, seed: int = 0,
-                 variants: int = VARIANTS, max_len: int | None = None,
-                 standard: Sequence[Sequence[int] | np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        texts: Sequence[str],
+        p: float,
+        *,
+        seed: int = 0,
+        variants: int = VARIANTS,
+        max_len: int | None = None,
+        standard: Sequence[Sequence[int] | np.ndarray] | None = None,
+    ) -> None:
         if tokenizer.kind != "bpe":
-            raise ConfigError(f"BPE-dropout needs a bpe tokenizer, not {tokenizer.kind}; set "
-                              "data.tokenizer: bpe or leave data.bpe_dropout at 0")
+            raise ConfigError(
+                f"BPE-dropout needs a bpe tokenizer, not {tokenizer.kind}; set "
+                "data.tokenizer: bpe or leave data.bpe_dropout at 0"
+            )
         if not 0.0 <= p < 1.0:
             raise ConfigError(f"data.bpe_dropout = {p} must be in [0, 1) (the paper uses 0.1)")
         if variants < 1:
@@ -77,8 +85,7 @@ class BPEDropout:
         self.p, self.seed, self.variants, self.max_len = p, seed, variants, max_len
         hf = tokenizer.hf
         model = json.loads(hf.to_str())["model"]
-        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
-                  for m in model["merges"]]
+        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         ranks: dict[tuple[str, str], int] = {(a, b): r for r, (a, b) in enumerate(merges)}
         vocab: dict[str, int] = model["vocab"]
         unk = tokenizer.unk_id
@@ -101,14 +108,14 @@ class BPEDropout:
                 for w, _ in hf.pre_tokenizer.pre_tokenize_str(norm):
                     occ.append(words.setdefault(w, len(words)))
             bounds.append(len(occ))
-        self._occ = np.asarray(occ, dtype=np.int64)                        # (O,) word ids
-        self._bounds = np.asarray(bounds, dtype=np.int64)                  # (texts + 1,)
+        self._occ = np.asarray(occ, dtype=np.int64)  # (O,) word ids
+        self._bounds = np.asarray(bounds, dtype=np.int64)  # (texts + 1,)
 
         # K segmentations per word, drawn in order of first occurrence from one generator
         rng = np.random.default_rng([seed, 0x5EB])
         flat: list[int] = []
-        starts = np.zeros((len(words), variants), dtype=np.int64)          # (W, K)
-        lengths = np.zeros((len(words), variants), dtype=np.int64)         # (W, K)
+        starts = np.zeros((len(words), variants), dtype=np.int64)  # (W, K)
+        lengths = np.zeros((len(words), variants), dtype=np.int64)  # (W, K)
         for w, j in words.items():
             for v in range(variants):
                 ids = [vocab.get(s, unk) for s in _segment(w, ranks, p, rng)]
@@ -125,13 +132,13 @@ class BPEDropout:
         """Every text's token ids for ``epoch``: each word occurrence takes one of its word's
         ``K`` segmentations, chosen from ``(seed, epoch)``."""
         rng = np.random.default_rng([self.seed, epoch, 0x5EB])
-        pick = rng.integers(self.variants, size=len(self._occ))            # (O,)
-        starts = self._starts[self._occ, pick]                             # (O,)
-        lens = self._lengths[self._occ, pick]                              # (O,)
-        ends = np.cumsum(lens)                                             # (O,)
+        pick = rng.integers(self.variants, size=len(self._occ))  # (O,)
+        starts = self._starts[self._occ, pick]  # (O,)
+        lens = self._lengths[self._occ, pick]  # (O,)
+        ends = np.cumsum(lens)  # (O,)
         gather = np.repeat(starts - (ends - lens), lens) + np.arange(int(ends[-1]) if len(ends) else 0)
-        tokens = self._flat[gather]                                        # (Σ lens,)
-        cut = np.concatenate([[0], ends])[self._bounds]                    # (texts + 1,)
+        tokens = self._flat[gather]  # (Σ lens,)
+        cut = np.concatenate([[0], ends])[self._bounds]  # (texts + 1,)
         out = []
         for i, (a, b) in enumerate(zip(cut[:-1], cut[1:])):
             if self._fixed[i] or (self.max_len is not None and b - a > self.max_len):

@@ -33,14 +33,17 @@ def ids_dtype(vocab_size: int) -> np.dtype:
 
 def cache_key(data: bytes, tokenizer: Tokenizer, *, eos_per_line: bool) -> str:
     h = hashlib.sha256()
-    for part in (_FORMAT.encode(), hashlib.sha256(data).digest(), tokenizer.fingerprint().encode(),
-                 b"eos" if eos_per_line else b"raw"):
+    for part in (
+        _FORMAT.encode(),
+        hashlib.sha256(data).digest(),
+        tokenizer.fingerprint().encode(),
+        b"eos" if eos_per_line else b"raw",
+    ):
         h.update(len(part).to_bytes(8, "little") + part)
     return h.hexdigest()
 
 
-def cache_path(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path, *,
-               eos_per_line: bool) -> Path:
+def cache_path(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path, *, eos_per_line: bool) -> Path:
     """Where :func:`tokenize_file` keeps (or would keep) the ids of ``path``."""
     key = cache_key(read_bytes(path), tokenizer, eos_per_line=eos_per_line)
     return Path(cache_dir) / f"{Path(path).name}.{key[:24]}.npy"
@@ -103,8 +106,9 @@ def encode_text(text: str, tokenizer: Tokenizer, *, eos_per_line: bool) -> np.nd
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
-def tokenize_file(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path, *,
-                  eos_per_line: bool) -> np.ndarray:
+def tokenize_file(
+    path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path, *, eos_per_line: bool
+) -> np.ndarray:
     """The token ids of ``path`` as a read-only memory map, tokenised at most once.
 
     ``eos_per_line=True``: each line's tokens followed by ``eos_id`` (the word-level LM convention
@@ -122,8 +126,10 @@ def tokenize_file(path: str | Path, tokenizer: Tokenizer, cache_dir: str | Path,
             pass  # unreadable cache file: tokenise again and replace it
     ids = encode_text(decode_utf8(data, path), tokenizer, eos_per_line=eos_per_line)
     if ids.size == 0:
-        raise DataError(f"{path}: the {tokenizer.kind} tokenizer finds no tokens in this file; "
-                        "check that it is the right corpus for this tokenizer")
+        raise DataError(
+            f"{path}: the {tokenizer.kind} tokenizer finds no tokens in this file; "
+            "check that it is the right corpus for this tokenizer"
+        )
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = cache_dir / f".{final.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:

@@ -54,7 +54,7 @@ class TokenizedCorpus:
         return len(self.sent_starts) - 1
 
     def sentence(self, s: int) -> np.ndarray:
-        return self.ids[self.sent_starts[s]: self.sent_starts[s + 1]]
+        return self.ids[self.sent_starts[s] : self.sent_starts[s + 1]]
 
 
 class _Writer:
@@ -69,8 +69,9 @@ class _Writer:
         if folder is None:
             self.parts: dict[str, list[np.ndarray]] = {"ids": [], "sentences": [], "documents": []}
         else:
-            self.files = {name: open(folder / f"{name}.bin", "wb")
-                          for name in ("ids", "sentences", "documents")}
+            self.files = {
+                name: open(folder / f"{name}.bin", "wb") for name in ("ids", "sentences", "documents")
+            }
         self._put("sentences", np.zeros(1, np.int64))
         self._put("documents", np.zeros(1, np.int64))
 
@@ -80,16 +81,19 @@ class _Writer:
         else:
             a.tofile(self.files[name])
 
-    def document(self, sentences: Sequence[Sequence[int]], text: Sequence[str], *,
-                 skip_short: bool, where: str) -> None:
+    def document(
+        self, sentences: Sequence[Sequence[int]], text: Sequence[str], *, skip_short: bool, where: str
+    ) -> None:
         """Append one document: its sentences' ids, and its text (named in an error)."""
         kept = [np.asarray(s, dtype=self.dtype) for s in sentences if len(s)]
         if len(kept) == 1:
             if not skip_short:
-                raise DataError(f"{where}: document {self.n_docs + self.skipped + 1} "
-                                f"('{' '.join(text)[:40]}…') has one sentence, too short to make a "
-                                f"sentence pair; join it to a neighbour, remove it, or set "
-                                f"data.short_documents=skip")
+                raise DataError(
+                    f"{where}: document {self.n_docs + self.skipped + 1} "
+                    f"('{' '.join(text)[:40]}…') has one sentence, too short to make a "
+                    f"sentence pair; join it to a neighbour, remove it, or set "
+                    f"data.short_documents=skip"
+                )
             self.skipped += 1
             return
         if not kept:
@@ -113,8 +117,9 @@ class _Writer:
         return ids, np.concatenate(self.parts["sentences"]), np.concatenate(self.parts["documents"])
 
 
-def _tokenize(docs: Iterable[Sequence[str]], tok: Tokenizer, writer: _Writer, *,
-              skip_short: bool, where: str) -> None:
+def _tokenize(
+    docs: Iterable[Sequence[str]], tok: Tokenizer, writer: _Writer, *, skip_short: bool, where: str
+) -> None:
     """Tokenize ``docs`` in batches of about ``_BATCH_SENTENCES`` sentences into ``writer``."""
     pending: list[Sequence[str]] = []
     n_pending = 0
@@ -123,7 +128,7 @@ def _tokenize(docs: Iterable[Sequence[str]], tok: Tokenizer, writer: _Writer, *,
         encoded = tok.encode_batch([s for d in pending for s in d])
         k = 0
         for d in pending:
-            writer.document(encoded[k: k + len(d)], d, skip_short=skip_short, where=where)
+            writer.document(encoded[k : k + len(d)], d, skip_short=skip_short, where=where)
             k += len(d)
         pending.clear()
 
@@ -135,12 +140,14 @@ def _tokenize(docs: Iterable[Sequence[str]], tok: Tokenizer, writer: _Writer, *,
             n_pending = 0
     flush()
     if writer.n_docs < 2:
-        raise DataError(f"{where}: {writer.n_docs} document with tokens; next-sentence "
-                        f"prediction needs at least two")
+        raise DataError(
+            f"{where}: {writer.n_docs} document with tokens; next-sentence prediction needs at least two"
+        )
 
 
-def tokenize_documents(docs: Sequence[Sequence[str]], tok: Tokenizer, *, skip_short: bool = False,
-                       where: str = "corpus") -> TokenizedCorpus:
+def tokenize_documents(
+    docs: Sequence[Sequence[str]], tok: Tokenizer, *, skip_short: bool = False, where: str = "corpus"
+) -> TokenizedCorpus:
     """Tokenize every sentence, in memory; sentences with no token are dropped, and so are
     documents left empty. A document of one sentence has no actual-next pair: a
     :class:`DataError`, or left out and counted with ``skip_short`` (WikiText-2's training file
@@ -151,8 +158,7 @@ def tokenize_documents(docs: Sequence[Sequence[str]], tok: Tokenizer, *, skip_sh
     return TokenizedCorpus(ids, sents, docs_, writer.skipped)
 
 
-def cache_key(digest: list[dict[str, object]], corpus_format: str, tok: Tokenizer,
-              skip_short: bool) -> str:
+def cache_key(digest: list[dict[str, object]], corpus_format: str, tok: Tokenizer, skip_short: bool) -> str:
     h = hashlib.sha256()
     parts = [_FORMAT, corpus_format, tok.fingerprint(), "skip" if skip_short else "error"]
     parts += [str(d["sha256"]) for d in digest]
@@ -167,8 +173,11 @@ def _open(folder: Path, dtype: np.dtype) -> TokenizedCorpus | None:
     try:
         info = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         n_ids, n_sents, n_docs = int(info["ids"]), int(info["sentences"]), int(info["documents"])
-        sizes = {"ids.bin": n_ids * dtype.itemsize, "sentences.bin": (n_sents + 1) * 8,
-                 "documents.bin": (n_docs + 1) * 8}
+        sizes = {
+            "ids.bin": n_ids * dtype.itemsize,
+            "sentences.bin": (n_sents + 1) * 8,
+            "documents.bin": (n_docs + 1) * 8,
+        }
         if any((folder / name).stat().st_size != size for name, size in sizes.items()):
             return None
         ids = np.memmap(folder / "ids.bin", dtype=dtype, mode="r", shape=(n_ids,))
@@ -181,9 +190,15 @@ def _open(folder: Path, dtype: np.dtype) -> TokenizedCorpus | None:
     return TokenizedCorpus(ids, sents, docs, int(info.get("skipped", 0)), info)
 
 
-def cached_documents(spec: str | Path, corpus_format: CorpusFormat, tok: Tokenizer,
-                     cache_dir: str | Path, *, skip_short: bool = False,
-                     say: Callable[[str], None] | None = None) -> TokenizedCorpus:
+def cached_documents(
+    spec: str | Path,
+    corpus_format: CorpusFormat,
+    tok: Tokenizer,
+    cache_dir: str | Path,
+    *,
+    skip_short: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> TokenizedCorpus:
     """The corpus ``spec`` (a file, folder or glob; :mod:`fullrank.data.documents`) tokenized by
     ``tok``, from the cache when it holds this corpus, else tokenized now (streaming, one batch
     of sentences in memory at a time) and cached. ``say`` hears what happened: reused, or built
@@ -197,12 +212,13 @@ def cached_documents(spec: str | Path, corpus_format: CorpusFormat, tok: Tokeniz
         corpus = _open(final, dtype)
         if corpus is not None:
             if say:
-                say(f"{spec}: {corpus.n_docs:,} documents, {corpus.n_sentences:,} sentences, "
-                    f"{len(corpus.ids):,} tokens (cached in {final})")
+                say(
+                    f"{spec}: {corpus.n_docs:,} documents, {corpus.n_sentences:,} sentences, "
+                    f"{len(corpus.ids):,} tokens (cached in {final})"
+                )
             return corpus
         if say:
-            say(f"{final}: the cache does not add up (an interrupted or damaged build); "
-                f"tokenizing again")
+            say(f"{final}: the cache does not add up (an interrupted or damaged build); tokenizing again")
         shutil.rmtree(final, ignore_errors=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
@@ -211,8 +227,7 @@ def cached_documents(spec: str | Path, corpus_format: CorpusFormat, tok: Tokeniz
     start = time.perf_counter()
     writer = _Writer(dtype, tmp)
     try:
-        _tokenize(iter_documents(files, corpus_format), tok, writer, skip_short=skip_short,
-                  where=str(spec))
+        _tokenize(iter_documents(files, corpus_format), tok, writer, skip_short=skip_short, where=str(spec))
     except BaseException:
         writer.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -220,10 +235,17 @@ def cached_documents(spec: str | Path, corpus_format: CorpusFormat, tok: Tokeniz
     writer.close()
     seconds = time.perf_counter() - start
     info: dict[str, object] = {
-        "format": _FORMAT, "corpus_format": corpus_format, "files": digest,
-        "tokenizer_sha256": tok.fingerprint(), "short_documents": "skip" if skip_short else "error",
-        "ids": writer.n_ids, "sentences": writer.n_sentences, "documents": writer.n_docs,
-        "skipped": writer.skipped, "dtype": dtype.name, "seconds": round(seconds, 1),
+        "format": _FORMAT,
+        "corpus_format": corpus_format,
+        "files": digest,
+        "tokenizer_sha256": tok.fingerprint(),
+        "short_documents": "skip" if skip_short else "error",
+        "ids": writer.n_ids,
+        "sentences": writer.n_sentences,
+        "documents": writer.n_docs,
+        "skipped": writer.skipped,
+        "dtype": dtype.name,
+        "seconds": round(seconds, 1),
         "bytes": sum((tmp / f"{n}.bin").stat().st_size for n in ("ids", "sentences", "documents")),
     }
     (tmp / "meta.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
@@ -233,12 +255,15 @@ def cached_documents(spec: str | Path, corpus_format: CorpusFormat, tok: Tokeniz
         shutil.rmtree(tmp, ignore_errors=True)
     corpus = _open(final, dtype)
     if corpus is None:
-        raise DataError(f"{final}: the cache just written cannot be read back; check the disk "
-                        f"(data.cache_dir)")
+        raise DataError(
+            f"{final}: the cache just written cannot be read back; check the disk (data.cache_dir)"
+        )
     if say:
-        say(f"{spec}: {corpus.n_docs:,} documents, {corpus.n_sentences:,} sentences, "
+        say(
+            f"{spec}: {corpus.n_docs:,} documents, {corpus.n_sentences:,} sentences, "
             f"{len(corpus.ids):,} tokens — tokenized in {seconds:.0f} s, cache "
-            f"{int(info['bytes']) / 2**20:.0f} MB in {final}")  # type: ignore[call-overload]  # a number
+            f"{int(info['bytes']) / 2**20:.0f} MB in {final}"  # type: ignore[call-overload]  # a number
+        )
     return corpus
 
 

@@ -101,17 +101,22 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise DataError(f"{path}:{n}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at "
-                                    f"column {e.start + 1}); re-encode the file as UTF-8") from None
+                    raise DataError(
+                        f"{path}:{n}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at "
+                        f"column {e.start + 1}); re-encode the file as UTF-8"
+                    ) from None
                 if n == 1:
                     line = line.removeprefix("\ufeff")
                 yield n, line.rstrip("\n").removesuffix("\r")
     except (lzma.LZMAError, gzip.BadGzipFile, zlib.error, EOFError) as e:
-        raise DataError(f"{path}: the compressed data is damaged after line {n} ({e}); "
-                        f"decompress it again from its source, or check its checksum") from None
+        raise DataError(
+            f"{path}: the compressed data is damaged after line {n} ({e}); "
+            f"decompress it again from its source, or check its checksum"
+        ) from None
     except OSError as e:
-        raise DataError(f"{path}: cannot be read after line {n} ({e.strerror or e}); check the "
-                        f"file") from None
+        raise DataError(
+            f"{path}: cannot be read after line {n} ({e.strerror or e}); check the file"
+        ) from None
 
 
 def open_plain(path: Path) -> BinaryIO:
@@ -148,9 +153,11 @@ def _wikitext(path: Path) -> Iterator[list[str]]:
         elif doc is not None and line.strip() and not _SUBHEADING.match(line):
             doc.extend(split_sentences(clean_wikitext(line)))
     if not seen_heading:
-        raise DataError(f"{path}: no document boundary (no ' = Title = ' line starts a document); "
-                        f"next-sentence prediction needs several documents — use "
-                        f"data.corpus_format=blocks for text with blank lines between documents")
+        raise DataError(
+            f"{path}: no document boundary (no ' = Title = ' line starts a document); "
+            f"next-sentence prediction needs several documents — use "
+            f"data.corpus_format=blocks for text with blank lines between documents"
+        )
     if doc:
         yield doc
 
@@ -174,14 +181,17 @@ def _wikiextractor(path: Path) -> Iterator[list[str]]:
     for n, line in read_lines(path):
         if _DOC_OPEN.match(line):
             if opened:
-                raise DataError(f"{path}:{n}: <doc> inside the <doc> opened at line {opened}, which "
-                                f"is not closed; every article must end with </doc> (WikiExtractor "
-                                f"output)")
+                raise DataError(
+                    f"{path}:{n}: <doc> inside the <doc> opened at line {opened}, which "
+                    f"is not closed; every article must end with </doc> (WikiExtractor "
+                    f"output)"
+                )
             opened, doc, title_seen = n, [], False
         elif line.strip() == _DOC_CLOSE:
             if not opened:
-                raise DataError(f"{path}:{n}: </doc> without an open <doc>; check that this is "
-                                f"WikiExtractor output")
+                raise DataError(
+                    f"{path}:{n}: </doc> without an open <doc>; check that this is WikiExtractor output"
+                )
             opened = 0
             if doc:
                 yield doc
@@ -191,11 +201,15 @@ def _wikiextractor(path: Path) -> Iterator[list[str]]:
             elif line.strip():
                 doc.extend(split_sentences(line))
         elif line.strip():
-            raise DataError(f"{path}:{n}: text outside <doc …> … </doc>; data.corpus_format="
-                            f"wikiextractor reads WikiExtractor output (use blocks for plain text)")
+            raise DataError(
+                f"{path}:{n}: text outside <doc …> … </doc>; data.corpus_format="
+                f"wikiextractor reads WikiExtractor output (use blocks for plain text)"
+            )
     if opened:
-        raise DataError(f"{path}: the <doc> opened at line {opened} is not closed before the end of "
-                        f"the file; the file may be cut short — every article must end with </doc>")
+        raise DataError(
+            f"{path}: the <doc> opened at line {opened} is not closed before the end of "
+            f"the file; the file may be cut short — every article must end with </doc>"
+        )
 
 
 _READERS = {"wikitext": _wikitext, "blocks": _blocks, "wikiextractor": _wikiextractor}
@@ -205,8 +219,7 @@ def iter_documents(spec: str | Path | list[Path], corpus_format: CorpusFormat) -
     """Every document of the corpus ``spec`` (:func:`corpus_files`) as a list of sentences, in
     file order; empty documents are left out."""
     if corpus_format not in _READERS:
-        raise ConfigError(f"unknown corpus format {corpus_format!r}; use "
-                          f"{', '.join(_READERS)}")
+        raise ConfigError(f"unknown corpus format {corpus_format!r}; use {', '.join(_READERS)}")
     files = spec if isinstance(spec, list) else corpus_files(spec)
     for f in files:
         yield from (d for d in _READERS[corpus_format](f) if d)
@@ -217,7 +230,9 @@ def read_documents(spec: str | Path, corpus_format: CorpusFormat) -> list[list[s
     prediction needs sentences from other documents."""
     docs = list(iter_documents(spec, corpus_format))
     if corpus_format == "blocks" and len(docs) < 2:
-        raise DataError(f"{spec}: no document boundary (the text is one block); separate "
-                        f"documents with a blank line — next-sentence prediction needs "
-                        f"sentences from other documents")
+        raise DataError(
+            f"{spec}: no document boundary (the text is one block); separate "
+            f"documents with a blank line — next-sentence prediction needs "
+            f"sentences from other documents"
+        )
     return docs

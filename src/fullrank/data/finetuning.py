@@ -54,8 +54,14 @@ from fullrank.data.text import loads_json, read_lines, read_text
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
 
-TEXT_FIELDS = (("text_a", "text_b"), ("sentence1", "sentence2"), ("premise", "hypothesis"),
-               ("question", "sentence"), ("sentence",), ("text",))
+TEXT_FIELDS = (
+    ("text_a", "text_b"),
+    ("sentence1", "sentence2"),
+    ("premise", "hypothesis"),
+    ("question", "sentence"),
+    ("sentence",),
+    ("text",),
+)
 LABEL_FIELDS = ("label", "gold_label")
 
 
@@ -97,8 +103,10 @@ def _records(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
                 except json.JSONDecodeError as e:
                     raise DataError(f"{path}:{i}: not valid JSON ({e.msg})") from None
                 if not isinstance(record, dict):
-                    raise DataError(f"{path}:{i}: a JSON {type(record).__name__}, not an "
-                                    f"object; write one example object per line")
+                    raise DataError(
+                        f"{path}:{i}: a JSON {type(record).__name__}, not an "
+                        f"object; write one example object per line"
+                    )
                 yield record, f"{path}:{i}"
     elif path.suffix == ".json":
         try:
@@ -111,37 +119,51 @@ def _records(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
         for i, item in enumerate(items):
             yield item, f"{path}:#{i}"
     elif path.suffix == ".tsv":
-        reader = csv.DictReader(io.StringIO(read_text(path)), delimiter="\t",
-                                quoting=csv.QUOTE_NONE)
+        reader = csv.DictReader(io.StringIO(read_text(path)), delimiter="\t", quoting=csv.QUOTE_NONE)
         try:
             rows = list(reader)
         except csv.Error as e:
-            raise DataError(f"{path}:{reader.line_num}: not a row of TAB-separated fields "
-                            f"({e}); fix the line") from None
+            raise DataError(
+                f"{path}:{reader.line_num}: not a row of TAB-separated fields ({e}); fix the line"
+            ) from None
         for i, row in enumerate(rows, 2):
             yield row, f"{path}:{i}"
     else:
-        raise DataError(f"{path}: unknown format; use .json, .jsonl, .tsv or a directory of "
-                        f"s1/s2/labels files")
+        raise DataError(
+            f"{path}: unknown format; use .json, .jsonl, .tsv or a directory of s1/s2/labels files"
+        )
 
 
-def _pick(record: dict[str, Any], given: Sequence[str] | None, options: Sequence[Sequence[str]],
-          what: str, where: str) -> tuple[str, ...]:
+def _pick(
+    record: dict[str, Any],
+    given: Sequence[str] | None,
+    options: Sequence[Sequence[str]],
+    what: str,
+    where: str,
+) -> tuple[str, ...]:
     if given:
         missing = [f for f in given if f not in record]
         if missing:
-            raise DataError(f"{where}: no field '{missing[0]}' (fields: {', '.join(map(str, record))}); "
-                            f"check data.{what}")
+            raise DataError(
+                f"{where}: no field '{missing[0]}' (fields: {', '.join(map(str, record))}); check data.{what}"
+            )
         return tuple(given)
     for names in options:
         if all(n in record for n in names):
             return tuple(names)
-    raise DataError(f"{where}: none of the usual {what} ({', '.join('/'.join(o) for o in options)}) "
-                    f"among the fields {', '.join(map(str, record))}; set data.{what}")
+    raise DataError(
+        f"{where}: none of the usual {what} ({', '.join('/'.join(o) for o in options)}) "
+        f"among the fields {', '.join(map(str, record))}; set data.{what}"
+    )
 
 
-def read_examples(path: str | Path, *, text_fields: Sequence[str] | None = None,
-                  label_field: str | None = None, detokenized: bool = False) -> list[Example]:
+def read_examples(
+    path: str | Path,
+    *,
+    text_fields: Sequence[str] | None = None,
+    label_field: str | None = None,
+    detokenized: bool = False,
+) -> list[Example]:
     """The examples of a classification file or s1/s2/labels directory (module docstring)."""
     path = Path(path)
     fix = detokenize if detokenized else (lambda t: t)
@@ -150,16 +172,22 @@ def read_examples(path: str | Path, *, text_fields: Sequence[str] | None = None,
         for name in ("s1", "s2", "labels"):
             found = sorted(path.glob(f"{name}.*"))
             if not found:
-                raise DataError(f"{path}: no {name}.* file; a directory of examples holds "
-                                f"s1.*, s2.* and labels.* (line-aligned)")
+                raise DataError(
+                    f"{path}: no {name}.* file; a directory of examples holds "
+                    f"s1.*, s2.* and labels.* (line-aligned)"
+                )
             parts[name] = read_lines(found[0])
         if not len(parts["s1"]) == len(parts["s2"]) == len(parts["labels"]):
-            raise DataError(f"{path}: s1, s2 and labels have {len(parts['s1'])}, "
-                            f"{len(parts['s2'])} and {len(parts['labels'])} lines; they must be "
-                            f"line-aligned")
+            raise DataError(
+                f"{path}: s1, s2 and labels have {len(parts['s1'])}, "
+                f"{len(parts['s2'])} and {len(parts['labels'])} lines; they must be "
+                f"line-aligned"
+            )
         label_file = sorted(path.glob("labels.*"))[0]
-        return [Example((fix(a), fix(b)), lab.strip(), f"{label_file}:{i}")
-                for i, (a, b, lab) in enumerate(zip(parts["s1"], parts["s2"], parts["labels"]), 1)]
+        return [
+            Example((fix(a), fix(b)), lab.strip(), f"{label_file}:{i}")
+            for i, (a, b, lab) in enumerate(zip(parts["s1"], parts["s2"], parts["labels"]), 1)
+        ]
     out = []
     fields: tuple[str, ...] | None = None
     label: str | None = None
@@ -169,8 +197,10 @@ def read_examples(path: str | Path, *, text_fields: Sequence[str] | None = None,
             named = [f for f in ([label_field] if label_field else LABEL_FIELDS) if f in record]
             label = named[0] if named else None
             if label_field and label is None:
-                raise DataError(f"{where}: no field '{label_field}' (fields: "
-                                f"{', '.join(map(str, record))}); check data.label_field")
+                raise DataError(
+                    f"{where}: no field '{label_field}' (fields: "
+                    f"{', '.join(map(str, record))}); check data.label_field"
+                )
         texts = tuple(fix(str(record.get(f) or "")) for f in fields)
         out.append(Example(texts, None if label is None else str(record.get(label)), where))
     if not out:
@@ -184,8 +214,10 @@ def label_ids(examples: Sequence[Example], labels: Sequence[str]) -> np.ndarray:
     out = np.empty(len(examples), dtype=np.int64)
     for i, ex in enumerate(examples):
         if ex.label not in index:
-            raise DataError(f"{ex.where}: label {ex.label!r} is not one of {', '.join(labels)}; "
-                            f"fix the example or set data.labels")
+            raise DataError(
+                f"{ex.where}: label {ex.label!r} is not one of {', '.join(labels)}; "
+                f"fix the example or set data.labels"
+            )
         out[i] = index[ex.label]
     return out
 
@@ -196,8 +228,9 @@ def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> None:
         (a if b is None or len(a) > len(b) else b).pop()
 
 
-def encode_texts(texts: Sequence[Sequence[str]], tok: Tokenizer,
-                 max_seq_len: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def encode_texts(
+    texts: Sequence[Sequence[str]], tok: Tokenizer, max_seq_len: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """``[CLS] A [SEP] (B [SEP])`` token rows and their segment rows for every example."""
     n_texts = {len(t) for t in texts}
     if len(n_texts) > 1 or not n_texts <= {1, 2}:
@@ -210,8 +243,7 @@ def encode_texts(texts: Sequence[Sequence[str]], tok: Tokenizer,
         truncate_pair(a, b, max_seq_len - (3 if b is not None else 2))
         row = [tok.cls_id, *a, tok.sep_id] + ([*b, tok.sep_id] if b is not None else [])
         rows.append(np.asarray(row, dtype=np.int64))
-        segments.append(np.asarray([0] * (len(a) + 2) + [1] * (len(row) - len(a) - 2),
-                                   dtype=np.int64))
+        segments.append(np.asarray([0] * (len(a) + 2) + [1] * (len(row) - len(a) - 2), dtype=np.int64))
     return rows, segments
 
 
@@ -220,8 +252,15 @@ class ExampleBatches:
     """Shuffled fixed-size batches over ``n`` examples, built by ``collate(indices)``;
     ``get(epoch, index)`` is a pure function of ``(seed, epoch, index)``."""
 
-    def __init__(self, n: int, collate: Callable[[np.ndarray], Any], *, batch_size: int,
-                 seed: int = 0, name: str = "examples") -> None:
+    def __init__(
+        self,
+        n: int,
+        collate: Callable[[np.ndarray], Any],
+        *,
+        batch_size: int,
+        seed: int = 0,
+        name: str = "examples",
+    ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size = {batch_size} must be at least 1")
         self.n, self.collate, self.batch_size, self.seed, self.name = n, collate, batch_size, seed, name
@@ -233,12 +272,14 @@ class ExampleBatches:
     def get(self, epoch: int, index: int, *, rank: int = 0, world: int = 1) -> Any:
         check_world(self.batch_size, rank, world)
         if len(self) == 0:
-            raise DataError(f"{self.name}: {self.n} examples, fewer than batch_size = "
-                            f"{self.batch_size}; use more data or a smaller batch_size")
+            raise DataError(
+                f"{self.name}: {self.n} examples, fewer than batch_size = "
+                f"{self.batch_size}; use more data or a smaller batch_size"
+            )
         check_position(epoch, index, len(self))
         if self._order is None or self._order[0] != epoch:
             self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
-        rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]
+        rows = self._order[1][index * self.batch_size : (index + 1) * self.batch_size]
         return self.collate(rows[rank::world])
 
     def eval_batches(self, batch_size: int | None = None) -> Iterator[Any]:
@@ -248,13 +289,22 @@ class ExampleBatches:
             yield self.collate(np.arange(start, min(start + batch_size, self.n)))
 
 
-def classification_batches(rows: Sequence[np.ndarray], segments: Sequence[np.ndarray],
-                           labels: np.ndarray, *, pad_id: int, batch_size: int, seed: int = 0,
-                           name: str = "examples") -> ExampleBatches:
+def classification_batches(
+    rows: Sequence[np.ndarray],
+    segments: Sequence[np.ndarray],
+    labels: np.ndarray,
+    *,
+    pad_id: int,
+    batch_size: int,
+    seed: int = 0,
+    name: str = "examples",
+) -> ExampleBatches:
     def collate(idx: np.ndarray) -> ClassificationBatch:
-        return ClassificationBatch(encoder_inputs([rows[i] for i in idx],
-                                                  [segments[i] for i in idx], pad_id),
-                                   torch.from_numpy(labels[idx]))
+        return ClassificationBatch(
+            encoder_inputs([rows[i] for i in idx], [segments[i] for i in idx], pad_id),
+            torch.from_numpy(labels[idx]),
+        )
+
     return ExampleBatches(len(rows), collate, batch_size=batch_size, seed=seed, name=name)
 
 
@@ -278,8 +328,7 @@ def read_squad(path: str | Path) -> list[list[SquadQuestion]]:
     try:
         data = loads_json(read_text(path))["data"]
     except (json.JSONDecodeError, KeyError, TypeError):
-        raise DataError(f"{path}: not a SQuAD file (a JSON object with 'data': a list of "
-                        f"articles)") from None
+        raise DataError(f"{path}: not a SQuAD file (a JSON object with 'data': a list of articles)") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: 'data' is a JSON {type(data).__name__}, not a list of articles")
     articles = []
@@ -290,9 +339,11 @@ def read_squad(path: str | Path) -> list[list[SquadQuestion]]:
             raise
         except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as e:
             what = f"no '{e.args[0]}'" if isinstance(e, KeyError) else "a value of the wrong type"
-            raise DataError(f"{path}: article {a + 1} has {what}; each article holds "
-                            f"paragraphs of a context and qas (id, question, answers of text "
-                            f"and answer_start), as SQuAD v1.1") from None
+            raise DataError(
+                f"{path}: article {a + 1} has {what}; each article holds "
+                f"paragraphs of a context and qas (id, question, answers of text "
+                f"and answer_start), as SQuAD v1.1"
+            ) from None
     return articles
 
 
@@ -303,25 +354,30 @@ def _squad_article(article: dict[str, Any], a: int, path: Path) -> list[SquadQue
         context = paragraph["context"]
         for qa in paragraph["qas"]:
             answers = [(ans["text"], int(ans["answer_start"])) for ans in qa["answers"]]
-            if not isinstance(context, str) or not isinstance(qa["question"], str) or \
-                    not all(isinstance(text, str) for text, _ in answers):
+            if (
+                not isinstance(context, str)
+                or not isinstance(qa["question"], str)
+                or not all(isinstance(text, str) for text, _ in answers)
+            ):
                 raise TypeError("a context, question or answer that is not text")
             for text, start in answers:
-                if context[start: start + len(text)] != text:
-                    raise DataError(f"{path}: question {qa['id']}: answer {text!r} is not the "
-                                    f"context at answer_start={start} (found "
-                                    f"{context[start: start + len(text)]!r}); fix the offset")
+                if context[start : start + len(text)] != text:
+                    raise DataError(
+                        f"{path}: question {qa['id']}: answer {text!r} is not the "
+                        f"context at answer_start={start} (found "
+                        f"{context[start : start + len(text)]!r}); fix the offset"
+                    )
             questions.append(SquadQuestion(qa["id"], qa["question"], context, answers, a))
     return questions
 
 
-def split_articles(articles: Sequence[Sequence[SquadQuestion]],
-                   every: int) -> tuple[list[SquadQuestion], list[SquadQuestion]]:
+def split_articles(
+    articles: Sequence[Sequence[SquadQuestion]], every: int
+) -> tuple[list[SquadQuestion], list[SquadQuestion]]:
     """``(train, test)``: article ``i`` (0-based, file order) is a test article when
     ``i % every == every - 1`` (every ``every``-th article), a training one otherwise."""
     if every < 2:
-        raise ConfigError(f"data.test_every = {every}: every k-th article goes to the test part; "
-                          f"use k >= 2")
+        raise ConfigError(f"data.test_every = {every}: every k-th article goes to the test part; use k >= 2")
     train = [q for i, art in enumerate(articles) if i % every != every - 1 for q in art]
     test = [q for i, art in enumerate(articles) if i % every == every - 1 for q in art]
     return train, test
@@ -360,8 +416,9 @@ def window_starts(n_tokens: int, room: int, doc_stride: int) -> list[int]:
     return starts
 
 
-def make_windows(questions: Sequence[SquadQuestion], tok: Tokenizer, *, max_seq_len: int,
-                 doc_stride: int, training: bool) -> SquadWindows:
+def make_windows(
+    questions: Sequence[SquadQuestion], tok: Tokenizer, *, max_seq_len: int, doc_stride: int, training: bool
+) -> SquadWindows:
     """Windows of every question (module docstring). ``training``: each window gets the token
     positions of the first answer; answers that do not fall on token boundaries are left out
     and their question ids listed in ``skipped``."""
@@ -378,9 +435,11 @@ def make_windows(questions: Sequence[SquadQuestion], tok: Tokenizer, *, max_seq_
         ids, offs = contexts[q.context]
         room = max_seq_len - len(qtok) - 3
         if room < 1:
-            raise DataError(f"question {q.id} has {len(qtok)} tokens, longer than the "
-                            f"{max_seq_len}-token window can hold with any context; raise "
-                            f"model.seq_len or shorten the question")
+            raise DataError(
+                f"question {q.id} has {len(qtok)} tokens, longer than the "
+                f"{max_seq_len}-token window can hold with any context; raise "
+                f"model.seq_len or shorten the question"
+            )
         answer_tokens = None
         if training:
             text, start = q.answers[0]
@@ -404,11 +463,11 @@ def make_windows(questions: Sequence[SquadQuestion], tok: Tokenizer, *, max_seq_
             best_window[t[better]] = w
         head = [tok.cls_id, *qtok, tok.sep_id]
         for w, (s, n) in enumerate(zip(starts, lengths)):
-            row = np.asarray(head + ids[s: s + n] + [tok.sep_id], dtype=np.int64)
+            row = np.asarray(head + ids[s : s + n] + [tok.sep_id], dtype=np.int64)
             off = np.full((len(row), 2), -1, dtype=np.int64)
-            off[len(head): len(head) + n] = offs[s: s + n]
+            off[len(head) : len(head) + n] = offs[s : s + n]
             maxc = np.zeros(len(row), dtype=bool)
-            maxc[len(head): len(head) + n] = best_window[s: s + n] == w
+            maxc[len(head) : len(head) + n] = best_window[s : s + n] == w
             out.rows.append(row)
             out.segments.append(np.asarray([0] * len(head) + [1] * (n + 1), dtype=np.int64))
             out.offsets.append(off)
@@ -421,12 +480,16 @@ def make_windows(questions: Sequence[SquadQuestion], tok: Tokenizer, *, max_seq_
     return out
 
 
-def span_batches(windows: SquadWindows, *, pad_id: int, batch_size: int, seed: int = 0,
-                 name: str = "windows") -> ExampleBatches:
+def span_batches(
+    windows: SquadWindows, *, pad_id: int, batch_size: int, seed: int = 0, name: str = "windows"
+) -> ExampleBatches:
     starts, ends = np.asarray(windows.starts, np.int64), np.asarray(windows.ends, np.int64)
 
     def collate(idx: np.ndarray) -> SpanBatch:
-        return SpanBatch(encoder_inputs([windows.rows[i] for i in idx],
-                                        [windows.segments[i] for i in idx], pad_id),
-                         torch.from_numpy(starts[idx]), torch.from_numpy(ends[idx]))
+        return SpanBatch(
+            encoder_inputs([windows.rows[i] for i in idx], [windows.segments[i] for i in idx], pad_id),
+            torch.from_numpy(starts[idx]),
+            torch.from_numpy(ends[idx]),
+        )
+
     return ExampleBatches(len(windows), collate, batch_size=batch_size, seed=seed, name=name)

@@ -39,18 +39,24 @@ from fullrank.errors import DataError
 
 TOKENIZER_JSON, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
-_ROLES = ("unk_token", "pad_token", "bos_token", "eos_token", "cls_token", "sep_token",
-          "mask_token")
-_BERT_DEFAULTS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
+_ROLES = ("unk_token", "pad_token", "bos_token", "eos_token", "cls_token", "sep_token", "mask_token")
+_BERT_DEFAULTS = {
+    "unk_token": "[UNK]",
+    "sep_token": "[SEP]",
+    "pad_token": "[PAD]",
+    "cls_token": "[CLS]",
+    "mask_token": "[MASK]",
+}
 
 
 def _json(path: Path) -> Any:
     try:
         return json.loads(decode_utf8(read_bytes(path), path))
     except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); re-save the "
-                        f"tokenizer with transformers' save_pretrained") from None
+        raise DataError(
+            f"{path}: not valid JSON ({e.msg} at line {e.lineno}); re-save the "
+            f"tokenizer with transformers' save_pretrained"
+        ) from None
 
 
 def _settings(directory: Path) -> dict[str, Any]:
@@ -83,33 +89,35 @@ def wordpiece_from_vocab(vocab_file: Path, settings: dict[str, Any]) -> HFTokeni
     for i, token in enumerate(lines):
         vocab[token.rstrip("\r")] = i
     names = {role: settings.get(role) or default for role, default in _BERT_DEFAULTS.items()}
-    hf = HFTokenizer(models.WordPiece(vocab, unk_token=names["unk_token"],
-                                      max_input_chars_per_word=100))
+    hf = HFTokenizer(models.WordPiece(vocab, unk_token=names["unk_token"], max_input_chars_per_word=100))
     hf.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
+        clean_text=True,
+        handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
         strip_accents=settings.get("strip_accents"),
-        lowercase=settings.get("do_lower_case", True))
+        lowercase=settings.get("do_lower_case", True),
+    )
     hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     hf.decoder = decoders.WordPiece(prefix="##")
     _specials(hf, list(names.values()))
     return hf
 
 
-def byte_level_bpe_from_files(vocab_file: Path, merges_file: Path,
-                              settings: dict[str, Any]) -> HFTokenizer:
+def byte_level_bpe_from_files(vocab_file: Path, merges_file: Path, settings: dict[str, Any]) -> HFTokenizer:
     """GPT-2's tokenizer from ``vocab.json`` and ``merges.txt``."""
     for path in (vocab_file, merges_file):
         read_bytes(path)  # a missing or unreadable file: one line naming it
     try:
         vocab, merges = models.BPE.read_file(str(vocab_file), str(merges_file))
     except Exception as e:
-        raise DataError(f"{vocab_file.parent}: vocab.json and merges.txt are not a BPE "
-                        f"vocabulary ({str(e).splitlines()[0]}); re-save the tokenizer with "
-                        f"transformers' save_pretrained") from None
-    hf = HFTokenizer(models.BPE(vocab, merges, continuing_subword_prefix="",
-                                end_of_word_suffix="", fuse_unk=False))
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(
-        add_prefix_space=settings.get("add_prefix_space", False))
+        raise DataError(
+            f"{vocab_file.parent}: vocab.json and merges.txt are not a BPE "
+            f"vocabulary ({str(e).splitlines()[0]}); re-save the tokenizer with "
+            f"transformers' save_pretrained"
+        ) from None
+    hf = HFTokenizer(
+        models.BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+    )
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=settings.get("add_prefix_space", False))
     hf.decoder = decoders.ByteLevel()
     hf.post_processor = processors.ByteLevel(trim_offsets=False)
     names = [settings[r] for r in _ROLES if isinstance(settings.get(r), str)]
@@ -117,8 +125,7 @@ def byte_level_bpe_from_files(vocab_file: Path, merges_file: Path,
     return hf
 
 
-def read_hf_tokenizer(directory: Path, *, tokenizer_file: Path | None = None
-                      ) -> tuple[Tokenizer, str]:
+def read_hf_tokenizer(directory: Path, *, tokenizer_file: Path | None = None) -> tuple[Tokenizer, str]:
     """The tokenizer of a Hugging Face model directory (module docstring), or of
     ``tokenizer_file`` (a ``tokenizer.json``) when given; also the file(s) it came from."""
     if tokenizer_file is not None:
@@ -130,17 +137,20 @@ def read_hf_tokenizer(directory: Path, *, tokenizer_file: Path | None = None
         hf = wordpiece_from_vocab(directory / "vocab.txt", settings)
         return Tokenizer(hf, "wordpiece", where=str(directory / "vocab.txt")), "vocab.txt"
     if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
-        hf = byte_level_bpe_from_files(directory / "vocab.json", directory / "merges.txt",
-                                       settings)
+        hf = byte_level_bpe_from_files(directory / "vocab.json", directory / "merges.txt", settings)
         return Tokenizer(hf, "bpe", where=str(directory / "vocab.json")), "vocab.json + merges.txt"
     spm = sorted(p.name for p in directory.glob("*.spm"))
     if spm:
-        raise DataError(f"{directory}: its tokenizer is sentencepiece models ({', '.join(spm)}), "
-                        f"which fullrank cannot read without the sentencepiece library; give a "
-                        f"tokenizer.json of the same vocabulary with --tokenizer FILE")
-    raise DataError(f"{directory}: no tokenizer files (tokenizer.json, vocab.txt, or vocab.json "
-                    f"with merges.txt); save the tokenizer beside the model, or give a "
-                    f"tokenizer.json with --tokenizer FILE")
+        raise DataError(
+            f"{directory}: its tokenizer is sentencepiece models ({', '.join(spm)}), "
+            f"which fullrank cannot read without the sentencepiece library; give a "
+            f"tokenizer.json of the same vocabulary with --tokenizer FILE"
+        )
+    raise DataError(
+        f"{directory}: no tokenizer files (tokenizer.json, vocab.txt, or vocab.json "
+        f"with merges.txt); save the tokenizer beside the model, or give a "
+        f"tokenizer.json with --tokenizer FILE"
+    )
 
 
 def _from_json(path: Path) -> Tokenizer:
@@ -151,8 +161,10 @@ def _from_json(path: Path) -> Tokenizer:
         spec = None  # Tokenizer.from_str says what is wrong
     model = (spec.get("model") or {}).get("type") if isinstance(spec, dict) else None
     if model == "Unigram":
-        raise DataError(f"{path}: a Unigram (sentencepiece) tokenizer; fullrank reads BPE, "
-                        f"WordPiece and WordLevel tokenizers")
+        raise DataError(
+            f"{path}: a Unigram (sentencepiece) tokenizer; fullrank reads BPE, "
+            f"WordPiece and WordLevel tokenizers"
+        )
     return Tokenizer.from_str(text, where=str(path))
 
 
@@ -162,18 +174,27 @@ def hf_tokenizer_files(tok: Tokenizer, family: str, *, max_len: int) -> dict[str
     ``marian``."""
     hf = HFTokenizer.from_str(tok.to_str())
     token = tok.id_to_token
-    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast",
-                              "model_max_length": max_len,
-                              "unk_token": token(tok.unk_id), "pad_token": token(tok.pad_id)}
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_len,
+        "unk_token": token(tok.unk_id),
+        "pad_token": token(tok.pad_id),
+    }
     if family == "bert":
         assert tok.cls_id is not None and tok.sep_id is not None and tok.mask_id is not None
         cls, sep = token(tok.cls_id), token(tok.sep_id)
-        config.update(cls_token=cls, sep_token=sep, mask_token=token(tok.mask_id),
-                      model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+        config.update(
+            cls_token=cls,
+            sep_token=sep,
+            mask_token=token(tok.mask_id),
+            model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        )
         if hf.post_processor is None:
             hf.post_processor = processors.TemplateProcessing(
-                single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-                special_tokens=[(cls, tok.cls_id), (sep, tok.sep_id)])
+                single=f"{cls}:0 $A:0 {sep}:0",
+                pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+                special_tokens=[(cls, tok.cls_id), (sep, tok.sep_id)],
+            )
     else:
         config.update(eos_token=token(tok.eos_id), model_input_names=["input_ids", "attention_mask"])
         if family == "gpt2":
@@ -181,7 +202,9 @@ def hf_tokenizer_files(tok: Tokenizer, family: str, *, max_len: int) -> dict[str
         elif hf.post_processor is None:  # Marian: no BOS; every sequence ends with EOS
             eos = token(tok.eos_id)
             hf.post_processor = processors.TemplateProcessing(
-                single=f"$A:0 {eos}:0", pair=f"$A:0 $B:0 {eos}:0",
-                special_tokens=[(eos, tok.eos_id)])
-    return {TOKENIZER_JSON: hf.to_str(pretty=True),
-            TOKENIZER_CONFIG: json.dumps(config, indent=2, ensure_ascii=False) + "\n"}
+                single=f"$A:0 {eos}:0", pair=f"$A:0 $B:0 {eos}:0", special_tokens=[(eos, tok.eos_id)]
+            )
+    return {
+        TOKENIZER_JSON: hf.to_str(pretty=True),
+        TOKENIZER_CONFIG: json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+    }

@@ -108,7 +108,7 @@ def top_down(tokens: Sequence[str]) -> list[str]:
     a closing bracket with nothing open stays where it is, constituents left open stay open.
     """
     stack: list[tuple[str | None, list[str]]] = []  # (label of an open constituent, or None
-    for tok in tokens:                              # for a finished piece; its tokens)
+    for tok in tokens:  # for a finished piece; its tokens)
         if is_bracket(tok) and tok[0] == "(":
             first = stack.pop()[1] if stack and stack[-1][0] is None else []
             stack.append((tok[1:], first))
@@ -119,13 +119,12 @@ def top_down(tokens: Sequence[str]) -> list[str]:
                 continue
             label, first = stack[at]
             assert label is not None  # stack[at] is an open constituent
-            rest = [t for _, piece in stack[at + 1:] for t in piece]
+            rest = [t for _, piece in stack[at + 1 :] for t in piece]
             del stack[at:]
             stack.append((None, ["(" + label, *first, *rest, tok]))
         else:
             stack.append((None, [tok]))
-    return [t for label, piece in stack
-            for t in (piece if label is None else ["(" + label, *piece])]
+    return [t for label, piece in stack for t in (piece if label is None else ["(" + label, *piece])]
 
 
 def is_bracket(token: str) -> bool:
@@ -137,8 +136,7 @@ def word_tokens(trees: Tokenizer) -> list[bool]:
     """For each token id of a tree vocabulary, whether it places a word (``XX``, a word,
     ``<unk>``): not a bracket, and not padding, BOS or EOS."""
     skip = {trees.pad_id, trees.bos_id, trees.eos_id}
-    return [not is_bracket(trees.id_to_token(i) or "") and i not in skip
-            for i in range(trees.vocab_size)]
+    return [not is_bracket(trees.id_to_token(i) or "") and i not in skip for i in range(trees.vocab_size)]
 
 
 def placeholders(tokens: Sequence[str]) -> list[str]:
@@ -150,8 +148,12 @@ def placeholders(tokens: Sequence[str]) -> list[str]:
 def with_placeholder_tags(tree: Tree) -> Tree:
     """A copy of ``tree`` with every part-of-speech tag replaced by ``XX``: what
     ``delinearize(linearize(tree), tree.leaves())`` gives back."""
-    out = map_up(tree, lambda node, kids: Tree(PLACEHOLDER, list(node.children))
-                 if node.is_preterminal else Tree(node.label, list(kids)))
+    out = map_up(
+        tree,
+        lambda node, kids: (
+            Tree(PLACEHOLDER, list(node.children)) if node.is_preterminal else Tree(node.label, list(kids))
+        ),
+    )
     assert out is not None
     return out
 
@@ -179,8 +181,8 @@ def delinearize(tokens: Sequence[str], words: Sequence[str]) -> Delinearized:
     if not words:
         raise ValueError("delinearize needs at least one word")
     repairs: dict[str, None] = {}  # an ordered set
-    tops: list[Tree] = []          # finished top-level pieces
-    stack: list[Tree] = []         # open constituents, outermost first
+    tops: list[Tree] = []  # finished top-level pieces
+    stack: list[Tree] = []  # open constituents, outermost first
     for tok in tokens:
         if tok == PLACEHOLDER:
             (stack[-1].children if stack else tops).append(Tree(PLACEHOLDER, [""]))
@@ -223,8 +225,10 @@ def delinearize(tokens: Sequence[str], words: Sequence[str]) -> Delinearized:
 
 def _pruned(tree: Tree) -> Tree | None:
     """``tree`` without its constituents over no word; ``None`` if it is one."""
-    return map_up(tree, lambda node, kids: node if node.is_preterminal else
-                  Tree(node.label, list(kids)) if kids else None)
+    return map_up(
+        tree,
+        lambda node, kids: node if node.is_preterminal else Tree(node.label, list(kids)) if kids else None,
+    )
 
 
 def _drop_last_leaves(root: Tree, n: int) -> Tree:

@@ -32,15 +32,18 @@ def check_world(batch_size: int, rank: int, world: int) -> None:
     """``ConfigError`` for a rank outside the world or a batch that does not split evenly."""
     check_rank(rank, world)
     if batch_size % world:
-        raise ConfigError(f"batch_size = {batch_size} is not divisible by the world size {world}; "
-                          "choose a train.batch_size that is a multiple of the number of processes")
+        raise ConfigError(
+            f"batch_size = {batch_size} is not divisible by the world size {world}; "
+            "choose a train.batch_size that is a multiple of the number of processes"
+        )
 
 
 class LMBlocks:
     """Shuffled ``(B, T+1)`` training batches and in-order evaluation batches over ``ids`` ``(N,)``."""
 
-    def __init__(self, ids: np.ndarray, *, seq_len: int, batch_size: int, seed: int = 0,
-                 name: str = "corpus") -> None:
+    def __init__(
+        self, ids: np.ndarray, *, seq_len: int, batch_size: int, seed: int = 0, name: str = "corpus"
+    ) -> None:
         if seq_len < 1:
             raise ConfigError(f"seq_len = {seq_len} must be at least 1")
         if batch_size < 1:
@@ -49,8 +52,10 @@ class LMBlocks:
             raise ValueError(f"ids must be a 1-D token stream, got shape {ids.shape}")
         n, k = len(ids), seq_len + 1
         if n < k:
-            raise DataError(f"{name}: {n} tokens is shorter than one block of seq_len+1 = {k} tokens; "
-                            "use a longer corpus or a smaller seq_len")
+            raise DataError(
+                f"{name}: {n} tokens is shorter than one block of seq_len+1 = {k} tokens; "
+                "use a longer corpus or a smaller seq_len"
+            )
         self.ids = ids
         self.seq_len = seq_len
         self.batch_size = batch_size
@@ -80,12 +85,14 @@ class LMBlocks:
         """
         check_world(self.batch_size, rank, world)
         if len(self) == 0:
-            raise DataError(f"{self.name}: {len(self.ids)} tokens make {self.n_blocks} blocks of "
-                            f"seq_len+1 = {self.seq_len + 1} tokens, fewer than batch_size = "
-                            f"{self.batch_size}; use a longer corpus or a smaller seq_len or batch_size")
+            raise DataError(
+                f"{self.name}: {len(self.ids)} tokens make {self.n_blocks} blocks of "
+                f"seq_len+1 = {self.seq_len + 1} tokens, fewer than batch_size = "
+                f"{self.batch_size}; use a longer corpus or a smaller seq_len or batch_size"
+            )
         check_position(epoch, index, len(self))
         offset, order = self.epoch_plan(epoch)
-        blocks = order[index * self.batch_size: (index + 1) * self.batch_size][rank::world]
+        blocks = order[index * self.batch_size : (index + 1) * self.batch_size][rank::world]
         return _rows_to_batch(self.ids, offset + blocks * self.seq_len, self.seq_len + 1)
 
     def eval_batches(self, batch_size: int | None = None) -> Iterator[LMBatch]:
@@ -101,7 +108,7 @@ class LMBlocks:
         n, t = len(self.ids), self.seq_len
         starts = np.arange(self.n_blocks) * t
         for i in range(0, len(starts), batch_size):
-            yield _rows_to_batch(self.ids, starts[i: i + batch_size], t + 1)
+            yield _rows_to_batch(self.ids, starts[i : i + batch_size], t + 1)
         rest = (n - 1) - self.n_blocks * t
         if rest:
             yield _rows_to_batch(self.ids, np.array([self.n_blocks * t]), rest + 1)

@@ -13,8 +13,16 @@ from typing import Any
 
 from fullrank.errors import DataError, check_utf8
 
-__all__ = ["check_utf8", "decode_utf8", "loads_json", "read_bytes", "read_lines",
-           "read_stdin_lines", "read_text", "split_lines"]
+__all__ = [
+    "check_utf8",
+    "decode_utf8",
+    "loads_json",
+    "read_bytes",
+    "read_lines",
+    "read_stdin_lines",
+    "read_text",
+    "split_lines",
+]
 
 _BOM = "\ufeff"
 
@@ -46,13 +54,16 @@ def decode_utf8(data: bytes, path: str | Path, *, allow_blank: bool = False) -> 
     except UnicodeDecodeError as e:
         line_no = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise DataError(f"{path}:{line_no}: not valid UTF-8 (byte 0x{data[e.start]:02x} at column "
-                        f"{column}); re-encode the file as UTF-8") from None
+        raise DataError(
+            f"{path}:{line_no}: not valid UTF-8 (byte 0x{data[e.start]:02x} at column "
+            f"{column}); re-encode the file as UTF-8"
+        ) from None
     if text.startswith(_BOM):
         text = text[1:]
     if not text.strip() and not allow_blank:
-        raise DataError(f"{path}: the file holds only whitespace ({len(data)} bytes); "
-                        "give a file with text in it")
+        raise DataError(
+            f"{path}: the file holds only whitespace ({len(data)} bytes); give a file with text in it"
+        )
     return text
 
 

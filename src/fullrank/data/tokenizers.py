@@ -76,9 +76,12 @@ def _hf_pipeline(kind: str, *, lowercase: bool) -> HFTokenizer:
         # merges across Unicode scripts) and as Moses-tokenized MT data has them: without this
         # split BPE spends vocabulary on "▁hat." beside "▁hat" (1,537 of a 10k Multi30k
         # vocabulary). Lossless: the Metaspace decoder joins pieces without "▁" to the previous.
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
-            pre_tokenizers.Punctuation(behavior="isolated")])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+                pre_tokenizers.Punctuation(behavior="isolated"),
+            ]
+        )
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
     elif kind == "wordpiece":
         tok = HFTokenizer(models.WordPiece(unk_token=unk))
@@ -111,12 +114,15 @@ def _kind_of(hf: HFTokenizer, where: str) -> str:
         return "wordpiece"
     if model == "WordLevel":
         return "char" if pre == "Split" else "word"
-    raise DataError(f"{where}: a {model} tokenizer is not supported; fullrank trains and loads "
-                    f"{', '.join(KINDS)} tokenizers (train one with Tokenizer.train)")
+    raise DataError(
+        f"{where}: a {model} tokenizer is not supported; fullrank trains and loads "
+        f"{', '.join(KINDS)} tokenizers (train one with Tokenizer.train)"
+    )
 
 
-def _train_wordpiece(lines: Callable[[], Iterator[str]], vocab_size: int, *, min_frequency: int,
-                     lowercase: bool) -> HFTokenizer:
+def _train_wordpiece(
+    lines: Callable[[], Iterator[str]], vocab_size: int, *, min_frequency: int, lowercase: bool
+) -> HFTokenizer:
     """A WordPiece tokenizer trained on ``lines()`` that is the same in every process.
 
     Hugging Face's WordPiece trainer is its BPE trainer with ``##`` continuations. It gives each
@@ -131,18 +137,24 @@ def _train_wordpiece(lines: Callable[[], Iterator[str]], vocab_size: int, *, min
 
     def trainer(size: int, fixed: list[str]) -> trainers.WordPieceTrainer:
         return trainers.WordPieceTrainer(
-            vocab_size=size, min_frequency=min_frequency, special_tokens=fixed,
-            continuing_subword_prefix="##", show_progress=False)
+            vocab_size=size,
+            min_frequency=min_frequency,
+            special_tokens=fixed,
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
 
     counted = _hf_pipeline("wordpiece", lowercase=lowercase)
     counted.train_from_iterator(lines(), trainer(1, specials))
-    continuations = sorted(t for t in counted.get_vocab(with_added_tokens=False)
-                           if t.startswith("##") and len(t) == 3)
+    continuations = sorted(
+        t for t in counted.get_vocab(with_added_tokens=False) if t.startswith("##") and len(t) == 3
+    )
     hf = _hf_pipeline("wordpiece", lowercase=lowercase)
     hf.train_from_iterator(lines(), trainer(vocab_size, specials + continuations))
     out = _hf_pipeline("wordpiece", lowercase=lowercase)
-    out.model = models.WordPiece(hf.get_vocab(with_added_tokens=False), unk_token=specials[1],
-                                 continuing_subword_prefix="##")
+    out.model = models.WordPiece(
+        hf.get_vocab(with_added_tokens=False), unk_token=specials[1], continuing_subword_prefix="##"
+    )
     return out
 
 
@@ -174,8 +186,10 @@ class Tokenizer:
         for token in _specials_of(hf, kind):
             i = hf.token_to_id(token)
             if i is None:
-                raise DataError(f"{where}: the {kind} tokenizer has no {token!r} token; "
-                                "use a tokenizer made by Tokenizer.train")
+                raise DataError(
+                    f"{where}: the {kind} tokenizer has no {token!r} token; "
+                    "use a tokenizer made by Tokenizer.train"
+                )
             ids.append(i)
         self._special_ids = tuple(ids)
         self._skip = frozenset((ids[0], ids[2], ids[3]))  # pad, bos, eos
@@ -183,8 +197,15 @@ class Tokenizer:
     # --- building ---------------------------------------------------------------------------
 
     @classmethod
-    def train(cls, kind: TokenizerKind, files: Sequence[str | Path], vocab_size: int | None = None,
-              *, min_frequency: int = 1, lowercase: bool | None = None) -> Tokenizer:
+    def train(
+        cls,
+        kind: TokenizerKind,
+        files: Sequence[str | Path],
+        vocab_size: int | None = None,
+        *,
+        min_frequency: int = 1,
+        lowercase: bool | None = None,
+    ) -> Tokenizer:
         """Train a ``kind`` tokenizer on ``files`` (UTF-8 text).
 
         ``vocab_size`` counts every token, specials included. ``None`` means "every character" for
@@ -196,21 +217,27 @@ class Tokenizer:
         ``tokenizer.json``, in any process (:func:`_train_wordpiece` says how for WordPiece).
         """
         if kind not in KINDS:
-            raise ConfigError(f"unknown tokenizer kind {kind!r}{closest(str(kind), KINDS)}; "
-                              f"choose one of {', '.join(KINDS)}")
+            raise ConfigError(
+                f"unknown tokenizer kind {kind!r}{closest(str(kind), KINDS)}; "
+                f"choose one of {', '.join(KINDS)}"
+            )
         if isinstance(files, (str, Path)):
             files = [files]
         if not files:
             raise ConfigError(f"no training files given for the {kind} tokenizer")
         specials = SPECIALS[kind]
         if vocab_size is not None and vocab_size <= len(specials):
-            raise ConfigError(f"vocab_size = {vocab_size} leaves no room besides the {len(specials)} "
-                              f"special tokens of a {kind} tokenizer; use a larger vocab_size")
+            raise ConfigError(
+                f"vocab_size = {vocab_size} leaves no room besides the {len(specials)} "
+                f"special tokens of a {kind} tokenizer; use a larger vocab_size"
+            )
         if min_frequency < 1:
             raise ConfigError(f"min_frequency = {min_frequency} must be at least 1")
         if lowercase and kind in ("char", "word"):
-            raise ConfigError(f"lowercase is not available for a {kind} tokenizer (its vocabulary "
-                              "is the text's own symbols); lowercase the corpus, or drop lowercase")
+            raise ConfigError(
+                f"lowercase is not available for a {kind} tokenizer (its vocabulary "
+                "is the text's own symbols); lowercase the corpus, or drop lowercase"
+            )
         if lowercase is None:
             lowercase = kind == "wordpiece"
 
@@ -219,7 +246,7 @@ class Tokenizer:
             for f in files:
                 text = read_text(f)
                 for i in range(0, len(text), _TRAIN_CHUNK):
-                    counts.update(text[i: i + _TRAIN_CHUNK])
+                    counts.update(text[i : i + _TRAIN_CHUNK])
             chars = [c for c, n in counts.items() if n >= min_frequency]
             if vocab_size is not None and len(chars) > vocab_size - len(specials):
                 # keep the most frequent; ties by code point, so the choice is deterministic
@@ -229,8 +256,10 @@ class Tokenizer:
             hf = _word_level("char", vocab)
         else:
             if kind in ("bpe", "wordpiece") and vocab_size is None:
-                raise ConfigError(f"a {kind} tokenizer needs a vocab_size (e.g. 8000 for Multi30k, "
-                                  "37000 for [V17]'s WMT En-De)")
+                raise ConfigError(
+                    f"a {kind} tokenizer needs a vocab_size (e.g. 8000 for Multi30k, "
+                    "37000 for [V17]'s WMT En-De)"
+                )
             size = vocab_size or _UNLIMITED  # unbounded: word-level only (checked above)
 
             def lines() -> Iterator[str]:
@@ -238,18 +267,29 @@ class Tokenizer:
                     yield from split_lines(_without_specials(read_text(f), specials))
 
             if kind == "wordpiece":
-                hf = _train_wordpiece(lines, size, min_frequency=min_frequency,
-                                      lowercase=lowercase)
+                hf = _train_wordpiece(lines, size, min_frequency=min_frequency, lowercase=lowercase)
             elif kind == "word":
                 hf = _word_level("word", {})
-                hf.train_from_iterator(lines(), trainers.WordLevelTrainer(
-                    vocab_size=size, min_frequency=min_frequency,
-                    special_tokens=list(specials), show_progress=False))
+                hf.train_from_iterator(
+                    lines(),
+                    trainers.WordLevelTrainer(
+                        vocab_size=size,
+                        min_frequency=min_frequency,
+                        special_tokens=list(specials),
+                        show_progress=False,
+                    ),
+                )
             else:
                 hf = _hf_pipeline("bpe", lowercase=lowercase)
-                hf.train_from_iterator(lines(), trainers.BpeTrainer(
-                    vocab_size=size, min_frequency=min_frequency,
-                    special_tokens=list(specials), show_progress=False))
+                hf.train_from_iterator(
+                    lines(),
+                    trainers.BpeTrainer(
+                        vocab_size=size,
+                        min_frequency=min_frequency,
+                        special_tokens=list(specials),
+                        show_progress=False,
+                    ),
+                )
         # specials are matched before pre-tokenization, so "<unk>" in a PTB line is one token
         hf.add_special_tokens(list(specials))
         return cls(hf, kind)
@@ -261,8 +301,10 @@ class Tokenizer:
             hf = HFTokenizer.from_str(json_str)
         except Exception as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise DataError(f"{where}: not a valid tokenizer.json ({reason}); "
-                            "use the tokenizer.json saved with the checkpoint") from None
+            raise DataError(
+                f"{where}: not a valid tokenizer.json ({reason}); "
+                "use the tokenizer.json saved with the checkpoint"
+            ) from None
         return cls(hf, _kind_of(hf, where), where=where)  # type: ignore[arg-type]  # one of KINDS, checked there
 
     @classmethod
@@ -355,5 +397,7 @@ class Tokenizer:
 def ensure_vocab_matches(tokenizer: Tokenizer, vocab_size: int, where: str) -> None:
     """``DataError`` unless ``tokenizer`` has exactly the ``vocab_size`` tokens the model expects."""
     if tokenizer.vocab_size != vocab_size:
-        raise DataError(f"tokenizer has {tokenizer.vocab_size} tokens but the model ({where}) expects "
-                        f"{vocab_size}; use the tokenizer saved with the checkpoint")
+        raise DataError(
+            f"tokenizer has {tokenizer.vocab_size} tokens but the model ({where}) expects "
+            f"{vocab_size}; use the tokenizer saved with the checkpoint"
+        )

@@ -30,8 +30,10 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str,
     """Aligned ``(source, target)`` lines of two files (surrounding whitespace stripped)."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
-        raise DataError(f"parallel files differ in length: {src_path} has {len(src)} lines but "
-                        f"{tgt_path} has {len(tgt)}; line i of one must translate line i of the other")
+        raise DataError(
+            f"parallel files differ in length: {src_path} has {len(src)} lines but "
+            f"{tgt_path} has {len(tgt)}; line i of one must translate line i of the other"
+        )
     return [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
 
 
@@ -48,8 +50,9 @@ class EncodedPairs:
         return len(self.src)
 
 
-def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int,
-                 target: Tokenizer | None = None) -> EncodedPairs:
+def encode_pairs(
+    pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int, target: Tokenizer | None = None
+) -> EncodedPairs:
     """Encode ``pairs``, dropping (and counting) those with a side longer than ``max_len`` tokens.
 
     Lengths are counted before BOS/EOS are added. ``target`` encodes the targets when the two
@@ -66,8 +69,9 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_
             src.append(np.asarray(s, dtype=dtype))
             tgt.append(np.asarray(t, dtype=dtype))
             kept.append(i)
-    return EncodedPairs(src=src, tgt=tgt, n_dropped=len(pairs) - len(kept),
-                        kept=np.asarray(kept, dtype=np.int64))
+    return EncodedPairs(
+        src=src, tgt=tgt, n_dropped=len(pairs) - len(kept), kept=np.asarray(kept, dtype=np.int64)
+    )
 
 
 class ParallelBatches:
@@ -88,13 +92,24 @@ class ParallelBatches:
     own token ids.
     """
 
-    def __init__(self, data: EncodedPairs, *, max_tokens: int, pad_id: int, bos_id: int,
-                 eos_id: int, seed: int = 0, shuffle: bool = True, world: int = 1,
-                 sampler: Callable[[int], tuple[list[np.ndarray], list[np.ndarray]]] | None = None,
-                 ) -> None:
+    def __init__(
+        self,
+        data: EncodedPairs,
+        *,
+        max_tokens: int,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        world: int = 1,
+        sampler: Callable[[int], tuple[list[np.ndarray], list[np.ndarray]]] | None = None,
+    ) -> None:
         if len(data) == 0:
-            raise DataError(f"no sentence pairs to batch ({data.n_dropped} were dropped as too long); "
-                            "raise data.max_sentence_len or check the corpus")
+            raise DataError(
+                f"no sentence pairs to batch ({data.n_dropped} were dropped as too long); "
+                "raise data.max_sentence_len or check the corpus"
+            )
         self.data = data
         self.max_tokens = max_tokens
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -106,27 +121,32 @@ class ParallelBatches:
         self._epoch_cache: tuple[int, _Epoch] | None = None
         base = _Epoch.of(data.src, data.tgt)
         if int(base.lengths.max()) > max_tokens:
-            raise ConfigError(f"max_tokens = {max_tokens} is smaller than the longest pair "
-                              f"({int(base.lengths.max())} tokens with BOS/EOS); raise max_tokens "
-                              "or lower data.max_sentence_len")
+            raise ConfigError(
+                f"max_tokens = {max_tokens} is smaller than the longest pair "
+                f"({int(base.lengths.max())} tokens with BOS/EOS); raise max_tokens "
+                "or lower data.max_sentence_len"
+            )
         self._base = base
         # bucket batches per epoch of data's own token ids, the same every epoch
-        self.n_batches = len(bucket_batches(base.lengths, max_tokens, seed=seed, epoch=0,
-                                            shuffle=shuffle))
+        self.n_batches = len(bucket_batches(base.lengths, max_tokens, seed=seed, epoch=0, shuffle=shuffle))
         if self.n_batches < world:
-            raise DataError(f"{len(data)} sentence pairs make {self.n_batches} batch(es) of at most "
-                            f"{max_tokens} tokens, fewer than the {world} processes that each take "
-                            f"one per step; lower max_tokens or start fewer processes")
+            raise DataError(
+                f"{len(data)} sentence pairs make {self.n_batches} batch(es) of at most "
+                f"{max_tokens} tokens, fewer than the {world} processes that each take "
+                f"one per step; lower max_tokens or start fewer processes"
+            )
 
     def _epoch(self, epoch: int) -> _Epoch:
         """The epoch's token ids, lengths and batches (the latest epoch asked for is kept)."""
         if self._epoch_cache is None or self._epoch_cache[0] != epoch:
             e = self._base if self.sampler is None else _Epoch.of(*self.sampler(epoch))
             if len(e.src) != len(self.data):
-                raise DataError(f"the sampler gave {len(e.src)} pairs for epoch {epoch}, the "
-                                f"data has {len(self.data)}")
-            e = e.batched(bucket_batches(e.lengths, self.max_tokens, seed=self.seed, epoch=epoch,
-                                         shuffle=self.shuffle))
+                raise DataError(
+                    f"the sampler gave {len(e.src)} pairs for epoch {epoch}, the data has {len(self.data)}"
+                )
+            e = e.batched(
+                bucket_batches(e.lengths, self.max_tokens, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+            )
             self._epoch_cache = (epoch, e)
         return self._epoch_cache[1]
 
@@ -146,19 +166,27 @@ class ParallelBatches:
         """Pair indices (into ``data``) of bucket batch ``index * world + rank`` of ``epoch``."""
         check_rank(rank, world)
         if world != self.world:
-            raise ConfigError(f"these batches were built for world size {self.world} but are asked for "
-                              f"world size {world}; pass world={world} to ParallelBatches")
+            raise ConfigError(
+                f"these batches were built for world size {self.world} but are asked for "
+                f"world size {world}; pass world={world} to ParallelBatches"
+            )
         if epoch < 0 or not 0 <= index < self.epoch_length(epoch):
-            raise IndexError(f"batch {index} of epoch {epoch}: the epoch has batches "
-                             f"0..{self.epoch_length(epoch) - 1}")
+            raise IndexError(
+                f"batch {index} of epoch {epoch}: the epoch has batches 0..{self.epoch_length(epoch) - 1}"
+            )
         return self.batches(epoch)[index * world + rank]
 
     def get(self, epoch: int, index: int, *, rank: int = 0, world: int = 1) -> Seq2SeqBatch:
         """This rank's share of global batch ``index`` of ``epoch``: bucket batch ``index·world + rank``."""
         b = self.indices(epoch, index, rank=rank, world=world)
         e = self._epoch(epoch)
-        return collate_pairs([e.src[i] for i in b], [e.tgt[i] for i in b],
-                             pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id)
+        return collate_pairs(
+            [e.src[i] for i in b],
+            [e.tgt[i] for i in b],
+            pad_id=self.pad_id,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+        )
 
     def n_tokens(self, epoch: int | None = None) -> int:
         """Source plus target tokens (no BOS/EOS) of every pair in ``epoch`` (``None``: of

@@ -136,8 +136,7 @@ def read_trees(text: str, *, source: str = "<text>", first_line: int = 1) -> lis
         return first_line + bisect.bisect_left(newlines, pos)
 
     def fail(pos: int, what: str) -> DataError:
-        return DataError(f"{source} line {line_of(pos)}: {what}; fix the tree or leave the "
-                         f"file out")
+        return DataError(f"{source} line {line_of(pos)}: {what}; fix the tree or leave the file out")
 
     trees: list[tuple[int, Tree]] = []
     stack: list[tuple[int, Tree, bool]] = []  # (position opened, node, has a label)
@@ -155,12 +154,17 @@ def read_trees(text: str, *, source: str = "<text>", first_line: int = 1) -> lis
             opened, node, labelled = stack.pop()
             expect_label = False
             if not node.children:
-                raise fail(pos, f"the bracket '({node.label}' has nothing inside" if labelled
-                           else "empty brackets '()'")
+                raise fail(
+                    pos,
+                    f"the bracket '({node.label}' has nothing inside" if labelled else "empty brackets '()'",
+                )
             if not labelled and (stack or node.is_preterminal):
-                raise fail(opened, f"a bracket with no label holds "
-                                   f"{node.children[0] if node.is_preterminal else 'subtrees'}"
-                                   f" (only the outer bracket may go without one)")
+                raise fail(
+                    opened,
+                    f"a bracket with no label holds "
+                    f"{node.children[0] if node.is_preterminal else 'subtrees'}"
+                    f" (only the outer bracket may go without one)",
+                )
             if stack:
                 stack[-1][1].children.append(node)
             else:
@@ -175,8 +179,11 @@ def read_trees(text: str, *, source: str = "<text>", first_line: int = 1) -> lis
         else:
             node = stack[-1][1]
             if node.children:
-                what = (f"two words under the tag '{node.label}'" if node.is_preterminal
-                        else f"the word '{tok}' beside subtrees in '({node.label}'")
+                what = (
+                    f"two words under the tag '{node.label}'"
+                    if node.is_preterminal
+                    else f"the word '{tok}' beside subtrees in '({node.label}'"
+                )
                 raise fail(pos, what)
             node.children.append(tok)
     if stack:
@@ -197,8 +204,9 @@ def read_tree_line(line: str, *, source: str, line_number: int) -> Tree | None:
         return None
     found = read_trees(line, source=source, first_line=line_number)
     if len(found) != 1:
-        raise DataError(f"{source} line {line_number}: {len(found)} trees on one line; write "
-                        f"one tree per line")
+        raise DataError(
+            f"{source} line {line_number}: {len(found)} trees on one line; write one tree per line"
+        )
     return _unwrap(found[0][1])
 
 
@@ -208,8 +216,10 @@ def read_clean_tree_line(line: str, *, source: str, line_number: int) -> Tree:
     tree = read_tree_line(line, source=source, line_number=line_number)
     tree = clean(tree) if tree is not None else None
     if tree is None:
-        raise DataError(f"{source} line {line_number}: no tree; give the sentence's bracketed "
-                        f"tree, e.g. (S (NP (DT The) (NN dog)) (VP (VBD barked)))")
+        raise DataError(
+            f"{source} line {line_number}: no tree; give the sentence's bracketed "
+            f"tree, e.g. (S (NP (DT The) (NN dog)) (VP (VBD barked)))"
+        )
     return tree
 
 
@@ -258,10 +268,10 @@ def treebank_files(root: str | Path, pattern: str) -> list[Path]:
     if m:
         a, b = m.group(1), m.group(2)
         if int(a) > int(b):
-            raise ConfigError(f"'{pattern}': the range {{{a}..{b}}} runs backwards; write "
-                              f"{{{b}..{a}}}")
-        names = [full[: m.start()] + str(i).zfill(len(a)) + full[m.end():]
-                 for i in range(int(a), int(b) + 1)]
+            raise ConfigError(f"'{pattern}': the range {{{a}..{b}}} runs backwards; write {{{b}..{a}}}")
+        names = [
+            full[: m.start()] + str(i).zfill(len(a)) + full[m.end() :] for i in range(int(a), int(b) + 1)
+        ]
     else:
         names = [full]
     files: list[Path] = []
@@ -269,14 +279,14 @@ def treebank_files(root: str | Path, pattern: str) -> list[Path]:
         if glob.has_magic(name):
             found = sorted(glob.glob(name))
             if not found:
-                raise DataError(f"'{pattern}' matches no file under {root}; check data.root and "
-                                f"the pattern")
+                raise DataError(f"'{pattern}' matches no file under {root}; check data.root and the pattern")
             files.extend(Path(f) for f in found)
         elif Path(name).is_file():
             files.append(Path(name))
         else:
-            raise DataError(f"{name}: no such treebank file (named by '{pattern}'); check "
-                            f"data.root and the pattern")
+            raise DataError(
+                f"{name}: no such treebank file (named by '{pattern}'); check data.root and the pattern"
+            )
     return sorted(set(files))
 
 

@@ -73,11 +73,13 @@ def rare_to_signatures(sentences: Iterable[str], min_frequency: int) -> Callable
 def known_word(has: Callable[[str], bool]) -> Callable[[str], str]:
     """The map of any text for a vocabulary that ``has`` some words: a word it has stays; one
     it lacks becomes its signature when it has that, else stays (and reads as ``<unk>``)."""
+
     def known(word: str) -> str:
         if has(word):
             return word
         sig = signature(word)
         return sig if has(sig) else word
+
     return known
 
 
@@ -103,42 +105,55 @@ class SignatureDropout:
     Shapes: ``N`` pairs; ``L_i`` words in sentence ``i``.
     """
 
-    def __init__(self, sentences: Sequence[str], src: Sequence[np.ndarray],
-                 tgt: Sequence[np.ndarray], words: Tokenizer, trees: Tokenizer | None,
-                 alpha: float, seed: int = 0) -> None:
+    def __init__(
+        self,
+        sentences: Sequence[str],
+        src: Sequence[np.ndarray],
+        tgt: Sequence[np.ndarray],
+        words: Tokenizer,
+        trees: Tokenizer | None,
+        alpha: float,
+        seed: int = 0,
+    ) -> None:
         if alpha <= 0:
             raise ConfigError(f"word dropout α = {alpha} must be positive")
         counts = Counter(w for s in sentences for w in s.split())
         self.src, self.tgt, self.seed = list(src), list(tgt), seed
-        self.p: list[np.ndarray] = []         # (L_i,) each word's dropout probability
-        self.src_sig: list[np.ndarray] = []   # (L_i,) its signature's id in words (or <unk>)
-        self.leaves: list[np.ndarray] = []    # (L_i,) its position in the target (trees only)
-        self.tgt_sig: list[np.ndarray] = []   # (L_i,) its signature's id in trees
+        self.p: list[np.ndarray] = []  # (L_i,) each word's dropout probability
+        self.src_sig: list[np.ndarray] = []  # (L_i,) its signature's id in words (or <unk>)
+        self.leaves: list[np.ndarray] = []  # (L_i,) its position in the target (trees only)
+        self.tgt_sig: list[np.ndarray] = []  # (L_i,) its signature's id in trees
         for i, s in enumerate(sentences):
             ws = s.split()
             if len(ws) != len(self.src[i]):
-                raise DataError(f"training sentence {i + 1} has {len(ws)} words but "
-                                f"{len(self.src[i])} token ids; word dropout needs a word-level "
-                                f"tokenizer (data.tokenizer: word)")
+                raise DataError(
+                    f"training sentence {i + 1} has {len(ws)} words but "
+                    f"{len(self.src[i])} token ids; word dropout needs a word-level "
+                    f"tokenizer (data.tokenizer: word)"
+                )
             self.p.append(np.array([alpha / (alpha + counts[w]) for w in ws]))
             self.src_sig.append(np.array([_id(words, signature(w)) for w in ws], dtype=np.int64))
             if trees is not None:
-                leaves = [j for j, t in enumerate(self.tgt[i].tolist())
-                          if not is_bracket(trees.id_to_token(t) or "")]
+                leaves = [
+                    j
+                    for j, t in enumerate(self.tgt[i].tolist())
+                    if not is_bracket(trees.id_to_token(t) or "")
+                ]
                 if len(leaves) != len(ws):
-                    raise DataError(f"training tree {i + 1} has {len(leaves)} leaves for "
-                                    f"{len(ws)} words; word dropout in the tree needs "
-                                    f"data.tree_leaves: word")
+                    raise DataError(
+                        f"training tree {i + 1} has {len(leaves)} leaves for "
+                        f"{len(ws)} words; word dropout in the tree needs "
+                        f"data.tree_leaves: word"
+                    )
                 self.leaves.append(np.array(leaves, dtype=np.int64))
-                self.tgt_sig.append(np.array([_id(trees, signature(w)) for w in ws],
-                                             dtype=np.int64))
+                self.tgt_sig.append(np.array([_id(trees, signature(w)) for w in ws], dtype=np.int64))
 
     def epoch(self, epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The training pairs' token ids in ``epoch``, some words as their signatures."""
         rng = np.random.default_rng([self.seed, epoch])
         src, tgt = [], []
         for i, (s, t) in enumerate(zip(self.src, self.tgt)):
-            drop = rng.random(len(s)) < self.p[i]                     # (L_i,)
+            drop = rng.random(len(s)) < self.p[i]  # (L_i,)
             src.append(np.where(drop, self.src_sig[i], s).astype(s.dtype))
             if self.leaves:
                 t = t.copy()

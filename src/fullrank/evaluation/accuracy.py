@@ -7,8 +7,11 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def accuracy(predictions: Sequence[int] | np.ndarray, labels: Sequence[int] | np.ndarray,
-             names: Sequence[str] | None = None) -> dict[str, float]:
+def accuracy(
+    predictions: Sequence[int] | np.ndarray,
+    labels: Sequence[int] | np.ndarray,
+    names: Sequence[str] | None = None,
+) -> dict[str, float]:
     """``{"accuracy": percent, "examples": n}`` and, with ``names``, the share of predictions
     of each class (``"predicted_<name>"``, percent): a model that always answers one class is
     visible at once."""

@@ -108,13 +108,17 @@ def score_sentence(hyp: Tree | None, ref: Tree, *, where: str = "") -> SentenceS
     ref_words = [t.children[0] for t in ref_tags if t.label != TRACE]
     hyp_words = [t.children[0] for t in hyp_tags if t.label != TRACE]
     if ref_words != hyp_words:
-        diff = next((i for i, (a, b) in enumerate(zip(hyp_words, ref_words)) if a != b),
-                    min(len(hyp_words), len(ref_words)))
+        diff = next(
+            (i for i, (a, b) in enumerate(zip(hyp_words, ref_words)) if a != b),
+            min(len(hyp_words), len(ref_words)),
+        )
         got = hyp_words[diff] if diff < len(hyp_words) else "(end)"
         want = ref_words[diff] if diff < len(ref_words) else "(end)"
-        raise DataError(f"{where}the tree's {len(hyp_words)} words differ from the reference's "
-                        f"{len(ref_words)} at word {diff + 1} ('{got}' against '{want}'); "
-                        f"parse the reference's sentences, line by line")
+        raise DataError(
+            f"{where}the tree's {len(hyp_words)} words differ from the reference's "
+            f"{len(ref_words)} at word {diff + 1} ('{got}' against '{want}'); "
+            f"parse the reference's sentences, line by line"
+        )
     # the reference decides which words are punctuation (rule 1), for both trees
     deleted = iter([t.label in DELETE_LABELS for t in ref_tags if t.label != TRACE])
     ref_kept = [t.label != TRACE and t.label not in DELETE_LABELS for t in ref_tags]
@@ -126,8 +130,11 @@ def score_sentence(hyp: Tree | None, ref: Tree, *, where: str = "") -> SentenceS
     # each test bracket that crosses a gold one, compared span by distinct span: a tree over n
     # words has at most 2n - 1 of them, however deep its unary chains
     gold_spans = {(g0, g1) for g0, g1, _ in gold}
-    crossing = sum(n for (t0, t1), n in Counter((t0, t1) for t0, t1, _ in test).items()
-                   if any(g0 < t0 < g1 < t1 or t0 < g0 < t1 < g1 for g0, g1 in gold_spans))
+    crossing = sum(
+        n
+        for (t0, t1), n in Counter((t0, t1) for t0, t1, _ in test).items()
+        if any(g0 < t0 < g1 < t1 or t0 < g0 < t1 < g1 for g0, g1 in gold_spans)
+    )
     return SentenceScore(length, len(gold), len(test), matched, crossing)
 
 
@@ -180,10 +187,18 @@ class BracketScores:
         return self.crossing / self.valid if self.valid else 0.0
 
     def to_dict(self) -> dict[str, float]:
-        return {"sentences": self.sentences, "skipped": self.skipped, "recall": self.recall,
-                "precision": self.precision, "f1": self.f1, "exact_match": self.exact_match,
-                "average_crossing": self.average_crossing, "matched": self.matched,
-                "gold_brackets": self.gold, "test_brackets": self.test}
+        return {
+            "sentences": self.sentences,
+            "skipped": self.skipped,
+            "recall": self.recall,
+            "precision": self.precision,
+            "f1": self.f1,
+            "exact_match": self.exact_match,
+            "average_crossing": self.average_crossing,
+            "matched": self.matched,
+            "gold_brackets": self.gold,
+            "test_brackets": self.test,
+        }
 
 
 @dataclass
@@ -198,13 +213,19 @@ class ParseReport:
         return {"all": self.all.to_dict(), f"len<={CUTOFF_LEN}": self.short.to_dict()}
 
 
-def score_trees(hyps: Sequence[Tree | None], refs: Sequence[Tree], *, where: str = "sentence",
-                lines: Sequence[int] | None = None) -> ParseReport:
+def score_trees(
+    hyps: Sequence[Tree | None],
+    refs: Sequence[Tree],
+    *,
+    where: str = "sentence",
+    lines: Sequence[int] | None = None,
+) -> ParseReport:
     """Score hypotheses against references, sentence ``i`` against sentence ``i``; an error
     names ``where`` and the sentence's line (``lines[i]``, else ``i + 1``): ``"HYP line 12: …"``."""
     if len(hyps) != len(refs):
-        raise DataError(f"{len(hyps)} hypothesis trees for {len(refs)} references; give one "
-                        f"tree per reference, in order")
+        raise DataError(
+            f"{len(hyps)} hypothesis trees for {len(refs)} references; give one tree per reference, in order"
+        )
     report = ParseReport()
     for i, (hyp, ref) in enumerate(zip(hyps, refs)):
         s = score_sentence(hyp, ref, where=f"{where} {lines[i] if lines else i + 1}: ")
@@ -217,10 +238,15 @@ def score_trees(hyps: Sequence[Tree | None], refs: Sequence[Tree], *, where: str
 
 def format_report(report: ParseReport) -> str:
     """The summary as a small table, one column for all sentences and one for ≤ 40 words."""
-    rows = [("sentences", "sentences", "d"), ("skipped (no tree)", "skipped", "d"),
-            ("recall", "recall", ".2f"), ("precision", "precision", ".2f"),
-            ("F1", "f1", ".2f"), ("exact match", "exact_match", ".2f"),
-            ("average crossing", "average_crossing", ".2f")]
+    rows = [
+        ("sentences", "sentences", "d"),
+        ("skipped (no tree)", "skipped", "d"),
+        ("recall", "recall", ".2f"),
+        ("precision", "precision", ".2f"),
+        ("F1", "f1", ".2f"),
+        ("exact match", "exact_match", ".2f"),
+        ("average crossing", "average_crossing", ".2f"),
+    ]
     head = f"{'EVALB (COLLINS.prm)':<20}{'all':>10}{f'≤{CUTOFF_LEN} words':>12}"
     lines = [head, "-" * len(head)]
     for name, attr, fmt in rows:

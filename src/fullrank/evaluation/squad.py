@@ -58,9 +58,16 @@ def squad_scores(predictions: Sequence[str], references: Sequence[Sequence[str]]
     return {"em": 100.0 * em / n, "f1": 100.0 * f / n, "questions": len(predictions)}
 
 
-def best_span(start_logits: Sequence[np.ndarray], end_logits: Sequence[np.ndarray],
-              offsets: Sequence[np.ndarray], max_context: Sequence[np.ndarray], context: str, *,
-              n_best: int = 20, max_answer_len: int = 30) -> tuple[str, float]:
+def best_span(
+    start_logits: Sequence[np.ndarray],
+    end_logits: Sequence[np.ndarray],
+    offsets: Sequence[np.ndarray],
+    max_context: Sequence[np.ndarray],
+    context: str,
+    *,
+    n_best: int = 20,
+    max_answer_len: int = 30,
+) -> tuple[str, float]:
     """The answer text and score of one question from the logits of its windows.
 
     ``start_logits[w]``/``end_logits[w]`` ``(L_w,)``, ``offsets[w]`` ``(L_w, 2)`` character spans
@@ -80,5 +87,5 @@ def best_span(start_logits: Sequence[np.ndarray], end_logits: Sequence[np.ndarra
                 score = float(s_log[s] + e_log[e])
                 if score > best_score:
                     best_score = score
-                    best_text = context[off[s, 0]: off[e, 1]]
+                    best_text = context[off[s, 0] : off[e, 1]]
     return best_text, best_score

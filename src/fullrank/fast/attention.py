@@ -48,18 +48,22 @@ CPU_WRITTEN_OUT_MAX_BLOCK = 96 * 96
 CPU_EXACT_MAX_QUERIES = 8
 
 
-def cpu_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                  is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
+def cpu_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
     """Attention on the kernel that is faster here (see the module docstring); the arguments of
     :meth:`~fullrank.layers.attention.ScaledDotProduct.forward`."""
     t = q.shape[-2]
     if q.device.type != "cpu" or t == 1:
         return fused_attention(q, k, v, mask, is_causal, dropout_p)
-    written_out = dropout_p > 0.0 or (onednn_active()
-                                      and t * k.shape[-2] <= CPU_WRITTEN_OUT_MAX_BLOCK)
+    written_out = dropout_p > 0.0 or (onednn_active() and t * k.shape[-2] <= CPU_WRITTEN_OUT_MAX_BLOCK)
     if not written_out:  # no dropout here
-        return run_exact(F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
-                         is_causal=is_causal)
+        return run_exact(F.scaled_dot_product_attention, q, k, v, attn_mask=mask, is_causal=is_causal)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if t <= CPU_EXACT_MAX_QUERIES and not grad:
         exact = cast(Callable[..., Tensor], attend)  # without return_probs: a Tensor
@@ -71,20 +75,31 @@ def cpu_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     return out
 
 
-def keeps_probabilities(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                        dropout_p: float) -> bool:
+def keeps_probabilities(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout_p: float
+) -> bool:
     """Whether :func:`kept_probabilities` takes this call: four-dimensional ``q``, ``k``, ``v``
     over the same batch and heads, a boolean mask or a constant bias (causality with a boolean
     mask only, as in attend()), dropout below 1, and eager code (compiled code fuses attend()'s
     passes itself, and the fully-masked-row check would break its graph)."""
-    return (q.dim() == k.dim() == v.dim() == 4 and q.shape[:2] == k.shape[:2] == v.shape[:2]
-            and (mask is None or mask.dtype == torch.bool
-                 or not (is_causal or mask.requires_grad))
-            and dropout_p < 1.0 and not torch.compiler.is_compiling())
+    return (
+        q.dim() == k.dim() == v.dim() == 4
+        and q.shape[:2] == k.shape[:2] == v.shape[:2]
+        and (mask is None or mask.dtype == torch.bool or not (is_causal or mask.requires_grad))
+        and dropout_p < 1.0
+        and not torch.compiler.is_compiling()
+    )
 
 
-def kept_probabilities(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
-                       is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
+def kept_probabilities(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
     """:func:`~fullrank.layers.attention.attend` for training: the same outputs, gradients and
     dropout draws (``F.dropout``'s, from the same generator), in fewer passes.
 
@@ -110,14 +125,13 @@ class _KeptProbabilities(torch.autograd.Function):
     """The autograd node of :func:`kept_probabilities`."""
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor,
-                mask: Tensor | None, dropout_p: float) -> Tensor:
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
         b, h, t, dh = q.shape
         s, dv = k.shape[-2], v.shape[-1]
         scale = 1.0 / math.sqrt(dh)
         qs = torch.mul(q, scale, out=q.new_empty(b, h, t, dh)).view(b * h, t, dh)  # one pass
         kf, vf = k.reshape(b * h, s, dh), v.reshape(b * h, s, dv)  # copies only if strided
-        scores = torch.bmm(qs, kf.transpose(1, 2))                                 # (B·H, T, S)
+        scores = torch.bmm(qs, kf.transpose(1, 2))  # (B·H, T, S)
         if mask is not None and mask.dtype == torch.bool:
             scores.view(b, h, t, s).masked_fill_(~mask, float("-inf"))
         elif mask is not None:
@@ -132,7 +146,7 @@ class _KeptProbabilities(torch.autograd.Function):
         if dropout_p > 0.0:  # F.dropout's own draws and scaling: the same random numbers
             keep = torch.empty_like(probs).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p)
             dropped = probs * keep
-        out = torch.bmm(probs if dropped is None else dropped, vf)                 # (B·H, T, Dv)
+        out = torch.bmm(probs if dropped is None else dropped, vf)  # (B·H, T, Dv)
         ctx.save_for_backward(qs, kf, vf, probs, keep, dropped)
         ctx.scale, ctx.shapes = scale, (q.shape, k.shape, v.shape)
         return out.view(b, h, t, dv)
@@ -143,14 +157,14 @@ class _KeptProbabilities(torch.autograd.Function):
         qs, kf, vf, probs, keep, dropped = ctx.saved_tensors
         q_shape, k_shape, v_shape = ctx.shapes
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        g = grad_out.reshape(qs.shape[0], qs.shape[1], vf.shape[-1])                # (B·H, T, Dv)
+        g = grad_out.reshape(qs.shape[0], qs.shape[1], vf.shape[-1])  # (B·H, T, Dv)
         dv = None
         if need_v:
             dv = torch.bmm((probs if dropped is None else dropped).transpose(1, 2), g)
             dv = dv.view(v_shape)
         dq = dk = None
         if need_q or need_k:
-            dprobs = torch.bmm(g, vf.transpose(1, 2))                              # (B·H, T, S)
+            dprobs = torch.bmm(g, vf.transpose(1, 2))  # (B·H, T, S)
             if keep is not None:
                 dprobs.mul_(keep)
             # softmax's gradient: probs · (dprobs − Σ probs·dprobs); zero on hidden rows

@@ -31,9 +31,16 @@ from fullrank.errors import ConfigError
 from fullrank.layers.kv_cache import AttentionCore, DecoderCache, KVCache
 
 
-def grouped_attention(core: AttentionCore, q: Tensor, k: Tensor, v: Tensor,
-                      mask: Tensor | None, dropout_p: float, *,
-                      mask_rows_grouped: bool = False) -> Tensor:
+def grouped_attention(
+    core: AttentionCore,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    *,
+    mask_rows_grouped: bool = False,
+) -> Tensor:
     """Attention of ``q (B, H, T, Dh)`` to ``k (N, H, S, Dh)``, ``v (N, H, S, Dv)`` where
     ``B = g·N`` and query rows ``i·g … i·g + g − 1`` all attend to key/value row ``i``. The ``g``
     rows become ``g·T`` queries of one row: the same result as copying the keys and values ``g``
@@ -43,17 +50,20 @@ def grouped_attention(core: AttentionCore, q: Tensor, k: Tensor, v: Tensor,
     b, h, t, dh = q.shape
     n = k.shape[0]
     if b % n:
-        raise ConfigError(f"attention got {b} query rows for {n} key/value rows; grouped "
-                          f"queries need a multiple of them")
+        raise ConfigError(
+            f"attention got {b} query rows for {n} key/value rows; grouped queries need a multiple of them"
+        )
     g = b // n
     if mask is not None and mask.dim() == 4 and mask.shape[0] not in (1, n):
-        raise ConfigError(f"grouped attention: the mask has {mask.shape[0]} rows, expected "
-                          f"1 or {n} (one per key/value row)")
-    if (not mask_rows_grouped and mask is not None and mask.dim() >= 2
-            and mask.shape[-2] > 1):  # a row per query position: the same for each member
-        mask = mask.repeat(*([1] * (mask.dim() - 2)), g, 1)                # (…, g·T, S)
+        raise ConfigError(
+            f"grouped attention: the mask has {mask.shape[0]} rows, expected 1 or {n} (one per key/value row)"
+        )
+    if (
+        not mask_rows_grouped and mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1
+    ):  # a row per query position: the same for each member
+        mask = mask.repeat(*([1] * (mask.dim() - 2)), g, 1)  # (…, g·T, S)
     qg = q.reshape(n, g, h, t, dh).transpose(1, 2).reshape(n, h, g * t, dh)  # (N, H, g·T, Dh)
-    out = core(qg, k, v, mask, False, dropout_p)                           # (N, H, g·T, Dv)
+    out = core(qg, k, v, mask, False, dropout_p)  # (N, H, g·T, Dv)
     return out.reshape(n, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)
 
 
@@ -65,11 +75,19 @@ class GroupedKVCache(KVCache):
     decoder reorders it only with the sentences that stay (``sources``), never per beam.
     """
 
-    def attend(self, core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, *,
-               mask: Tensor | None, is_causal: bool, dropout_p: float) -> Tensor:
+    def attend(
+        self,
+        core: AttentionCore,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        is_causal: bool,
+        dropout_p: float,
+    ) -> Tensor:
         if k.shape[0] == q.shape[0]:
-            return super().attend(core, q, k, v, mask=mask, is_causal=is_causal,
-                                  dropout_p=dropout_p)
+            return super().attend(core, q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         if is_causal:
             raise ConfigError("grouped queries over a cross-attention cache take no causal mask")
         return grouped_attention(core, q, k, v, mask, dropout_p)
@@ -113,9 +131,9 @@ class BeamKVCache(KVCache):
 
     def __init__(self, masks: BeamMasks | None = None) -> None:
         super().__init__()
-        self.group = 1                      # g, rows per group
-        self._slots: Tensor | None = None   # (B, capacity) slot of each row's key at each position
-        self._own: Tensor | None = None     # (B,) slot of each row: see _own_slots
+        self.group = 1  # g, rows per group
+        self._slots: Tensor | None = None  # (B, capacity) slot of each row's key at each position
+        self._own: Tensor | None = None  # (B,) slot of each row: see _own_slots
         self._masks = BeamMasks() if masks is None else masks
 
     @property
@@ -137,8 +155,10 @@ class BeamKVCache(KVCache):
         return buf[:, :, : self.length].reshape(n, h, self.length * g, d)
 
     def store(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        raise ConfigError("a BeamKVCache is appended to (self-attention), not stored into; use a "
-                          "KVCache for cross-attention")
+        raise ConfigError(
+            "a BeamKVCache is appended to (self-attention), not stored into; use a "
+            "KVCache for cross-attention"
+        )
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append ``k (B, H, T, Dh)``, ``v (B, H, T, Dv)`` of the ``B = N·g`` rows, each into its own
@@ -148,8 +168,7 @@ class BeamKVCache(KVCache):
         b, h, t, _ = k.shape
         if self._k is None or self._v is None or self._slots is None:
             cap = max(t, 16)
-            self._k, self._v = k.new_empty(b, h, cap, 1, k.shape[3]), v.new_empty(b, h, cap, 1,
-                                                                                   v.shape[3])
+            self._k, self._v = k.new_empty(b, h, cap, 1, k.shape[3]), v.new_empty(b, h, cap, 1, v.shape[3])
             # slot 0 everywhere: a group of one row is never written (see below)
             self._slots = torch.zeros(b, cap, dtype=torch.long, device=k.device)
             self.group, self.length = 1, 0
@@ -182,8 +201,8 @@ class BeamKVCache(KVCache):
         seen = (slots == torch.arange(g, device=slots.device)).view(n, g, 1, length * g)
         if t > 1:  # the newest t positions: causality among them
             key_pos = torch.arange(length, device=slots.device).repeat_interleave(g)  # (L·g,)
-            query_pos = torch.arange(length - t, length, device=slots.device)         # (t,)
-            seen = seen & (key_pos[None, :] <= query_pos[:, None])                   # (N, g, t, L·g)
+            query_pos = torch.arange(length - t, length, device=slots.device)  # (t,)
+            seen = seen & (key_pos[None, :] <= query_pos[:, None])  # (N, g, t, L·g)
         return seen.reshape(n, 1, g * t, length * g)
 
     def visible_bias(self, t: int) -> Tensor | None:
@@ -199,24 +218,35 @@ class BeamKVCache(KVCache):
         if memo.key != key:
             seen = self.visible(t)
             assert seen is not None
-            memo.bias = torch.zeros(seen.shape, dtype=self._k.dtype, device=seen.device
-                                    ).masked_fill_(~seen, float("-inf"))
+            memo.bias = torch.zeros(seen.shape, dtype=self._k.dtype, device=seen.device).masked_fill_(
+                ~seen, float("-inf")
+            )
             memo.key = key
         return memo.bias
 
-    def attend(self, core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, *,
-               mask: Tensor | None, is_causal: bool, dropout_p: float) -> Tensor:
+    def attend(
+        self,
+        core: AttentionCore,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        is_causal: bool,
+        dropout_p: float,
+    ) -> Tensor:
         """The new queries ``q (B, H, T, Dh)`` of every row over its group's keys
         ``k (N, H, L·g, Dh)`` (:attr:`keys`), each row seeing its own history and, among the
         ``T`` new positions, only the earlier ones: ``(B, H, T, Dv)``. While each group is one
         row, the plain cache's attention."""
         bias = self.visible_bias(q.shape[2])
         if bias is None:
-            return super().attend(core, q, k, v, mask=mask, is_causal=is_causal,
-                                  dropout_p=dropout_p)
+            return super().attend(core, q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         if mask is not None:
-            raise ConfigError("a self-attention mask cannot be combined with a beam-search "
-                              "cache (BeamKVCache); decode without target padding")
+            raise ConfigError(
+                "a self-attention mask cannot be combined with a beam-search "
+                "cache (BeamKVCache); decode without target padding"
+            )
         return grouped_attention(core, q, k, v, bias, dropout_p, mask_rows_grouped=True)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
@@ -231,7 +261,7 @@ class BeamKVCache(KVCache):
         if n == 0 or index.numel() % n:
             raise ConfigError(f"beam cache reorder: {index.numel()} rows for {n} groups")
         g = index.numel() // n
-        slots = self._slots.index_select(0, index)                             # (B', capacity)
+        slots = self._slots.index_select(0, index)  # (B', capacity)
         if g == self.group:
             if sources is not None:  # whole groups leave: the groups kept are copied
                 self._k, self._v = self._select(self._k, sources), self._select(self._v, sources)
@@ -239,12 +269,12 @@ class BeamKVCache(KVCache):
             return
         # a new grouping: every row's history into its own slot
         length, cap = self.length, self._k.shape[2]
-        group_of = (index // self.group)[:, None]                              # (B', 1)
-        pos = torch.arange(length, device=index.device)[None, :]               # (1, L)
-        hist = slots[:, :length]                                               # (B', L)
+        group_of = (index // self.group)[:, None]  # (B', 1)
+        pos = torch.arange(length, device=index.device)[None, :]  # (1, L)
+        hist = slots[:, :length]  # (B', L)
         moved = []
         for buf in (self._k, self._v):
-            rows = buf[group_of, :, pos, hist]                                 # (B', L, H, D)
+            rows = buf[group_of, :, pos, hist]  # (B', L, H, D)
             out = buf.new_empty(n, buf.shape[1], cap, g, buf.shape[4])
             out[:, :, :length] = rows.view(n, g, length, buf.shape[1], -1).permute(0, 3, 2, 1, 4)
             moved.append(out)
@@ -266,5 +296,8 @@ def beam_caches(cache: DecoderCache) -> DecoderCache:
     :class:`BeamKVCache` s for self-attention, sharing one :class:`BeamMasks`, and
     :class:`GroupedKVCache` s for cross-attention, in the same places."""
     masks = BeamMasks()
-    return DecoderCache(self_attn=[BeamKVCache(masks) for _ in cache.self_attn],
-                        cross_attn=[GroupedKVCache() for _ in cache.cross_attn], rows=cache.rows)
+    return DecoderCache(
+        self_attn=[BeamKVCache(masks) for _ in cache.self_attn],
+        cross_attn=[GroupedKVCache() for _ in cache.cross_attn],
+        rows=cache.rows,
+    )

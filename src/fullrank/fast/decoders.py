@@ -45,17 +45,20 @@ class Projection:
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
-        self.weight_t = transposed(weight)                               # (D, V)
-        self.bias = bias                                                 # (V,) or None
+        self.weight_t = transposed(weight)  # (D, V)
+        self.bias = bias  # (V,) or None
         self._out: Tensor | None = None
 
     def __call__(self, h: Tensor) -> Tensor:
         """``h (B, t, D)`` → logits ``(B, t, V)``."""
         b, t, d = h.shape
         shape = (b, t, self.weight_t.shape[1])
-        if (h.requires_grad or h.dtype != self.weight_t.dtype  # out= has no autograd, no casts
-                or torch.is_autocast_enabled(h.device.type)):
-            out = h @ self.weight_t                                      # (B, t, V)
+        if (
+            h.requires_grad
+            or h.dtype != self.weight_t.dtype  # out= has no autograd, no casts
+            or torch.is_autocast_enabled(h.device.type)
+        ):
+            out = h @ self.weight_t  # (B, t, V)
             return out if self.bias is None else out + self.bias
         size = b * t * shape[2]
         if self._out is None or self._out.numel() < size or self._out.device != h.device:
@@ -65,7 +68,7 @@ class Projection:
             torch.mm(h.reshape(b * t, d), self.weight_t, out=out)
         else:
             torch.addmm(self.bias, h.reshape(b * t, d), self.weight_t, out=out)
-        return out.view(shape)                                           # (B, t, V)
+        return out.view(shape)  # (B, t, V)
 
 
 class BeamDecoder:
@@ -87,14 +90,21 @@ class BeamDecoder:
     """
 
     @torch.inference_mode()
-    def __init__(self, model: Any, src: Tensor, src_mask: Tensor | None = None, *,
-                 decode: Callable[..., Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        *,
+        decode: Callable[..., Tensor] | None = None,
+    ) -> None:
         if model.training:
-            raise ConfigError("the model is in training mode (dropout active); call "
-                              "model.eval() before decoding")
+            raise ConfigError(
+                "the model is in training mode (dropout active); call model.eval() before decoding"
+            )
         self.decode = model.decode if decode is None else decode
-        self.src_mask = source_padding(src, src_mask)          # (N, S) or None
-        self.memory = model.encode(src, self.src_mask)         # (N, S, D)
+        self.src_mask = source_padding(src, src_mask)  # (N, S) or None
+        self.memory = model.encode(src, self.src_mask)  # (N, S, D)
         self.cache = beam_caches(model.init_cache())
         self.project = Projection(model.output_weight, getattr(model, "output_bias", None))
         self.device = src.device
@@ -114,6 +124,6 @@ class BeamDecoder:
             return
         for c in self.cache.cross_attn:
             c.reorder(sources)
-        self.memory = self.memory.index_select(0, sources)       # (N', S, D)
+        self.memory = self.memory.index_select(0, sources)  # (N', S, D)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, sources)  # (N', S)

@@ -64,8 +64,7 @@ def cpu(model: nn.Module, *, onednn: bool = True, decoding: bool = False) -> Ite
 def attention_kernels(model: nn.Module) -> Iterator[nn.Module]:
     """:func:`~fullrank.fast.attention.cpu_attention` as the ``kernel`` of every fused attention
     core of ``model`` that has none, inside the block."""
-    cores = [m for m in model.modules()
-             if isinstance(m, ScaledDotProduct) and m.fused and m.kernel is None]
+    cores = [m for m in model.modules() if isinstance(m, ScaledDotProduct) and m.fused and m.kernel is None]
     for core in cores:
         core.kernel = cpu_attention
     try:

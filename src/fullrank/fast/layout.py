@@ -82,10 +82,15 @@ def decoding_layout(model: nn.Module) -> Iterator[nn.Module]:
                 _pack(model, products)
             _column_major(model, swapped, packing)
             out = getattr(model, "output_weight", None)
-            if (isinstance(out, Tensor) and out.dim() == 2 and out.device.type == "cpu"
-                    and id(out) not in _TRANSPOSED and not out.t().is_contiguous()):
+            if (
+                isinstance(out, Tensor)
+                and out.dim() == 2
+                and out.device.type == "cpu"
+                and id(out) not in _TRANSPOSED
+                and not out.t().is_contiguous()
+            ):
                 kept = id(out)
-                _TRANSPOSED[kept] = (out, out.detach().t().contiguous())   # (D, V)
+                _TRANSPOSED[kept] = (out, out.detach().t().contiguous())  # (D, V)
         yield model
     finally:
         if kept is not None:
@@ -101,14 +106,12 @@ def _pack(model: nn.Module, products: list[Linear]) -> None:
     :class:`PackedProduct`, recording each layer in ``products``."""
     product = PackedProduct()
     for module in model.modules():
-        if (isinstance(module, Linear) and module.product is F.linear
-                and module.weight.device.type == "cpu"):
+        if isinstance(module, Linear) and module.product is F.linear and module.weight.device.type == "cpu":
             module.product = product
             products.append(module)
 
 
-def _column_major(model: nn.Module, swapped: list[tuple[Tensor, Tensor]],
-                  packing: bool) -> None:
+def _column_major(model: nn.Module, swapped: list[tuple[Tensor, Tensor]], packing: bool) -> None:
     """Make the CPU weights of ``model``'s ``nn.Linear`` layers column-major, recording each
     parameter and its original tensor in ``swapped``; with ``packing``, only those of layers that
     are not :class:`~fullrank.layers.linear.Linear` (which multiply by packed copies)."""
@@ -121,5 +124,5 @@ def _column_major(model: nn.Module, swapped: list[tuple[Tensor, Tensor]],
         if w.device.type != "cpu" or not w.is_contiguous() or 1 in w.shape:
             continue
         original = w.data
-        w.data = original.t().contiguous().t()      # (out, in), strides (1, out)
+        w.data = original.t().contiguous().t()  # (out, in), strides (1, out)
         swapped.append((w, original))

@@ -41,14 +41,18 @@ def keep_freed_memory() -> bool:
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     global _memory_kept
-    _memory_kept = all(mallopt(param, value) == 1 for param, value in (
-        (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 64 << 20)))
+    _memory_kept = all(
+        mallopt(param, value) == 1
+        for param, value in ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 64 << 20))
+    )
     return _memory_kept
 
 
 def memory_summary() -> str:
     """One line for a CPU run's log: whether :func:`keep_freed_memory` is in effect."""
     if _memory_kept:
-        return ("CPU memory: freed blocks kept for reuse, not returned to the system "
-                "(FULLRANK_KEEP_FREED_MEMORY=0 for glibc's defaults)")
+        return (
+            "CPU memory: freed blocks kept for reuse, not returned to the system "
+            "(FULLRANK_KEEP_FREED_MEMORY=0 for glibc's defaults)"
+        )
     return "CPU memory: the C library's defaults (freed blocks may return to the system)"

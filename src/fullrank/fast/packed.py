@@ -52,9 +52,12 @@ def packing_available() -> bool:
         if ok:
             return True
         reason = "they compute another product than F.linear"
-    log.warning("fullrank.fast: PyTorch's packed oneDNN linear operators "
-                "(torch.ops.mkldnn._linear_pointwise) are unusable here (%s); decoding "
-                "multiplies by the plain weights", reason)
+    log.warning(
+        "fullrank.fast: PyTorch's packed oneDNN linear operators "
+        "(torch.ops.mkldnn._linear_pointwise) are unusable here (%s); decoding "
+        "multiplies by the plain weights",
+        reason,
+    )
     return False
 
 
@@ -84,9 +87,14 @@ class PackedProduct:
     def _packed(self, x: Tensor, weight: Tensor) -> Tensor | None:
         """The packed copy of ``weight`` to multiply ``x`` by, made now if need be, or ``None``
         where ``F.linear`` must run."""
-        if (torch.is_grad_enabled() or x.dtype != torch.float32 or weight.dtype != torch.float32
-                or x.device.type != "cpu" or torch.is_autocast_enabled("cpu")
-                or torch.compiler.is_compiling()):
+        if (
+            torch.is_grad_enabled()
+            or x.dtype != torch.float32
+            or weight.dtype != torch.float32
+            or x.device.type != "cpu"
+            or torch.is_autocast_enabled("cpu")
+            or torch.compiler.is_compiling()
+        ):
             return None
         key = (weight.data_ptr(), weight.shape, weight.stride(), weight._version)
         entry = self._packs.get(key)

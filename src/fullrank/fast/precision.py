@@ -133,10 +133,14 @@ def matmul_summary(enabled: bool = True, precision: str = "fp32") -> str:
     if not enabled:  # checked first: no need to measure a setting that is off
         return "CPU matrix products: float32, PyTorch's default path (train.fast_matmul=false)"
     if current_setting() is None:
-        return ("CPU matrix products: float32, PyTorch's default path (this PyTorch has no "
-                "oneDNN float32 setting, torch.backends.mkldnn.matmul.fp32_precision)")
+        return (
+            "CPU matrix products: float32, PyTorch's default path (this PyTorch has no "
+            "oneDNN float32 setting, torch.backends.mkldnn.matmul.fp32_precision)"
+        )
     if onednn_available():
         return "CPU matrix products: float32 through oneDNN (float32-accurate on this CPU)"
-    return (f"CPU matrix products: float32, PyTorch's default path — oneDNN's faster one computes "
-            f"in bfloat16 on this CPU (relative error {onednn_matmul_error():.0e}), so it stays "
-            f"off; train.precision=bf16 trades accuracy for speed explicitly")
+    return (
+        f"CPU matrix products: float32, PyTorch's default path — oneDNN's faster one computes "
+        f"in bfloat16 on this CPU (relative error {onednn_matmul_error():.0e}), so it stays "
+        f"off; train.precision=bf16 trades accuracy for speed explicitly"
+    )

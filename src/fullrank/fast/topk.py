@@ -31,10 +31,10 @@ def argmax_rows(x: Tensor) -> Tensor:
     if m < 4 * b or x.stride(1) != 1:
         return x.max(dim=1).indices
     full = m - m % b
-    block_max = x[:, :full].view(n, full // b, b).amax(dim=2)           # (N, M/b)
+    block_max = x[:, :full].view(n, full // b, b).amax(dim=2)  # (N, M/b)
     if full < m:  # the ragged tail is one more block
         block_max = torch.cat([block_max, x[:, full:].amax(dim=1, keepdim=True)], dim=1)
-    start = block_max.max(dim=1).indices * b                            # (N,) its first column
+    start = block_max.max(dim=1).indices * b  # (N,) its first column
     cols = (start[:, None] + torch.arange(b, device=x.device)).clamp_(max=m - 1)  # (N, b)
     return start + x.gather(1, cols).max(dim=1).indices
 
@@ -50,11 +50,12 @@ def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     if m < 4 * k * b or x.stride(1) != 1:
         return x.topk(k, dim=1)
     full = m - m % b
-    blocks = x[:, :full].view(n, full // b, b)                          # (N, M/b, b)
-    pick = blocks.amax(dim=2).topk(k, dim=1).indices                    # (N, k) best blocks
+    blocks = x[:, :full].view(n, full // b, b)  # (N, M/b, b)
+    pick = blocks.amax(dim=2).topk(k, dim=1).indices  # (N, k) best blocks
     chosen = blocks.gather(1, pick[:, :, None].expand(-1, -1, b)).view(n, k * b)  # (N, k·b)
     values, j = torch.cat([chosen, x[:, full:]], dim=1).topk(k, dim=1)  # (N, k)
     in_block = j < k * b
-    index = torch.where(in_block, pick.gather(1, (j // b).clamp_(max=k - 1)) * b + j % b,
-                        full + j - k * b)                               # (N, k) column in x
+    index = torch.where(
+        in_block, pick.gather(1, (j // b).clamp_(max=k - 1)) * b + j % b, full + j - k * b
+    )  # (N, k) column in x
     return values, index

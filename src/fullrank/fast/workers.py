@@ -76,8 +76,9 @@ def processes_available() -> bool:
     return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
-def map_batches(fn: Callable[[T], R], batches: Sequence[T], workers: int = 1, *,
-                processes: bool = False) -> Iterator[R]:
+def map_batches(
+    fn: Callable[[T], R], batches: Sequence[T], workers: int = 1, *, processes: bool = False
+) -> Iterator[R]:
     """``fn(batch)`` for each of ``batches``, yielded in order.
 
     With ``workers > 1`` and more than one batch, ``workers`` threads take the batches in order
@@ -139,8 +140,9 @@ def _map_in_processes(fn: Callable[[T], R], batches: Sequence[T], workers: int) 
     share = max(1, torch.get_num_threads() // workers)
     context = multiprocessing.get_context("fork")
     try:
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                                 initargs=(job_id, share)) as pool:
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_start_worker, initargs=(job_id, share)
+        ) as pool:
             results = pool.map(_run_batch, range(len(batches)))
             try:
                 yield from results

@@ -18,13 +18,13 @@ The same searches run faster through :mod:`fullrank.fast` (its decoder, top-k an
 """
 
 from fullrank.inference.decoders import (
-                                         Decoder,
-                                         EnsembleDecoder,
-                                         LMDecoder,
-                                         Seq2SeqDecoder,
-                                         UncachedLMDecoder,
-                                         UncachedSeq2SeqDecoder,
-                                         compiled_decode,
+    Decoder,
+    EnsembleDecoder,
+    LMDecoder,
+    Seq2SeqDecoder,
+    UncachedLMDecoder,
+    UncachedSeq2SeqDecoder,
+    compiled_decode,
 )
 from fullrank.inference.sampling import next_token, sample
 from fullrank.inference.search import Hypothesis, beam_search, greedy_search, length_penalty, max_output_len

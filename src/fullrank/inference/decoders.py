@@ -76,8 +76,15 @@ class Seq2SeqModel(Protocol):
 
     def init_cache(self) -> DecoderCache: ...
 
-    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor: ...
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor: ...
 
     def logits(self, h: Tensor) -> Tensor: ...
 
@@ -87,8 +94,9 @@ class LanguageModel(Protocol):
 
     training: bool
 
-    def hidden(self, tokens: Tensor, *, mask: Tensor | None = None,
-               cache: DecoderCache | None = None) -> Tensor: ...
+    def hidden(
+        self, tokens: Tensor, *, mask: Tensor | None = None, cache: DecoderCache | None = None
+    ) -> Tensor: ...
 
     def init_cache(self) -> DecoderCache: ...
 
@@ -97,8 +105,7 @@ class LanguageModel(Protocol):
 
 def _check_eval(model: Seq2SeqModel | LanguageModel) -> None:
     if model.training:
-        raise ConfigError("the model is in training mode (dropout active); call model.eval() "
-                          "before decoding")
+        raise ConfigError("the model is in training mode (dropout active); call model.eval() before decoding")
 
 
 class Seq2SeqDecoder:
@@ -118,13 +125,19 @@ class Seq2SeqDecoder:
     """
 
     @torch.inference_mode()
-    def __init__(self, model: Seq2SeqModel, src: Tensor, src_mask: Tensor | None = None, *,
-                 decode: Callable[..., Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        model: Seq2SeqModel,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        *,
+        decode: Callable[..., Tensor] | None = None,
+    ) -> None:
         _check_eval(model)
         self.model = model
         self.decode = model.decode if decode is None else decode
-        self.src_mask = source_padding(src, src_mask)           # (B, S) or None
-        self.memory = model.encode(src, self.src_mask)         # (B, S, D)
+        self.src_mask = source_padding(src, src_mask)  # (B, S) or None
+        self.memory = model.encode(src, self.src_mask)  # (B, S, D)
         self.cache = model.init_cache()
         self.device = src.device
 
@@ -137,7 +150,7 @@ class Seq2SeqDecoder:
         """Keep rows ``index (B',)``: each row's caches, encoder output and source mask go with
         it (``sources`` is not needed: every row holds its own source side)."""
         self.cache.reorder(index)
-        self.memory = self.memory.index_select(0, index)         # (B', S, D)
+        self.memory = self.memory.index_select(0, index)  # (B', S, D)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, index)  # (B', S)
 
@@ -168,16 +181,16 @@ class UncachedSeq2SeqDecoder:
     def __init__(self, model: Seq2SeqModel, src: Tensor, src_mask: Tensor | None = None) -> None:
         _check_eval(model)
         self.model = model
-        self.src_mask = source_padding(src, src_mask)                   # (B, S) or None
-        self.memory = model.encode(src, self.src_mask)                  # (B, S, D)
-        self.prefix = src.new_empty(src.shape[0], 0)                     # (B, T)
+        self.src_mask = source_padding(src, src_mask)  # (B, S) or None
+        self.memory = model.encode(src, self.src_mask)  # (B, S, D)
+        self.prefix = src.new_empty(src.shape[0], 0)  # (B, T)
         self.device = src.device
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
-        self.prefix = torch.cat([self.prefix, tokens], dim=1)           # (B, T + t)
+        self.prefix = torch.cat([self.prefix, tokens], dim=1)  # (B, T + t)
         h = self.model.decode(self.prefix, self.memory, src_mask=self.src_mask)  # (B, T + t, D)
-        return self.model.logits(h[:, -tokens.shape[1]:])               # (B, t, V)
+        return self.model.logits(h[:, -tokens.shape[1] :])  # (B, t, V)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index (B',)`` of the prefix, the encoder output and the source mask."""
@@ -215,13 +228,13 @@ class UncachedLMDecoder:
     def __init__(self, model: LanguageModel, *, device: torch.device | str | None = None) -> None:
         _check_eval(model)
         self.model = model
-        self.prefix: Tensor | None = None                                # (B, T)
+        self.prefix: Tensor | None = None  # (B, T)
         self.device = torch.device(device) if device is not None else _param_device(model)
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``, recomputed from the full prefix."""
         self.prefix = tokens if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
-        return self.model.logits(self.model.hidden(self.prefix)[:, -tokens.shape[1]:])  # (B, t, V)
+        return self.model.logits(self.model.hidden(self.prefix)[:, -tokens.shape[1] :])  # (B, t, V)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index (B',)`` of the prefix (no source side)."""
@@ -252,14 +265,16 @@ class EnsembleDecoder:
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → log mean probabilities ``(B, t, V)``; advances every member."""
         if len(self.decoders) == 1:
-            return self.decoders[0].step(tokens)                           # (B, t, V)
+            return self.decoders[0].step(tokens)  # (B, t, V)
         logps: list[Tensor] = []
         for d in self.decoders:
-            logits = d.step(tokens)                                        # (B, t, V_i)
+            logits = d.step(tokens)  # (B, t, V_i)
             if logps and logits.shape != logps[0].shape:
-                raise ConfigError(f"ensemble members disagree: next-token logits of shape "
-                                  f"{tuple(logits.shape)} against {tuple(logps[0].shape)}; "
-                                  f"ensemble models that share one vocabulary")
+                raise ConfigError(
+                    f"ensemble members disagree: next-token logits of shape "
+                    f"{tuple(logits.shape)} against {tuple(logps[0].shape)}; "
+                    f"ensemble models that share one vocabulary"
+                )
             dtype = torch.promote_types(logits.dtype, torch.float32)
             logps.append(torch.log_softmax(logits, dim=-1, dtype=dtype))
         return torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (B, t, V)

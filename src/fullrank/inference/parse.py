@@ -49,9 +49,11 @@ def tree_vocabulary(meta: dict[str, Any], where: str) -> Tokenizer:
     """The tree symbols' tokenizer stored in a parsing checkpoint's ``meta`` (``where`` names
     the checkpoint in the error when there is none)."""
     if meta.get("task") != "parse" or TREE_VOCABULARY not in meta:
-        raise CheckpointError(f"{where}: not a parsing checkpoint (task={meta.get('task')!r}, no "
-                              f"tree vocabulary); train one with a task: parse experiment, e.g. "
-                              f"configs/parse/ptb_sample.yaml")
+        raise CheckpointError(
+            f"{where}: not a parsing checkpoint (task={meta.get('task')!r}, no "
+            f"tree vocabulary); train one with a task: parse experiment, e.g. "
+            f"configs/parse/ptb_sample.yaml"
+        )
     return Tokenizer.from_str(meta[TREE_VOCABULARY], where=f"{where} ({TREE_VOCABULARY})")
 
 
@@ -70,8 +72,10 @@ def tree_order(meta: dict[str, Any], where: str) -> Order:
 def _setting(meta: dict[str, Any], key: str, choices: Sequence[str], where: str) -> str:
     value = meta.get(key, choices[0])
     if value not in choices:
-        raise CheckpointError(f"{where}: meta.json has {key}={value!r}, not one of "
-                              f"{', '.join(choices)}; use a checkpoint written by a parsing run")
+        raise CheckpointError(
+            f"{where}: meta.json has {key}={value!r}, not one of "
+            f"{', '.join(choices)}; use a checkpoint written by a parsing run"
+        )
     return str(value)
 
 
@@ -82,17 +86,28 @@ def tell_words(model: nn.Module, trees: Tokenizer) -> nn.Module:
     they are. Returns ``model``."""
     if getattr(getattr(model, "config", None), "decoder_cursor", False):
         weight = next(model.parameters())
-        model.word_tokens = torch.tensor(word_tokens(trees), dtype=torch.long,
-                                         device=weight.device)
+        model.word_tokens = torch.tensor(word_tokens(trees), dtype=torch.long, device=weight.device)
     return model
 
 
-def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Tokenizer,
-          sentences: Sequence[str], *,
-          beam: int = BEAM, alpha: float = ALPHA, a: float = MAX_LEN_A, b: int = MAX_LEN_B,
-          batch_size: int = 32, progress: bool = False, workers: int = 1,
-          processes: bool = False, leaves: Leaves = "placeholder", order: Order = "top_down",
-          constrained: bool = True) -> list[Delinearized | None]:
+def parse(
+    model: nn.Module | Sequence[nn.Module],
+    words: Tokenizer,
+    trees: Tokenizer,
+    sentences: Sequence[str],
+    *,
+    beam: int = BEAM,
+    alpha: float = ALPHA,
+    a: float = MAX_LEN_A,
+    b: int = MAX_LEN_B,
+    batch_size: int = 32,
+    progress: bool = False,
+    workers: int = 1,
+    processes: bool = False,
+    leaves: Leaves = "placeholder",
+    order: Order = "top_down",
+    constrained: bool = True,
+) -> list[Delinearized | None]:
     """Parse tokenized ``sentences`` (words separated by spaces); ``None`` for an empty one.
     Several models parse as an ensemble (the mean of their next-token probabilities,
     :class:`~fullrank.inference.decoders.EnsembleDecoder`); they share ``words`` and ``trees``.
@@ -121,8 +136,10 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
     else:
         xx = trees.token_to_id(PLACEHOLDER)
         if xx is None:
-            raise CheckpointError(f"the tree vocabulary has no {PLACEHOLDER}; these trees have "
-                                  f"the words as leaves (leaves='word')")
+            raise CheckpointError(
+                f"the tree vocabulary has no {PLACEHOLDER}; these trees have "
+                f"the words as leaves (leaves='word')"
+            )
         slots = [[xx] * len(line.split()) for line in lines]
 
     models = [model] if isinstance(model, nn.Module) else list(model)
@@ -133,17 +150,28 @@ def parse(model: nn.Module | Sequence[nn.Module], words: Tokenizer, trees: Token
         kind = InOrderTreeDecoder if order == "in_order" else TreeDecoder
         return kind(decoder, trees, [slots[i] for i in batch], max_len)
 
-    outputs = translate(models, words, inputs, beam=beam, alpha=alpha, a=a, b=b,
-                        batch_size=batch_size, progress=progress, workers=workers,
-                        processes=processes, target=trees, strict=True,
-                        constrain=constrain if constrained else None)
+    outputs = translate(
+        models,
+        words,
+        inputs,
+        beam=beam,
+        alpha=alpha,
+        a=a,
+        b=b,
+        batch_size=batch_size,
+        progress=progress,
+        workers=workers,
+        processes=processes,
+        target=trees,
+        strict=True,
+        constrain=constrain if constrained else None,
+    )
 
     def tree(tokens: list[str], words: list[str]) -> Delinearized:
         tokens = top_down(tokens) if order == "in_order" else tokens
         return delinearize(placeholders(tokens) if leaves == "word" else tokens, words)
 
-    return [tree(out[0].split(), line.split()) if line else None
-            for line, out in zip(lines, outputs)]
+    return [tree(out[0].split(), line.split()) if line else None for line, out in zip(lines, outputs)]
 
 
 def source_words(words: Tokenizer, sentences: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -155,8 +183,15 @@ def source_words(words: Tokenizer, sentences: Sequence[str]) -> tuple[list[str],
     return lines, [" ".join(map(known, line.split())) for line in lines]
 
 
-def teacher_forced(words: Tokenizer, sentences: Sequence[str], trees: Sequence[Tree], *,
-                   leaves: Leaves, order: Order, where: Sequence[str]) -> list[tuple[str, str]]:
+def teacher_forced(
+    words: Tokenizer,
+    sentences: Sequence[str],
+    trees: Sequence[Tree],
+    *,
+    leaves: Leaves,
+    order: Order,
+    where: Sequence[str],
+) -> list[tuple[str, str]]:
     """``(source, target)`` text of each sentence and its tree as a parser reads and writes
     them in training (its ``data.tree_leaves`` and ``data.tree_order``), to run the model on
     a given tree. A tree whose words are not the sentence's is a :class:`DataError` naming
@@ -165,11 +200,12 @@ def teacher_forced(words: Tokenizer, sentences: Sequence[str], trees: Sequence[T
     pairs = []
     for line, source, tree, place in zip(lines, inputs, trees, where, strict=True):
         if tree.leaves() != line.split():
-            raise DataError(f"{place}: the tree's words ({' '.join(tree.leaves())}) "
-                            f"are not the sentence's ({line}); give the tree of that sentence")
+            raise DataError(
+                f"{place}: the tree's words ({' '.join(tree.leaves())}) "
+                f"are not the sentence's ({line}); give the tree of that sentence"
+            )
         known = dict(zip(line.split(), source.split()))
-        target = [t if is_bracket(t) else known.get(t, t)
-                  for t in linearize(tree, leaves, order)]
+        target = [t if is_bracket(t) else known.get(t, t) for t in linearize(tree, leaves, order)]
         pairs.append((source, " ".join(target)))
     return pairs
 
@@ -211,20 +247,27 @@ class TreeDecoder:
             nothing it likes, opens brackets without end.
     """
 
-    def __init__(self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]],
-                 max_len: Tensor, *, max_depth: int = 64, max_opens: int = 8) -> None:
+    def __init__(
+        self,
+        decoder: Decoder,
+        trees: Tokenizer,
+        slots: Sequence[Sequence[int]],
+        max_len: Tensor,
+        *,
+        max_depth: int = 64,
+        max_opens: int = 8,
+    ) -> None:
         self.decoder, self.device = decoder, decoder.device
         self.eos_id = trees.eos_id
         tokens = [trees.id_to_token(i) or "" for i in range(trees.vocab_size)]
-        closer = [trees.token_to_id(")" + t[1:]) if is_bracket(t) and t[0] == "(" else None
-                  for t in tokens]
+        closer = [trees.token_to_id(")" + t[1:]) if is_bracket(t) and t[0] == "(" else None for t in tokens]
         dev = self.device
         # (V,) for "(L" the id of ")L" (−1: another token, or an opening nobody closes)
         self.closer = torch.tensor([-1 if c is None else c for c in closer], device=dev)
         self.is_open = torch.tensor([is_bracket(t) and t[0] == "(" for t in tokens], device=dev)
         self.is_close = torch.tensor([is_bracket(t) and t[0] == ")" for t in tokens], device=dev)
-        is_word = torch.tensor(word_tokens(trees), device=dev)       # (V,) XX, words, <unk>
-        self.open_ids = self.is_open.nonzero().squeeze(1)             # token ids of each kind
+        is_word = torch.tensor(word_tokens(trees), device=dev)  # (V,) XX, words, <unk>
+        self.open_ids = self.is_open.nonzero().squeeze(1)  # token ids of each kind
         self.close_ids = self.is_close.nonzero().squeeze(1)
         self.word_ids = is_word.nonzero().squeeze(1)
         b, width = len(slots), max(map(len, slots), default=0) + 1
@@ -232,15 +275,15 @@ class TreeDecoder:
         for r, ids in enumerate(slots):
             self.slots[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         self.n_words = torch.tensor([len(ids) for ids in slots], device=dev)  # (B,)
-        self.limit = max_len.to(dev)                                  # (B,)
-        self.placed = torch.zeros(b, dtype=torch.long, device=dev)    # (B,) words placed
-        self.depth = torch.zeros(b, dtype=torch.long, device=dev)     # (B,) constituents open
-        self.opens = torch.zeros(b, dtype=torch.long, device=dev)     # (B,) opened in a row
+        self.limit = max_len.to(dev)  # (B,)
+        self.placed = torch.zeros(b, dtype=torch.long, device=dev)  # (B,) words placed
+        self.depth = torch.zeros(b, dtype=torch.long, device=dev)  # (B,) constituents open
+        self.opens = torch.zeros(b, dtype=torch.long, device=dev)  # (B,) opened in a row
         self.max_opens = max_opens
         # (B, D) the token that closes each open constituent, innermost at depth − 1
         self.stack = torch.full((b, max_depth), -1, dtype=torch.long, device=dev)
         self.filled = torch.zeros(b, max_depth, dtype=torch.bool, device=dev)  # (B, D) has a word
-        self.written = -1                                             # tokens written (BOS: −1)
+        self.written = -1  # tokens written (BOS: −1)
 
     def _next_slot(self) -> Tensor:
         """``(B,)``: the token that places each row's next word (−1 once all are placed)."""
@@ -274,18 +317,22 @@ class TreeDecoder:
         top = (self.depth - 1).clamp(min=0)
         inside = self.depth > 0
         started = self.written > 0  # the first token opens the root
-        left = self.placed < self.n_words                             # (B,) words still to place
+        left = self.placed < self.n_words  # (B,) words still to place
         # tokens still needed after an opening bracket: its close, the rest of the words, the
         # closes of what is open, end-of-sequence
         room = self.written + 3 + (self.n_words - self.placed) + self.depth <= self.limit
-        can_open = (room & (self.depth < self.stack.shape[1]) & (self.opens < self.max_opens)
-                    & (len(self.open_ids) > 0))
+        can_open = (
+            room
+            & (self.depth < self.stack.shape[1])
+            & (self.opens < self.max_opens)
+            & (len(self.open_ids) > 0)
+        )
         if started:  # after the root, only inside it and while a word is left for the new one
             can_open &= inside & left
         can_close = inside & self.filled[rows, top] & ((self.depth > 1) | ~left)
         can_close &= self.stack[rows, top] >= 0
         can_place = inside & left
-        can_end = ~inside & ~left & started                           # (B,)
+        can_end = ~inside & ~left & started  # (B,)
         can_end |= ~(can_open | can_close | can_place)  # never: a guard, so no row is left empty
         return can_open, can_close, can_place, can_end
 
@@ -296,16 +343,16 @@ class TreeDecoder:
         if self.written >= 0:
             self._advance(tokens[:, -1])
         self.written += tokens.shape[1]
-        logits = self.decoder.step(tokens)                            # (B, 1, V)
-        last = logits[:, -1]                                          # (B, V)
-        can_open, can_close, can_place, can_end = self._choices()    # (B,) each
+        logits = self.decoder.step(tokens)  # (B, 1, V)
+        last = logits[:, -1]  # (B, V)
+        can_open, can_close, can_place, can_end = self._choices()  # (B,) each
         rows = torch.arange(len(last), device=last.device)
         close = self.stack[rows, (self.depth - 1).clamp(min=0)].clamp(min=0)
-        word = self._next_slot().clamp(min=0)                         # (B,)
-        opening = last[:, self.open_ids]                              # (B, O) copies
-        closing = torch.logsumexp(last[:, self.close_ids], dim=1)     # (B,)
-        placing = torch.logsumexp(last[:, self.word_ids], dim=1)      # (B,)
-        ending = last[:, self.eos_id].clone()                         # (B,)
+        word = self._next_slot().clamp(min=0)  # (B,)
+        opening = last[:, self.open_ids]  # (B, O) copies
+        closing = torch.logsumexp(last[:, self.close_ids], dim=1)  # (B,)
+        placing = torch.logsumexp(last[:, self.word_ids], dim=1)  # (B,)
+        ending = last[:, self.eos_id].clone()  # (B,)
         neg = float("-inf")
         last.fill_(neg)
         last[:, self.open_ids] = opening.masked_fill_(~can_open[:, None], neg)
@@ -315,8 +362,7 @@ class TreeDecoder:
         return logits
 
     # the state each row keeps, which reorders follow
-    ROW_STATE: tuple[str, ...] = ("slots", "n_words", "limit", "placed", "depth", "opens",
-                                  "stack", "filled")
+    ROW_STATE: tuple[str, ...] = ("slots", "n_words", "limit", "placed", "depth", "opens", "stack", "filled")
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep rows ``index`` (see :meth:`Decoder.reorder`)."""
@@ -352,8 +398,9 @@ class InOrderTreeDecoder(TreeDecoder):
 
     ROW_STATE = (*TreeDecoder.ROW_STATE, "finished", "rooted", "unary")
 
-    def __init__(self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]],
-                 max_len: Tensor, **kw: Any) -> None:
+    def __init__(
+        self, decoder: Decoder, trees: Tokenizer, slots: Sequence[Sequence[int]], max_len: Tensor, **kw: Any
+    ) -> None:
         super().__init__(decoder, trees, slots, max_len, **kw)
         b = len(self.n_words)
         # (B,) the last piece is finished (a word or a closed constituent): it may be projected
@@ -379,8 +426,7 @@ class InOrderTreeDecoder(TreeDecoder):
         self.depth += opened.long() - closed.long()
         self.finished = torch.where(word | closed, True, self.finished & ~opened)
         self.rooted = torch.where(closed & (self.depth == 0), True, self.rooted & ~(word | opened))
-        self.unary = torch.where(unary, self.unary + 1,
-                                 torch.where(word | closed, 0, self.unary))
+        self.unary = torch.where(unary, self.unary + 1, torch.where(word | closed, 0, self.unary))
 
     def _choices(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Per row ``(B,)``, whether it may open a bracket, close its innermost constituent,
@@ -392,11 +438,20 @@ class InOrderTreeDecoder(TreeDecoder):
         room = self.written + 3 + (self.n_words - self.placed) + self.depth <= self.limit
         unary_ok = self.unary < self.max_opens
         # after all words, an opening bracket can only be closed at once: a unary constituent
-        can_open = (self.finished & room & (self.depth < self.stack.shape[1])
-                    & (left | unary_ok) & (len(self.open_ids) > 0))
+        can_open = (
+            self.finished
+            & room
+            & (self.depth < self.stack.shape[1])
+            & (left | unary_ok)
+            & (len(self.open_ids) > 0)
+        )
         # closing the outermost while words are left: the root level must then be opened again
-        can_close = (inside & (self.stack[rows, (self.depth - 1).clamp(min=0)] >= 0)
-                     & (self.finished | unary_ok) & ((self.depth > 1) | ~left | room))
+        can_close = (
+            inside
+            & (self.stack[rows, (self.depth - 1).clamp(min=0)] >= 0)
+            & (self.finished | unary_ok)
+            & ((self.depth > 1) | ~left | room)
+        )
         can_place = left & (inside | first)
         can_end = ~inside & ~left & self.rooted
         can_end |= ~(can_open | can_close | can_place)  # never: a guard, so no row is left empty

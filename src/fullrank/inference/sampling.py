@@ -15,22 +15,29 @@ from fullrank.errors import ConfigError
 from fullrank.inference.decoders import Decoder
 
 
-def check_sample_settings(*, max_new_tokens: int, temperature: float, top_k: int | None,
-                          name: Callable[[str], str] = str) -> None:
+def check_sample_settings(
+    *, max_new_tokens: int, temperature: float, top_k: int | None, name: Callable[[str], str] = str
+) -> None:
     """Raise :class:`ConfigError` unless ``max_new_tokens ≥ 0``, ``temperature ≥ 0`` and
     ``top_k`` is ``None`` or ``≥ 1``; ``name`` spells a setting for the message (e.g.
     ``"sample.{}".format`` for a config)."""
     if max_new_tokens < 0:
         raise ConfigError(f"{name('max_new_tokens')} must be non-negative, got {max_new_tokens}")
     if not temperature >= 0 or math.isinf(temperature):  # NaN fails every comparison
-        raise ConfigError(f"{name('temperature')} must be a finite number ≥ 0 (0 = greedy), got "
-                          f"{temperature}")
+        raise ConfigError(
+            f"{name('temperature')} must be a finite number ≥ 0 (0 = greedy), got {temperature}"
+        )
     if top_k is not None and top_k < 1:
         raise ConfigError(f"{name('top_k')} must be a positive integer, got {top_k}")
 
 
-def next_token(logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None,
-               generator: torch.Generator | None = None) -> Tensor:
+def next_token(
+    logits: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Choose one token per row from ``logits (B, V)`` → ``(B,)``.
 
     ``temperature=0`` is the arg-max; otherwise the logits are divided by ``temperature`` and,
@@ -38,18 +45,25 @@ def next_token(logits: Tensor, *, temperature: float = 1.0, top_k: int | None = 
     """
     if temperature == 0.0:
         return logits.argmax(dim=-1)
-    logits = logits.float() / temperature                               # (B, V)
+    logits = logits.float() / temperature  # (B, V)
     if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]                 # (B, 1)
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)                               # (B, V)
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
 @torch.inference_mode()
-def sample(decoder: Decoder, prompt: Tensor, *, max_new_tokens: int, temperature: float = 1.0,
-           top_k: int | None = None, eos_id: int | None = None,
-           generator: torch.Generator | None = None) -> Tensor:
+def sample(
+    decoder: Decoder,
+    prompt: Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Continue ``prompt (B, T0)`` by up to ``max_new_tokens`` sampled tokens.
 
     The prompt goes through the decoder (e.g. :class:`~fullrank.inference.LMDecoder`) in one
@@ -71,12 +85,11 @@ def sample(decoder: Decoder, prompt: Tensor, *, max_new_tokens: int, temperature
     """
     check_sample_settings(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
-        raise ConfigError(f"prompt must be (B, T0) token ids with T0 ≥ 1, got shape "
-                          f"{tuple(prompt.shape)}")
+        raise ConfigError(f"prompt must be (B, T0) token ids with T0 ≥ 1, got shape {tuple(prompt.shape)}")
     pieces = [prompt]
     if max_new_tokens == 0:
         return prompt
-    logits = decoder.step(prompt)[:, -1]                                # (B, V)
+    logits = decoder.step(prompt)[:, -1]  # (B, V)
     ended = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)  # (B,)
     for i in range(max_new_tokens):
         tok = next_token(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B,)
@@ -86,5 +99,5 @@ def sample(decoder: Decoder, prompt: Tensor, *, max_new_tokens: int, temperature
         pieces.append(tok[:, None])
         if i + 1 == max_new_tokens or (eos_id is not None and bool(ended.all())):
             break
-        logits = decoder.step(tok[:, None])[:, -1]                      # (B, V)
+        logits = decoder.step(tok[:, None])[:, -1]  # (B, V)
     return torch.cat(pieces, dim=1)

@@ -89,8 +89,7 @@ def max_output_len(src_lengths: Tensor | Sequence[int], a: float = 1.0, b: int =
     return torch.floor(a * lengths.double() + b).long()
 
 
-def _lengths(max_len: Tensor | Sequence[int] | int, batch_size: int,
-             device: torch.device) -> Tensor:
+def _lengths(max_len: Tensor | Sequence[int] | int, batch_size: int, device: torch.device) -> Tensor:
     """``max_len`` as a ``(B,)`` int64 tensor on ``device``, validated."""
     if isinstance(max_len, int):
         out = torch.full((batch_size,), max_len, dtype=torch.long, device=device)
@@ -107,8 +106,10 @@ def _check_vocab(logits: Tensor, bos_id: int, eos_id: int) -> None:
     """``bos_id`` and ``eos_id`` must index the decoder's ``(N, V)`` logits."""
     vocab = logits.shape[-1]
     if max(bos_id, eos_id) >= vocab:
-        raise ConfigError(f"bos_id={bos_id} and eos_id={eos_id} must be below the model's "
-                          f"vocabulary size {vocab}; pass the tokenizer's ids")
+        raise ConfigError(
+            f"bos_id={bos_id} and eos_id={eos_id} must be below the model's "
+            f"vocabulary size {vocab}; pass the tokenizer's ids"
+        )
 
 
 def _check(batch_size: int, bos_id: int, eos_id: int, min_len: int) -> None:
@@ -121,9 +122,16 @@ def _check(batch_size: int, bos_id: int, eos_id: int, min_len: int) -> None:
 
 
 @torch.inference_mode()
-def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int,
-                  max_len: Tensor | Sequence[int] | int, min_len: int = 0,
-                  argmax: ArgMax = row_argmax) -> list[list[int]]:
+def greedy_search(
+    decoder: Decoder,
+    *,
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    max_len: Tensor | Sequence[int] | int,
+    min_len: int = 0,
+    argmax: ArgMax = row_argmax,
+) -> list[list[int]]:
     """Pick the most likely next token until EOS or the maximum length.
 
     Args:
@@ -142,39 +150,49 @@ def greedy_search(decoder: Decoder, *, batch_size: int, bos_id: int, eos_id: int
     """
     _check(batch_size, bos_id, eos_id, min_len)
     dev = decoder.device
-    limit = _lengths(max_len, batch_size, dev)                    # (B,)
+    limit = _lengths(max_len, batch_size, dev)  # (B,)
     out: list[list[int]] = [[] for _ in range(batch_size)]
     if batch_size == 0:
         return out
-    sent = torch.arange(batch_size, device=dev)                   # (N,) original sentence ids
+    sent = torch.arange(batch_size, device=dev)  # (N,) original sentence ids
     seqs = torch.empty(batch_size, 0, dtype=torch.long, device=dev)  # (N, t)
     tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=dev)  # (N, 1)
     for t in range(int(limit.max())):
-        logits = decoder.step(tokens)[:, -1]                      # (N, V)
+        logits = decoder.step(tokens)[:, -1]  # (N, V)
         if t == 0:
             _check_vocab(logits, bos_id, eos_id)
         if t < min_len:
             logits[:, eos_id] = NEG_INF
-        nxt = argmax(logits)                                      # (N,)
-        seqs = torch.cat([seqs, nxt[:, None]], dim=1)             # (N, t + 1)
-        done = (nxt == eos_id) | (limit <= t + 1)                 # (N,)
+        nxt = argmax(logits)  # (N,)
+        seqs = torch.cat([seqs, nxt[:, None]], dim=1)  # (N, t + 1)
+        done = (nxt == eos_id) | (limit <= t + 1)  # (N,)
         if bool(done.any()):
-            ended = seqs[done]                                    # (N_done, t + 1)
+            ended = seqs[done]  # (N_done, t + 1)
             for i, row in zip(sent[done].tolist(), ended.tolist()):
                 out[i] = row[:-1] if row[-1] == eos_id else row
-            keep = (~done).nonzero().squeeze(1)                   # (N',)
+            keep = (~done).nonzero().squeeze(1)  # (N',)
             if keep.numel() == 0:
                 break
             decoder.reorder(keep, sources=keep)
             sent, seqs, nxt, limit = sent[keep], seqs[keep], nxt[keep], limit[keep]
-        tokens = nxt[:, None]                                     # (N, 1)
+        tokens = nxt[:, None]  # (N, 1)
     return out
 
 
 @torch.inference_mode()
-def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: int, eos_id: int,
-                max_len: Tensor | Sequence[int] | int, alpha: float = 0.6, n_best: int = 1,
-                min_len: int = 0, topk: TopK = row_topk) -> list[list[Hypothesis]]:
+def beam_search(
+    decoder: Decoder,
+    *,
+    batch_size: int,
+    beam_size: int,
+    bos_id: int,
+    eos_id: int,
+    max_len: Tensor | Sequence[int] | int,
+    alpha: float = 0.6,
+    n_best: int = 1,
+    min_len: int = 0,
+    topk: TopK = row_topk,
+) -> list[list[Hypothesis]]:
     """Batched beam search with the GNMT length penalty; see the module docstring.
 
     Args:
@@ -198,29 +216,30 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
     """
     _check(batch_size, bos_id, eos_id, min_len)
     if beam_size < 1 or not 1 <= n_best <= beam_size:
-        raise ConfigError(f"need beam_size ≥ 1 and 1 ≤ n_best ≤ beam_size, got beam_size="
-                          f"{beam_size}, n_best={n_best}")
+        raise ConfigError(
+            f"need beam_size ≥ 1 and 1 ≤ n_best ≤ beam_size, got beam_size={beam_size}, n_best={n_best}"
+        )
     dev, k = decoder.device, beam_size
-    limit = _lengths(max_len, batch_size, dev)                    # (N,)
+    limit = _lengths(max_len, batch_size, dev)  # (N,)
     out: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     if batch_size == 0:
         return out
     n, total = batch_size, int(limit.max())
-    kc = 1                                                        # decoder rows per sentence
-    sent = torch.arange(n, device=dev)                            # (N,) original sentence ids
+    kc = 1  # decoder rows per sentence
+    sent = torch.arange(n, device=dev)  # (N,) original sentence ids
     tokens = torch.full((n, 1), bos_id, dtype=torch.long, device=dev)  # (N·Kc, 1)
-    alive_seq = torch.empty(n, 1, 0, dtype=torch.long, device=dev)     # (N, Kc, t)
-    alive_lp = torch.zeros(n, 1, device=dev)                      # (N, Kc) log P(prefix)
+    alive_seq = torch.empty(n, 1, 0, dtype=torch.long, device=dev)  # (N, Kc, t)
+    alive_lp = torch.zeros(n, 1, device=dev)  # (N, Kc) log P(prefix)
     fin_seq = torch.full((n, n_best, total), eos_id, dtype=torch.long, device=dev)  # (N, n, L)
-    fin_score = torch.full((n, n_best), NEG_INF, device=dev)     # (N, n), sorted, −∞ = empty
-    fin_lp = torch.full((n, n_best), NEG_INF, device=dev)        # (N, n)
+    fin_score = torch.full((n, n_best), NEG_INF, device=dev)  # (N, n), sorted, −∞ = empty
+    fin_lp = torch.full((n, n_best), NEG_INF, device=dev)  # (N, n)
     fin_len = torch.zeros(n, n_best, dtype=torch.long, device=dev)  # (N, n) tokens without EOS
 
     logp_buf = None  # log-probabilities of logits that cannot hold them (no fresh pages each step)
-    among_k = torch.arange(2 * k, device=dev) < k                 # (2K,) the K best candidates
-    limit_lp = torch.empty(0)                                     # (N,) lp(maximum length)
+    among_k = torch.arange(2 * k, device=dev) < k  # (2K,) the K best candidates
+    limit_lp = torch.empty(0)  # (N,) lp(maximum length)
     for t in range(total):
-        logits = decoder.step(tokens)[:, -1]                      # (N·Kc, V)
+        logits = decoder.step(tokens)[:, -1]  # (N·Kc, V)
         vocab = logits.shape[-1]
         if t == 0:
             _check_vocab(logits, bos_id, eos_id)
@@ -229,8 +248,9 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         else:
             if logp_buf is None or logp_buf.numel() < logits.numel():
                 logp_buf = logits.new_empty(logits.numel(), dtype=_score_dtype(logits))
-            logp = torch.log_softmax(logits, dim=-1, dtype=logp_buf.dtype,
-                                     out=logp_buf[: logits.numel()].view(logits.shape))
+            logp = torch.log_softmax(
+                logits, dim=-1, dtype=logp_buf.dtype, out=logp_buf[: logits.numel()].view(logits.shape)
+            )
         if t == 0:  # scores in the log-probabilities' precision (float32 at least)
             alive_lp, fin_score, fin_lp = (x.to(logp.dtype) for x in (alive_lp, fin_score, fin_lp))
             limit_lp = length_penalty(limit.to(logp.dtype), alpha)
@@ -240,30 +260,31 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         cand = logp.view(n, kc, vocab).add_(alive_lp[:, :, None]).view(n, kc * vocab)  # (N, Kc·V)
         if kc * vocab < 2 * k:  # tiny vocabularies: pad with impossible candidates
             cand = F.pad(cand, (0, 2 * k - kc * vocab), value=NEG_INF)
-        top_lp, top_idx = topk(cand, 2 * k)                       # (N, 2K), best first
-        top_beam = (top_idx // vocab).clamp_(max=kc - 1)          # (N, 2K) beam it extends
-        top_tok = top_idx % vocab                                 # (N, 2K) token it appends
-        last = limit <= t + 1                                     # (N,) at maximum length
-        ending = (top_tok == eos_id) | last[:, None]              # (N, 2K) leave the beam
+        top_lp, top_idx = topk(cand, 2 * k)  # (N, 2K), best first
+        top_beam = (top_idx // vocab).clamp_(max=kc - 1)  # (N, 2K) beam it extends
+        top_tok = top_idx % vocab  # (N, 2K) token it appends
+        last = limit <= t + 1  # (N,) at maximum length
+        ending = (top_tok == eos_id) | last[:, None]  # (N, 2K) leave the beam
         # --- candidates that end (EOS, or maximum length) among the K best join the finished set
-        finish = ending & among_k                                 # (N, 2K)
+        finish = ending & among_k  # (N, 2K)
         if bool(finish.any()):
             new_score = (top_lp / length_penalty(t + 1.0, alpha)).masked_fill(~finish, NEG_INF)
-            top_seq = _extend(alive_seq, top_beam, top_tok)       # (N, 2K, t + 1)
+            top_seq = _extend(alive_seq, top_beam, top_tok)  # (N, 2K, t + 1)
             top_seq = F.pad(top_seq, (0, total - t - 1), value=eos_id)  # (N, 2K, L)
-            top_len = (t + 1) - (top_tok == eos_id).long()        # (N, 2K)
+            top_len = (t + 1) - (top_tok == eos_id).long()  # (N, 2K)
             fin_score, pick = torch.cat([fin_score, new_score], 1).topk(n_best, dim=1)  # (N, n)
-            fin_lp = torch.cat([fin_lp, top_lp], 1).gather(1, pick)        # (N, n)
-            fin_len = torch.cat([fin_len, top_len], 1).gather(1, pick)     # (N, n)
-            fin_seq = torch.cat([fin_seq, top_seq], 1).gather(             # (N, n, L)
-                1, pick[:, :, None].expand(-1, -1, total))
+            fin_lp = torch.cat([fin_lp, top_lp], 1).gather(1, pick)  # (N, n)
+            fin_len = torch.cat([fin_len, top_len], 1).gather(1, pick)  # (N, n)
+            fin_seq = torch.cat([fin_seq, top_seq], 1).gather(  # (N, n, L)
+                1, pick[:, :, None].expand(-1, -1, total)
+            )
         # --- the K best candidates that do not end are the next open beams
         open_lp, pos = top_lp.masked_fill(ending, NEG_INF).topk(k, dim=1)  # (N, K), best first
-        beam = top_beam.gather(1, pos)                            # (N, K)
-        tok = top_tok.gather(1, pos)                              # (N, K)
-        alive_seq = _extend(alive_seq, beam, tok)                 # (N, K, t + 1)
-        alive_lp = open_lp                                        # (N, K)
-        rows = torch.arange(n, device=dev)[:, None] * kc + beam   # (N, K) decoder row extended
+        beam = top_beam.gather(1, pos)  # (N, K)
+        tok = top_tok.gather(1, pos)  # (N, K)
+        alive_seq = _extend(alive_seq, beam, tok)  # (N, K, t + 1)
+        alive_lp = open_lp  # (N, K)
+        rows = torch.arange(n, device=dev)[:, None] * kc + beam  # (N, K) decoder row extended
         # --- a sentence is done when no open beam can beat its n-th finished hypothesis: the
         # best an open beam can still reach is its log-prob now (log-probs only fall) over the
         # largest penalty it can still get (at the maximum length for α ≥ 0, the next for α < 0).
@@ -271,19 +292,29 @@ def beam_search(decoder: Decoder, *, batch_size: int, beam_size: int, bos_id: in
         done = last | (alive_lp[:, 0] / best_lp <= fin_score[:, -1])  # (N,)
         if bool(done.any()):
             _emit(out, sent[done], fin_seq[done], fin_score[done], fin_lp[done], fin_len[done])
-            keep = (~done).nonzero().squeeze(1)                   # (N',)
+            keep = (~done).nonzero().squeeze(1)  # (N',)
             n = keep.numel()
             if n == 0:
                 break
             decoder.reorder(rows[keep].reshape(-1), sources=keep)
             sent, limit, limit_lp, alive_seq, alive_lp, tok = (
-                sent[keep], limit[keep], limit_lp[keep], alive_seq[keep], alive_lp[keep], tok[keep])
-            fin_seq, fin_score, fin_lp, fin_len = (fin_seq[keep], fin_score[keep], fin_lp[keep],
-                                                   fin_len[keep])
+                sent[keep],
+                limit[keep],
+                limit_lp[keep],
+                alive_seq[keep],
+                alive_lp[keep],
+                tok[keep],
+            )
+            fin_seq, fin_score, fin_lp, fin_len = (
+                fin_seq[keep],
+                fin_score[keep],
+                fin_lp[keep],
+                fin_len[keep],
+            )
         else:
             decoder.reorder(rows.reshape(-1))  # the same sentences: sources stay
         kc = k
-        tokens = tok.reshape(-1, 1)                               # (N·K, 1)
+        tokens = tok.reshape(-1, 1)  # (N·K, 1)
     return out
 
 
@@ -298,11 +329,16 @@ def _extend(seq: Tensor, beam: Tensor, tok: Tensor) -> Tensor:
     return torch.cat([prev, tok[:, :, None]], dim=2)
 
 
-def _emit(out: list[list[Hypothesis]], sent: Tensor, seq: Tensor, score: Tensor, lp: Tensor,
-          length: Tensor) -> None:
+def _emit(
+    out: list[list[Hypothesis]], sent: Tensor, seq: Tensor, score: Tensor, lp: Tensor, length: Tensor
+) -> None:
     """Write the finished sets of the sentences ``sent (M,)`` to ``out``; ``seq (M, n, L)``,
     ``score``/``lp``/``length (M, n)``; empty (−∞) slots are skipped."""
-    for i, rows, scores, lps, lens in zip(sent.tolist(), seq.tolist(), score.tolist(), lp.tolist(),
-                                          length.tolist()):
-        out[i] = [Hypothesis(tokens=r[:m], score=s, log_prob=p)
-                  for r, s, p, m in zip(rows, scores, lps, lens) if s > -math.inf]
+    for i, rows, scores, lps, lens in zip(
+        sent.tolist(), seq.tolist(), score.tolist(), lp.tolist(), length.tolist()
+    ):
+        out[i] = [
+            Hypothesis(tokens=r[:m], score=s, log_prob=p)
+            for r, s, p, m in zip(rows, scores, lps, lens)
+            if s > -math.inf
+        ]

@@ -42,35 +42,59 @@ def first_too_long(encoded: Sequence[Sequence[int]], max_len: int) -> tuple[int,
     return next(iter(too_long(encoded, max_len)), None)
 
 
-def check_settings(*, beam: int, n_best: int = 1, batch_size: int = 1, a: float = 1.0,
-                   b: int = 50, workers: int = 1, alpha: float = 0.6,
-                   name: Callable[[str], str] = str) -> None:
+def check_settings(
+    *,
+    beam: int,
+    n_best: int = 1,
+    batch_size: int = 1,
+    a: float = 1.0,
+    b: int = 50,
+    workers: int = 1,
+    alpha: float = 0.6,
+    name: Callable[[str], str] = str,
+) -> None:
     """Raise :class:`ConfigError` unless ``beam ≥ 1``, ``1 ≤ n_best ≤ beam``, ``batch_size ≥ 1``,
     ``a ≥ 0``, ``b ≥ 1`` (so that every output may have a token), ``workers ≥ 1`` and ``alpha``
     is finite (``a`` and ``alpha`` finite numbers); ``name`` spells a setting for the message
     (e.g. ``"decode.{}".format`` for a config)."""
     length = "outputs may have a·|src| + b tokens"
-    checks = ((beam >= 1, f"{name('beam')} must be >= 1 (1 = greedy search), got {beam}"),
-              (1 <= n_best <= beam, f"{name('n_best')} must be between 1 and {name('beam')} "
-                                    f"({beam}), got {n_best}"),
-              (batch_size >= 1, f"{name('batch_size')} must be >= 1, got {batch_size}"),
-              (workers >= 1, f"{name('workers')} must be >= 1 (batches decoded at once), got "
-                             f"{workers}"),
-              (0 <= a < math.inf, f"{name('a')} must be a finite number >= 0 ({length}), got {a}"),
-              (b >= 1, f"{name('b')} must be >= 1 ({length}), got {b}"),
-              (math.isfinite(alpha), f"{name('alpha')} must be a finite number, got {alpha}"))
+    checks = (
+        (beam >= 1, f"{name('beam')} must be >= 1 (1 = greedy search), got {beam}"),
+        (
+            1 <= n_best <= beam,
+            f"{name('n_best')} must be between 1 and {name('beam')} ({beam}), got {n_best}",
+        ),
+        (batch_size >= 1, f"{name('batch_size')} must be >= 1, got {batch_size}"),
+        (workers >= 1, f"{name('workers')} must be >= 1 (batches decoded at once), got {workers}"),
+        (0 <= a < math.inf, f"{name('a')} must be a finite number >= 0 ({length}), got {a}"),
+        (b >= 1, f"{name('b')} must be >= 1 ({length}), got {b}"),
+        (math.isfinite(alpha), f"{name('alpha')} must be a finite number, got {alpha}"),
+    )
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
 
 
 @torch.inference_mode()
-def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, lines: Sequence[str],
-              *, beam: int = 4, alpha: float = 0.6, a: float = 1.0, b: int = 50,
-              batch_size: int = 64, n_best: int = 1, progress: bool = False,
-              compile: bool = False, workers: int = 1, processes: bool = False,
-              strict: bool = False, target: Tokenizer | None = None,
-              constrain: Constrain | None = None) -> list[list[str]]:
+def translate(
+    model: nn.Module | Sequence[nn.Module],
+    tokenizer: Tokenizer,
+    lines: Sequence[str],
+    *,
+    beam: int = 4,
+    alpha: float = 0.6,
+    a: float = 1.0,
+    b: int = 50,
+    batch_size: int = 64,
+    n_best: int = 1,
+    progress: bool = False,
+    compile: bool = False,
+    workers: int = 1,
+    processes: bool = False,
+    strict: bool = False,
+    target: Tokenizer | None = None,
+    constrain: Constrain | None = None,
+) -> list[list[str]]:
     """Translate ``lines``; returns, per line, its ``n_best`` translations (best first).
 
     Args:
@@ -119,23 +143,54 @@ def translate(model: nn.Module | Sequence[nn.Module], tokenizer: Tokenizer, line
     if not models:
         raise ConfigError("translate needs a model (or several, for an ensemble)")
     if workers > 1 and compile:
-        raise ConfigError("compiled decoding runs one batch at a time; use workers=1 with "
-                          "compile (--workers 1 with --compile)")
+        raise ConfigError(
+            "compiled decoding runs one batch at a time; use workers=1 with "
+            "compile (--workers 1 with --compile)"
+        )
     if next(models[0].parameters()).device.type != "cpu":
         workers = 1  # CPU threads share out a CPU; a GPU takes one (larger) batch at a time
     with contextlib.ExitStack() as stack:
         for m in models:
             stack.enter_context(fast.cpu(m, decoding=True))
-        return _translate(models, tokenizer, target or tokenizer, lines, beam=beam, alpha=alpha,
-                          a=a, b=b, batch_size=batch_size, n_best=n_best, progress=progress,
-                          compile=compile, workers=workers, processes=processes, strict=strict,
-                          constrain=constrain)
+        return _translate(
+            models,
+            tokenizer,
+            target or tokenizer,
+            lines,
+            beam=beam,
+            alpha=alpha,
+            a=a,
+            b=b,
+            batch_size=batch_size,
+            n_best=n_best,
+            progress=progress,
+            compile=compile,
+            workers=workers,
+            processes=processes,
+            strict=strict,
+            constrain=constrain,
+        )
 
 
-def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
-               lines: Sequence[str], *, beam: int, alpha: float, a: float, b: int,
-               batch_size: int, n_best: int, progress: bool, compile: bool, workers: int,
-               processes: bool, strict: bool, constrain: Constrain | None) -> list[list[str]]:
+def _translate(
+    models: list[nn.Module],
+    tokenizer: Tokenizer,
+    target: Tokenizer,
+    lines: Sequence[str],
+    *,
+    beam: int,
+    alpha: float,
+    a: float,
+    b: int,
+    batch_size: int,
+    n_best: int,
+    progress: bool,
+    compile: bool,
+    workers: int,
+    processes: bool,
+    strict: bool,
+    constrain: Constrain | None,
+) -> list[list[str]]:
     max_len: int = min(getattr(m, "config").max_len for m in models)  # each model's own
     device = next(models[0].parameters()).device
     encoded = tokenizer.encode_batch([line.strip() for line in lines])
@@ -144,12 +199,16 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
     long = too_long(encoded, max_len)
     if long and strict:
         more = f" (and {len(long) - 1} more lines)" if len(long) > 1 else ""
-        raise DataError(f"line {long[0][0] + 1}: {long[0][1]} source tokens exceed the model's "
-                        f"max_len={max_len}{more}; split the line")
+        raise DataError(
+            f"line {long[0][0] + 1}: {long[0][1]} source tokens exceed the model's "
+            f"max_len={max_len}{more}; split the line"
+        )
     for i, n in long:
         encoded[i] = encoded[i][: max_len - 1]
-        log.warning(f"line {i + 1}: {n} source tokens (with EOS), more than the model's "
-                    f"max_len={max_len}: only its first {max_len - 1} are translated")
+        log.warning(
+            f"line {i + 1}: {n} source tokens (with EOS), more than the model's "
+            f"max_len={max_len}: only its first {max_len - 1} are translated"
+        )
     todo.sort(key=lambda i: -len(encoded[i]))
     decode = [compiled_decode(m) if compile else None for m in models]  # type: ignore[arg-type]  # encoder-decoders
     batches = fast.plan_batches(todo, batch_size, workers)
@@ -169,18 +228,31 @@ def _translate(models: list[nn.Module], tokenizer: Tokenizer, target: Tokenizer,
         if constrain is not None:
             decoder = constrain(decoder, batch, lengths)
         if beam == 1:
-            outs = greedy_search(decoder, batch_size=len(seqs), bos_id=target.bos_id,
-                                 eos_id=target.eos_id, max_len=lengths, argmax=fast.argmax_rows)
+            outs = greedy_search(
+                decoder,
+                batch_size=len(seqs),
+                bos_id=target.bos_id,
+                eos_id=target.eos_id,
+                max_len=lengths,
+                argmax=fast.argmax_rows,
+            )
             return [[target.decode(ids)] * n_best for ids in outs]
-        hyps = beam_search(decoder, batch_size=len(seqs), beam_size=beam, bos_id=target.bos_id,
-                           eos_id=target.eos_id, max_len=lengths, alpha=alpha, n_best=n_best,
-                           topk=fast.topk_rows)
+        hyps = beam_search(
+            decoder,
+            batch_size=len(seqs),
+            beam_size=beam,
+            bos_id=target.bos_id,
+            eos_id=target.eos_id,
+            max_len=lengths,
+            alpha=alpha,
+            n_best=n_best,
+            topk=fast.topk_rows,
+        )
         return [[target.decode(h.tokens) for h in sentence] for sentence in hyps]
 
     bar = progress_bar(total=len(batches), desc="translate", unit="batch", enabled=progress)
     # the decoded batches lead the zip, so that their generator runs to its end (and tidies up)
-    for translations, batch in zip(fast.map_batches(run, batches, workers, processes=processes),
-                                   batches):
+    for translations, batch in zip(fast.map_batches(run, batches, workers, processes=processes), batches):
         for i, t in zip(batch, translations):
             results[i] = t
         bar.update(1)

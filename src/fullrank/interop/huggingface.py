@@ -92,15 +92,19 @@ class Imported:
         dtype = f"; stored as {self.converted_from}, now float32" if self.converted_from else ""
         dropped = _grouped(conv.dropped)
         source = sum(len(theirs) for _, theirs in conv.mapped)
-        layers = (f"{c.n_layers} + {c.decoder_layers} layers" if isinstance(c, EncoderDecoderConfig)
-                  else f"{c.n_layers} layers")
-        return [f"{self.architecture}: {layers}, d_model {c.d_model}, {c.n_heads} "
-                f"heads of d_head {dh}, vocabulary {c.vocab_size} (tokenizer from "
-                f"{self.tokenizer}){dtype}",
-                f"mapped {source} tensors onto {len(conv.mapped)} of fullrank's "
-                f"{family_of(c)} model",
-                f"dropped ({len(conv.dropped)}): {dropped}",
-                f"checkpoint: {self.path} (task {self.task or 'none'})"]
+        layers = (
+            f"{c.n_layers} + {c.decoder_layers} layers"
+            if isinstance(c, EncoderDecoderConfig)
+            else f"{c.n_layers} layers"
+        )
+        return [
+            f"{self.architecture}: {layers}, d_model {c.d_model}, {c.n_heads} "
+            f"heads of d_head {dh}, vocabulary {c.vocab_size} (tokenizer from "
+            f"{self.tokenizer}){dtype}",
+            f"mapped {source} tensors onto {len(conv.mapped)} of fullrank's {family_of(c)} model",
+            f"dropped ({len(conv.dropped)}): {dropped}",
+            f"checkpoint: {self.path} (task {self.task or 'none'})",
+        ]
 
 
 def _grouped(items: list[tuple[str, str]]) -> str:
@@ -114,16 +118,19 @@ def _grouped(items: list[tuple[str, str]]) -> str:
 def _config_json(source: Path) -> dict[str, Any]:
     if not source.is_dir():
         what = "is a file" if source.exists() else "no such directory"
-        raise ConfigError(f"{source}: {what}; name the directory that save_pretrained wrote "
-                          f"(config.json, model.safetensors, tokenizer files)")
+        raise ConfigError(
+            f"{source}: {what}; name the directory that save_pretrained wrote "
+            f"(config.json, model.safetensors, tokenizer files)"
+        )
     path = source / CONFIG
     if not path.is_file():
-        raise CheckpointError(f"{source}: not a Hugging Face model directory (no {CONFIG}); name "
-                              f"the directory that save_pretrained wrote")
+        raise CheckpointError(
+            f"{source}: not a Hugging Face model directory (no {CONFIG}); name "
+            f"the directory that save_pretrained wrote"
+        )
     hf = read_json(path, _RESAVE)
     if not isinstance(hf, dict):
-        raise CheckpointError(f"{path}: holds a JSON {type(hf).__name__}, not a model config; "
-                              f"{_RESAVE}")
+        raise CheckpointError(f"{path}: holds a JSON {type(hf).__name__}, not a model config; {_RESAVE}")
     return hf
 
 
@@ -134,13 +141,15 @@ def architecture_of(hf: dict[str, Any], where: Path) -> tuple[str | None, Family
     supported = ", ".join(ARCHITECTURES)
     if named:
         if named[0] not in ARCHITECTURES:
-            raise CheckpointError(f"{where}: architecture {named[0]} is not supported; fullrank "
-                                  f"imports {supported}")
+            raise CheckpointError(
+                f"{where}: architecture {named[0]} is not supported; fullrank imports {supported}"
+            )
         return named[0], ARCHITECTURES[named[0]]
     family = MODEL_TYPES.get(hf.get("model_type", ""))
     if family is None:
-        raise CheckpointError(f"{where}: model_type {hf.get('model_type')!r} is not supported; "
-                              f"fullrank imports {supported}")
+        raise CheckpointError(
+            f"{where}: model_type {hf.get('model_type')!r} is not supported; fullrank imports {supported}"
+        )
     return DEFAULT_ARCHITECTURE.get(family), family
 
 
@@ -160,8 +169,7 @@ def read_weights(source: Path, architecture: str) -> tuple[dict[str, Tensor], Pa
         for shard in sorted(set(map(str, weight_map.values()))):
             path = source / shard
             if Path(shard).name != shard:
-                raise CheckpointError(f"{index}: names the shard {shard!r} outside the directory; "
-                                      f"{_RESAVE}")
+                raise CheckpointError(f"{index}: names the shard {shard!r} outside the directory; {_RESAVE}")
             tensors.update(read_safetensors(path, fix=fix)[0])
         missing = [n for n in weight_map if n not in tensors]
         if missing:
@@ -171,8 +179,9 @@ def read_weights(source: Path, architecture: str) -> tuple[dict[str, Tensor], Pa
     if pickles:
         raise CheckpointError(
             f"{source}: holds only {pickles[0]}, a pickle, which fullrank never loads; convert "
-            f"it to safetensors first, where you trust the file: python -c \"import transformers; "
-            f"transformers.{architecture}.from_pretrained('{source}').save_pretrained('{source}')\"")
+            f'it to safetensors first, where you trust the file: python -c "import transformers; '
+            f"transformers.{architecture}.from_pretrained('{source}').save_pretrained('{source}')\""
+        )
     raise CheckpointError(f"{source}: no {WEIGHTS} (nor {WEIGHTS_INDEX}); {_RESAVE}")
 
 
@@ -180,12 +189,16 @@ def _check_special_ids(hf: dict[str, Any], tok: Tokenizer, family: Family, where
     """The ids a Marian model starts and ends its outputs with must be the tokenizer's."""
     if family != "marian":
         return
-    for key, ours, role in (("decoder_start_token_id", tok.bos_id, "the decoder's first token"),
-                            ("eos_token_id", tok.eos_id, "</s>"),
-                            ("pad_token_id", tok.pad_id, "<pad>")):
+    for key, ours, role in (
+        ("decoder_start_token_id", tok.bos_id, "the decoder's first token"),
+        ("eos_token_id", tok.eos_id, "</s>"),
+        ("pad_token_id", tok.pad_id, "<pad>"),
+    ):
         if hf.get(key) is not None and hf[key] != ours:
-            raise CheckpointError(f"{where}: {key}={hf[key]} but the tokenizer's {role} is id "
-                                  f"{ours}; give the tokenizer saved with this model")
+            raise CheckpointError(
+                f"{where}: {key}={hf[key]} but the tokenizer's {role} is id "
+                f"{ours}; give the tokenizer saved with this model"
+            )
 
 
 def _task_and_meta(config: ModelConfig, hf: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -197,23 +210,34 @@ def _task_and_meta(config: ModelConfig, hf: dict[str, Any]) -> tuple[str | None,
         return "mt", {}
     if config.n_classes:
         id2label = hf.get("id2label") or {}
-        labels = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}")))
-                  for i in range(config.n_classes)]
+        labels = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(config.n_classes)]
         return "classify", {"labels": labels}
     if config.span_head:
         return "squad", {}
     return ("bert" if config.pretraining_heads else None), {}
 
 
-def import_hf(source: str | Path, output: str | Path, *, overwrite: bool = False,
-              tokenizer_file: str | Path | None = None) -> Imported:
+def import_hf(
+    source: str | Path,
+    output: str | Path,
+    *,
+    overwrite: bool = False,
+    tokenizer_file: str | Path | None = None,
+) -> Imported:
     """Read the Hugging Face model directory ``source`` and write it as the fullrank checkpoint
     ``output`` (module docstring); ``tokenizer_file``: a ``tokenizer.json`` to use instead of
     the directory's tokenizer files."""
     source = Path(source)
     hf = _config_json(source)
-    check_output_dir(output, option="-o", overwrite=overwrite, inputs=[source], within=[source],
-                     replaceable=is_checkpoint_dir, kind="a fullrank checkpoint")
+    check_output_dir(
+        output,
+        option="-o",
+        overwrite=overwrite,
+        inputs=[source],
+        within=[source],
+        replaceable=is_checkpoint_dir,
+        kind="a fullrank checkpoint",
+    )
     named, family = architecture_of(hf, source / CONFIG)
     raw, weights = read_weights(source, named or "BertForPreTraining")
     names = set(strip_prefix(raw, PREFIXES[family]))
@@ -226,25 +250,31 @@ def import_hf(source: str | Path, output: str | Path, *, overwrite: bool = False
             config = marian_config_from_hf(hf, raw)
             check_marian_positions(strip_prefix(raw, PREFIXES[family]), config, str(weights))
     except KeyError as e:
-        raise CheckpointError(f"{source / CONFIG}: has no {e.args[0]!r}, which a {family} "
-                              f"config needs; {_RESAVE}") from None
+        raise CheckpointError(
+            f"{source / CONFIG}: has no {e.args[0]!r}, which a {family} config needs; {_RESAVE}"
+        ) from None
     except ConfigError as e:
         raise CheckpointError(f"{source / CONFIG}: {e}") from None
     architecture = named or hf_architecture(config)  # a BERT's by its heads
-    tok, tok_source = read_hf_tokenizer(source, tokenizer_file=Path(tokenizer_file)
-                                        if tokenizer_file else None)
+    tok, tok_source = read_hf_tokenizer(
+        source, tokenizer_file=Path(tokenizer_file) if tokenizer_file else None
+    )
     if tok.vocab_size != config.vocab_size:
-        raise CheckpointError(f"{source}: the tokenizer ({tok_source}) has {tok.vocab_size} "
-                              f"tokens but config.json's vocab_size is {config.vocab_size}; give "
-                              f"the tokenizer saved with this model")
+        raise CheckpointError(
+            f"{source}: the tokenizer ({tok_source}) has {tok.vocab_size} "
+            f"tokens but config.json's vocab_size is {config.vocab_size}; give "
+            f"the tokenizer saved with this model"
+        )
     _check_special_ids(hf, tok, family, source / CONFIG)
     model = build_model(config)
     conversion = load_from_hf(model, layout_of(config, architecture), raw, where=str(weights))
     dtypes = {str(t.dtype).removeprefix("torch.") for t in raw.values() if t.is_floating_point()}
     task, extra = _task_and_meta(config, hf)
-    meta = {"task": task, **extra,
-            "imported_from": {"directory": str(source.resolve()), "architecture": architecture,
-                              "config": hf}}
+    meta = {
+        "task": task,
+        **extra,
+        "imported_from": {"directory": str(source.resolve()), "architecture": architecture, "config": hf},
+    }
     path = write_checkpoint(Path(output), model, config, tok, meta, replace=overwrite)
     converted = ", ".join(sorted(dtypes - {"float32"})) or None
     return Imported(path, architecture, config, task, conversion, tok_source, converted)
@@ -260,54 +290,69 @@ class Exported:
     n_tensors: int
 
     def lines(self) -> list[str]:
-        return [f"{self.architecture}: {self.n_tensors} tensors in {WEIGHTS}, with {CONFIG}, "
-                f"tokenizer.json and tokenizer_config.json",
-                f"written to {self.path}; load it with transformers.{self.architecture}"
-                f".from_pretrained and transformers.AutoTokenizer.from_pretrained"]
+        return [
+            f"{self.architecture}: {self.n_tensors} tensors in {WEIGHTS}, with {CONFIG}, "
+            f"tokenizer.json and tokenizer_config.json",
+            f"written to {self.path}; load it with transformers.{self.architecture}"
+            f".from_pretrained and transformers.AutoTokenizer.from_pretrained",
+        ]
 
 
 def is_hf_model_dir(path: Path) -> bool:
     """Whether ``path`` holds a Hugging Face model (``config.json`` and safetensors weights)."""
-    return (path / CONFIG).is_file() and ((path / WEIGHTS).is_file()
-                                          or (path / WEIGHTS_INDEX).is_file())
+    return (path / CONFIG).is_file() and ((path / WEIGHTS).is_file() or (path / WEIGHTS_INDEX).is_file())
 
 
 def export_hf(checkpoint: str | Path, output: str | Path, *, overwrite: bool = False) -> Exported:
     """Write the fullrank checkpoint ``checkpoint`` as the Hugging Face model directory
     ``output`` (module docstring)."""
     ckpt = load_checkpoint(checkpoint)
-    out = check_output_dir(output, option="-o", overwrite=overwrite,
-                           inputs=[checkpoint, ckpt.path], within=[ckpt.path],
-                           replaceable=is_hf_model_dir, kind="a Hugging Face model directory")
+    out = check_output_dir(
+        output,
+        option="-o",
+        overwrite=overwrite,
+        inputs=[checkpoint, ckpt.path],
+        within=[ckpt.path],
+        replaceable=is_hf_model_dir,
+        kind="a Hugging Face model directory",
+    )
     tok = ckpt.tokenizer
     if tok is None:
-        raise CheckpointError(f"{ckpt.path}: no tokenizer.json; a Hugging Face model directory "
-                              f"needs the model's tokenizer")
+        raise CheckpointError(
+            f"{ckpt.path}: no tokenizer.json; a Hugging Face model directory needs the model's tokenizer"
+        )
     config = ckpt.config
     try:
-        hf = hf_config(config, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
-                       labels=ckpt.meta.get("labels"))
+        hf = hf_config(
+            config, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, labels=ckpt.meta.get("labels")
+        )
     except CheckpointError as e:
         raise CheckpointError(f"{ckpt.path}: {e}") from None
     family = {"bert": "bert", "gpt2": "gpt2", "marian": "marian"}[hf["model_type"]]
     if family == "bert" and tok.mask_id is None:
-        raise CheckpointError(f"{ckpt.path}: the tokenizer is {tok.kind}, not wordpiece; BERT's "
-                              f"tokenizer has [CLS], [SEP] and [MASK]")
+        raise CheckpointError(
+            f"{ckpt.path}: the tokenizer is {tok.kind}, not wordpiece; BERT's "
+            f"tokenizer has [CLS], [SEP] and [MASK]"
+        )
     layout = layout_of(config)
     state = ckpt.model.state_dict()
     placed = {p.ours for p in layout.pairs} | set(tied_names(ckpt.model))
     unplaced = [n for n in state if n not in placed]
     if unplaced:
-        raise CheckpointError(f"{ckpt.path}: tensor '{unplaced[0]}' has no place in "
-                              f"{hf['architectures'][0]}")
+        raise CheckpointError(f"{ckpt.path}: tensor '{unplaced[0]}' has no place in {hf['architectures'][0]}")
     tensors = state_to_hf(layout, state)
     if family == "marian" and "final_logits_bias" not in tensors:
         tensors["final_logits_bias"] = torch.zeros(1, config.vocab_size)  # what save_pretrained writes
-    files = {CONFIG: json.dumps({**hf, "dtype": "float32"}, indent=2) + "\n",
-             **hf_tokenizer_files(tok, family, max_len=config.max_len)}
+    files = {
+        CONFIG: json.dumps({**hf, "dtype": "float32"}, indent=2) + "\n",
+        **hf_tokenizer_files(tok, family, max_len=config.max_len),
+    }
     tmp = temporary_directory(out.resolve())
-    save_file({k: v.to(torch.float32).contiguous() for k, v in tensors.items()},
-              str(tmp / WEIGHTS), metadata={"format": "pt"})
+    save_file(
+        {k: v.to(torch.float32).contiguous() for k, v in tensors.items()},
+        str(tmp / WEIGHTS),
+        metadata={"format": "pt"},
+    )
     for name, text in files.items():
         (tmp / name).write_text(text, encoding="utf-8")
     install_directory(tmp, out.resolve())

@@ -29,8 +29,9 @@ from fullrank.layers.linear import Linear
 from fullrank.layers.masks import causal_at_end, causal_mask, combine
 
 
-def resolve_head_sizes(d_model: int, n_heads: int, d_head: int | None,
-                       d_value: int | None) -> tuple[int, int]:
+def resolve_head_sizes(
+    d_model: int, n_heads: int, d_head: int | None, d_value: int | None
+) -> tuple[int, int]:
     """Return ``(d_head, d_value)``: the standard rule when ``d_head`` is ``None``, else as given.
 
     Only the standard rule needs ``n_heads`` to divide ``d_model``; fixed-size heads do not.
@@ -58,9 +59,17 @@ def attention_logits(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
     return torch.matmul(q, k.transpose(-2, -1)) * scale
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
-           scale: float | None = None, dropout_p: float = 0.0,
-           return_probs: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    return_probs: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Scaled dot-product attention written out: scores, mask, softmax, mix ([V17] eq. 1).
 
     Args:
@@ -83,8 +92,10 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, is_ca
     scores = attention_logits(q, k, scale)
     if mask is not None and mask.dtype != torch.bool:  # an additive bias: no row is all hidden
         if is_causal:
-            raise ConfigError("attend: is_causal with a floating-point mask; fold causality "
-                              "into the bias, or pass a boolean mask")
+            raise ConfigError(
+                "attend: is_causal with a floating-point mask; fold causality "
+                "into the bias, or pass a boolean mask"
+            )
         scores = scores.add_(mask)  # the scores are a fresh product: add in place
         mask = None
     if is_causal:
@@ -109,9 +120,16 @@ FUSED_MAX_HEAD = 256
 CHUNK_SCORES = 1 << 27
 
 
-def chunked_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
-                      is_causal: bool = False, dropout_p: float = 0.0,
-                      chunk: int | None = None) -> Tensor:
+def chunked_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    chunk: int | None = None,
+) -> Tensor:
     """:func:`attend` over blocks of ``chunk`` queries, each block checkpointed.
 
     The forward pass holds one block's ``(B, H, chunk, S)`` scores at a time and the backward
@@ -133,22 +151,25 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = 
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     blocks = []
     for start in range(0, t, chunk):
-        qc = q[:, :, start:start + chunk]                              # (B, H, c, Dh)
+        qc = q[:, :, start : start + chunk]  # (B, H, c, Dh)
         # causal: the block's last query sees keys up to its own position, none beyond
         end = min(s, start + qc.shape[-2]) if is_causal else s
-        kc, vc = k[..., :end, :], v[..., :end, :]                     # (B, H, end, ·)
+        kc, vc = k[..., :end, :], v[..., :end, :]  # (B, H, end, ·)
         mc = mask
         if mc is not None:
-            mc = mc[..., start:start + chunk, :] if mc.shape[-2] > 1 else mc
+            mc = mc[..., start : start + chunk, :] if mc.shape[-2] > 1 else mc
             mc = mc[..., :end] if mc.shape[-1] > 1 else mc
         if is_causal:  # this block's rows of the causal mask only: (c, end), never (T, S)
             mc = combine(mc, causal_mask(qc.shape[-2], end, offset=start, device=q.device))
         if grad:
-            blocks.append(torch.utils.checkpoint.checkpoint(
-                _attend_block, qc, kc, vc, mc, dropout_p, use_reentrant=False))
+            blocks.append(
+                torch.utils.checkpoint.checkpoint(
+                    _attend_block, qc, kc, vc, mc, dropout_p, use_reentrant=False
+                )
+            )
         else:
             blocks.append(_attend_block(qc, kc, vc, mc, dropout_p))
-    return torch.cat(blocks, dim=-2)                                    # (B, H, T, Dv)
+    return torch.cat(blocks, dim=-2)  # (B, H, T, Dv)
 
 
 def _attend_block(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
@@ -157,16 +178,21 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_
     return out
 
 
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                    is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
     """:func:`torch.nn.functional.scaled_dot_product_attention` (FlashAttention, cuDNN or the
     memory-efficient kernel where available, never materialising the ``(B, H, T, S)`` scores),
     or, on CUDA for head sizes above :data:`FUSED_MAX_HEAD`, which no fused kernel accepts,
     :func:`chunked_attention` (memory linear in the length). Shapes as :func:`attend`."""
     if q.is_cuda and max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD:
         return chunked_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                          is_causal=is_causal)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
 
 
 # (q, k, v, mask, is_causal, dropout_p) → (B, H, T, Dv): ScaledDotProduct.forward's arguments
@@ -193,8 +219,15 @@ class ScaledDotProduct(nn.Module):
         self.fused = fused
         self.kernel: AttentionKernel | None = None
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                is_causal: bool = False, dropout_p: float = 0.0) -> Tensor:
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        dropout_p: float = 0.0,
+    ) -> Tensor:
         """``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``;
         ``mask`` and ``is_causal`` as in :func:`attend`."""
         if not self.fused:
@@ -231,9 +264,17 @@ class MultiHeadAttention(nn.Module):
         fused: use ``scaled_dot_product_attention`` (``True``) or :func:`attend` (``False``).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int | None = None,
-                 d_value: int | None = None, *, dropout: float = 0.0, bias: bool = True,
-                 fused: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int | None = None,
+        d_value: int | None = None,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        fused: bool = True,
+    ) -> None:
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
         self.d_head, self.d_value = resolve_head_sizes(d_model, n_heads, d_head, d_value)
@@ -273,8 +314,9 @@ class MultiHeadAttention(nn.Module):
         b, length, _ = x.shape
         return x.view(b, length, self.n_heads, d).transpose(1, 2)
 
-    def project_qkv(self, x: Tensor, memory: Tensor | None = None,
-                    cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def project_qkv(
+        self, x: Tensor, memory: Tensor | None = None, cache: KVCache | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Project to per-head ``q (B, H, T, Dh)``, ``k (B, H, S, Dh)``, ``v (B, H, S, Dv)``
         (with a cache: the keys and values it returns).
 
@@ -285,8 +327,11 @@ class MultiHeadAttention(nn.Module):
         if memory is None:
             qkv = self.qkv_proj(x)  # (B, T, H·(2Dh+Dv))
             q, k, v = qkv.split([hd, hd, self.n_heads * self.d_value], dim=-1)
-            q, k, v = (self._split_heads(q, self.d_head), self._split_heads(k, self.d_head),
-                       self._split_heads(v, self.d_value))
+            q, k, v = (
+                self._split_heads(q, self.d_head),
+                self._split_heads(k, self.d_head),
+                self._split_heads(v, self.d_value),
+            )
             if cache is not None:
                 k, v = cache.append(k, v)
             return q, k, v
@@ -304,8 +349,15 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.store(k.contiguous(), v.contiguous())
         return q, k, v
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
-                is_causal: bool = False, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor:
         """Attend from ``x`` to itself (``memory=None``) or to ``memory``.
 
         Args:
@@ -325,14 +377,12 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project_qkv(x, memory, cache)
         dropout_p = self.dropout if self.training else 0.0
         if cache is not None:
-            out = cache.attend(self.core, q, k, v, mask=mask, is_causal=is_causal,
-                               dropout_p=dropout_p)
+            out = cache.attend(self.core, q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         else:
             mask, is_causal = causal_at_end(mask, is_causal, t, k.shape[2], device=x.device)
-            out = self.core(q, k, v, mask, is_causal, dropout_p)               # (B, H, T, Dv)
+            out = self.core(q, k, v, mask, is_causal, dropout_p)  # (B, H, T, Dv)
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_value)
         return self.out_proj(out)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
-                f"d_value={self.d_value}")
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, d_value={self.d_value}"

@@ -48,8 +48,9 @@ class TokenEmbedding(nn.Module):
     when weights are tied.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, *, scale: bool = True,
-                 init_std: float | None = None) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, *, scale: bool = True, init_std: float | None = None
+    ) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.scale = math.sqrt(d_model) if scale else 1.0
@@ -68,13 +69,17 @@ class Positions(nn.Module):
     parameters); ``"learned"`` an embedding of ``max_len`` rows.
     """
 
-    def __init__(self, max_len: int, d_model: int, *, kind: PositionKind = "sinusoidal",
-                 init_std: float = 0.02) -> None:
+    def __init__(
+        self, max_len: int, d_model: int, *, kind: PositionKind = "sinusoidal", init_std: float = 0.02
+    ) -> None:
         super().__init__()
         self.max_len, self.kind = max_len, kind
         if kind != "learned":
-            self.register_buffer("table", sinusoidal_table(
-                max_len, d_model, halves=kind == "sinusoidal_halves"), persistent=False)
+            self.register_buffer(
+                "table",
+                sinusoidal_table(max_len, d_model, halves=kind == "sinusoidal_halves"),
+                persistent=False,
+            )
         else:
             self.weight = nn.Parameter(torch.empty(max_len, d_model))
             nn.init.normal_(self.weight, std=init_std)
@@ -107,9 +112,18 @@ class InputEmbedding(nn.Module):
         init_std: initial std of learned positions and segments.
     """
 
-    def __init__(self, token: TokenEmbedding, *, d_model: int, max_len: int,
-                 positions: PositionKind, dropout: float, n_segments: int = 0,
-                 norm_eps: float | None = None, init_std: float = 0.02) -> None:
+    def __init__(
+        self,
+        token: TokenEmbedding,
+        *,
+        d_model: int,
+        max_len: int,
+        positions: PositionKind,
+        dropout: float,
+        n_segments: int = 0,
+        norm_eps: float | None = None,
+        init_std: float = 0.02,
+    ) -> None:
         super().__init__()
         self.token = token
         self.positions = Positions(max_len, d_model, kind=positions, init_std=init_std)

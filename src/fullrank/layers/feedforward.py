@@ -38,8 +38,15 @@ class FeedForward(nn.Module):
         bias: whether both linear maps have biases.
     """
 
-    def __init__(self, d_model: int, d_ff: int, *, activation: Activation = "relu",
-                 dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        activation: Activation = "relu",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         self.fc1 = Linear(d_model, d_ff, bias=bias)
         self.fc2 = Linear(d_ff, d_model, bias=bias)
@@ -52,6 +59,6 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, D) → (B, T, D)``."""
-        h = self.fc1(x)                                                  # (B, T, F)
+        h = self.fc1(x)  # (B, T, F)
         h = activate(h, self.activation)
         return self.fc2(self.dropout(h) if self.dropout.training else h)  # eval: no call

@@ -110,8 +110,17 @@ class KVCache:
         torch.index_select(buf[:, :, : self.length], 0, index, out=out[:, :, : self.length])
         return out
 
-    def attend(self, core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, *,
-               mask: Tensor | None, is_causal: bool, dropout_p: float) -> Tensor:
+    def attend(
+        self,
+        core: AttentionCore,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        is_causal: bool,
+        dropout_p: float,
+    ) -> Tensor:
         """Attention of the new queries ``q (B, H, T, Dh)`` over the keys and values this cache
         returned, ``k (B, H, S, Dh)`` and ``v (B, H, S, Dv)`` → ``(B, H, T, Dv)``: ``core`` with
         the ``T`` queries at the end of the ``S`` keys (``is_causal``: query ``i`` sees keys
@@ -138,8 +147,10 @@ class DecoderCache:
     @classmethod
     def empty(cls, n_layers: int, cross: bool) -> DecoderCache:
         """Empty caches for ``n_layers`` layers, with cross-attention caches if ``cross``."""
-        return cls(self_attn=[KVCache() for _ in range(n_layers)],
-                   cross_attn=[KVCache() for _ in range(n_layers)] if cross else [])
+        return cls(
+            self_attn=[KVCache() for _ in range(n_layers)],
+            cross_attn=[KVCache() for _ in range(n_layers)] if cross else [],
+        )
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows ``index`` ``(B',)`` of every cache (beam reordering or pruning)."""

@@ -23,8 +23,9 @@ def padding_mask(keep: Tensor) -> Tensor:
     return keep[:, None, None, :]
 
 
-def causal_mask(t: int, s: int | None = None, *, offset: int | None = None,
-                device: torch.device | str | None = None) -> Tensor:
+def causal_mask(
+    t: int, s: int | None = None, *, offset: int | None = None, device: torch.device | str | None = None
+) -> Tensor:
     """Causal ("sequence") mask ``(T, S)``: query ``i`` may attend key ``j`` iff ``j ≤ offset + i``.
 
     ``offset`` defaults to ``S - T``, aligning the last query with the last key, which is what an
@@ -47,8 +48,9 @@ def combine(*masks: Tensor | None) -> Tensor | None:
     return out
 
 
-def causal_at_end(mask: Tensor | None, is_causal: bool, t: int, s: int, *,
-                  device: torch.device) -> tuple[Tensor | None, bool]:
+def causal_at_end(
+    mask: Tensor | None, is_causal: bool, t: int, s: int, *, device: torch.device
+) -> tuple[Tensor | None, bool]:
     """Causality for ``T`` new queries at the end of ``S`` keys (a cache holds the ``S − T``
     earlier positions), as the ``(mask, is_causal)`` that
     :func:`torch.nn.functional.scaled_dot_product_attention` takes, whose ``is_causal`` aligns
@@ -68,6 +70,8 @@ def source_padding(src: Tensor, keep: Tensor | None) -> Tensor | None:
     if keep is None:
         return None
     if keep.shape != src.shape or keep.dtype != torch.bool:
-        raise ConfigError(f"src_mask must be a bool tensor of the source's shape "
-                          f"{tuple(src.shape)}, got {keep.dtype} {tuple(keep.shape)}")
+        raise ConfigError(
+            f"src_mask must be a bool tensor of the source's shape "
+            f"{tuple(src.shape)}, got {keep.dtype} {tuple(keep.shape)}"
+        )
     return None if bool(keep.all()) else keep

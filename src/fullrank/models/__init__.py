@@ -25,9 +25,20 @@ if TYPE_CHECKING:
         family_of,
     )
 
-__all__ = ["FAMILIES", "DecoderLM", "DecoderLMConfig", "Encoder", "EncoderConfig",
-           "EncoderDecoder", "EncoderDecoderConfig", "ModelConfig", "build_model",
-           "config_from_dict", "config_to_dict", "family_of"]
+__all__ = [
+    "FAMILIES",
+    "DecoderLM",
+    "DecoderLMConfig",
+    "Encoder",
+    "EncoderConfig",
+    "EncoderDecoder",
+    "EncoderDecoderConfig",
+    "ModelConfig",
+    "build_model",
+    "config_from_dict",
+    "config_to_dict",
+    "family_of",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -51,8 +51,15 @@ class Solution:
         return (self.params - self.target) / self.target
 
 
-def solve_for(config: TransformerConfig, field: str, target: int, *, which: Count = "total",
-              multiple: int = 1, mode: Literal["nearest", "at_most"] = "nearest") -> Solution | None:
+def solve_for(
+    config: TransformerConfig,
+    field: str,
+    target: int,
+    *,
+    which: Count = "total",
+    multiple: int = 1,
+    mode: Literal["nearest", "at_most"] = "nearest",
+) -> Solution | None:
     """``config`` with ``field`` (a positive multiple of ``multiple``) set so that its count is
     nearest ``target`` (``mode="nearest"``) or the largest not above it (``"at_most"``).
 
@@ -63,11 +70,15 @@ def solve_for(config: TransformerConfig, field: str, target: int, *, which: Coun
     exists (``"at_most"``: even the smallest is above ``target``).
     """
     hints = typing.get_type_hints(type(config))  # PositiveInt → int, PositiveInt | None → …
-    names = [f.name for f in dataclasses.fields(config)
-             if int in (hints[f.name], *typing.get_args(hints[f.name])) and f.name != "vocab_size"]
+    names = [
+        f.name
+        for f in dataclasses.fields(config)
+        if int in (hints[f.name], *typing.get_args(hints[f.name])) and f.name != "vocab_size"
+    ]
     if field not in names:
-        raise ConfigError(f"cannot solve for '{field}': choose an integer model field, one of "
-                          f"{', '.join(names)}")
+        raise ConfigError(
+            f"cannot solve for '{field}': choose an integer model field, one of {', '.join(names)}"
+        )
     if multiple < 1:
         raise ConfigError(f"the multiple to solve in must be a positive integer, got {multiple}")
 
@@ -105,6 +116,9 @@ def solve_for(config: TransformerConfig, field: str, target: int, *, which: Coun
         found = [got for got in found if got[1] <= target]
     if not found:
         return None
-    cfg, params = (max(found, key=lambda g: g[1]) if mode == "at_most" else
-                   min(found, key=lambda g: (abs(g[1] - target), g[1])))
+    cfg, params = (
+        max(found, key=lambda g: g[1])
+        if mode == "at_most"
+        else min(found, key=lambda g: (abs(g[1] - target), g[1]))
+    )
     return Solution(cfg, params, target)

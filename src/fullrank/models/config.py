@@ -96,8 +96,10 @@ class TransformerConfig:
         """What relates several fields (each field's type and range are pydantic's)."""
         name = type(self).__name__
         if self.seq_len > self.max_len:
-            raise ConfigError(f"{name}.seq_len={self.seq_len} exceeds max_len={self.max_len}; "
-                              f"raise max_len to at least {self.seq_len}")
+            raise ConfigError(
+                f"{name}.seq_len={self.seq_len} exceeds max_len={self.max_len}; "
+                f"raise max_len to at least {self.seq_len}"
+            )
         try:
             resolve_head_sizes(self.d_model, self.n_heads, self.d_head, self.d_value)
         except ConfigError as e:
@@ -112,16 +114,23 @@ class TransformerConfig:
     @property
     def standard_rule(self) -> bool:
         """Whether heads follow ``d_head = d_model / n_heads`` (rather than a fixed size)."""
-        return self.head_sizes == (self.d_model // self.n_heads,) * 2 and \
-            self.d_model % self.n_heads == 0
+        return self.head_sizes == (self.d_model // self.n_heads,) * 2 and self.d_model % self.n_heads == 0
 
     def block_spec(self) -> BlockSpec:
         return BlockSpec(
-            d_model=self.d_model, n_heads=self.n_heads, d_head=self.head_sizes[0],
-            d_value=self.head_sizes[1], d_ff=self.d_ff, dropout=self.dropout,
-            attn_dropout=self.attn_dropout, ffn_dropout=self.ffn_dropout,
-            activation=self.activation, norm_first=self.norm_first, norm_eps=self.norm_eps,
-            bias=self.bias, fused_attention=self.fused_attention,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_head=self.head_sizes[0],
+            d_value=self.head_sizes[1],
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            attn_dropout=self.attn_dropout,
+            ffn_dropout=self.ffn_dropout,
+            activation=self.activation,
+            norm_first=self.norm_first,
+            norm_eps=self.norm_eps,
+            bias=self.bias,
+            fused_attention=self.fused_attention,
         )
 
     def attention_params(self) -> int:
@@ -155,11 +164,13 @@ class TransformerConfig:
         """Head sizes that leave PyTorch's fused (FlashAttention) kernels on CUDA."""
         dh, dv = self.head_sizes
         if max(dh, dv) > FUSED_MAX_HEAD:
-            return (f"d_head={dh}, d_value={dv}: above {FUSED_MAX_HEAD}, no fused "
-                    f"scaled_dot_product_attention kernel (FlashAttention) accepts these heads on "
-                    f"CUDA; fullrank runs them through its query-chunked path there (memory linear "
-                    f"in n; on an H200 at n=4096 about 0.8x the TFLOP/s of cuDNN's kernel at "
-                    f"d_head 256, bench/gpu.py). CPUs are unaffected.")
+            return (
+                f"d_head={dh}, d_value={dv}: above {FUSED_MAX_HEAD}, no fused "
+                f"scaled_dot_product_attention kernel (FlashAttention) accepts these heads on "
+                f"CUDA; fullrank runs them through its query-chunked path there (memory linear "
+                f"in n; on an H200 at n=4096 about 0.8x the TFLOP/s of cuDNN's kernel at "
+                f"d_head 256, bench/gpu.py). CPUs are unaffected."
+            )
         return None
 
     def bottleneck_warning(self) -> str | None:
@@ -167,7 +178,9 @@ class TransformerConfig:
         ``n×n`` attention pattern (Theorem 1)."""
         dh = self.head_sizes[0]
         if dh < self.seq_len:
-            return (f"d_head={dh} < seq_len={self.seq_len}: each head's logit matrix has rank "
-                    f"at most {dh}, below n={self.seq_len} — the low-rank bottleneck of [B20] "
-                    f"Theorem 1 (fixed heads with d_head >= n avoid it)")
+            return (
+                f"d_head={dh} < seq_len={self.seq_len}: each head's logit matrix has rank "
+                f"at most {dh}, below n={self.seq_len} — the low-rank bottleneck of [B20] "
+                f"Theorem 1 (fixed heads with d_head >= n avoid it)"
+            )
         return None

@@ -49,9 +49,13 @@ Family = Literal["bert", "gpt2", "marian"]
 
 # every Hugging Face class fullrank reads, and its family
 ARCHITECTURES: dict[str, Family] = {
-    "BertForPreTraining": "bert", "BertForMaskedLM": "bert", "BertModel": "bert",
-    "BertForSequenceClassification": "bert", "BertForQuestionAnswering": "bert",
-    "GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2",
+    "BertForPreTraining": "bert",
+    "BertForMaskedLM": "bert",
+    "BertModel": "bert",
+    "BertForSequenceClassification": "bert",
+    "BertForQuestionAnswering": "bert",
+    "GPT2LMHeadModel": "gpt2",
+    "GPT2Model": "gpt2",
     "MarianMTModel": "marian",
 }
 # config.json's model_type of each family (an architecture is looked up by it when
@@ -60,8 +64,14 @@ MODEL_TYPES: dict[str, Family] = {"bert": "bert", "gpt2": "gpt2", "marian": "mar
 
 # fullrank activation ↔ Hugging Face's name (ACT2FN); several names read as one
 _ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
-_ACTIVATIONS_READ = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
-                     "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu", "swish": "silu"}
+_ACTIVATIONS_READ = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "silu": "silu",
+    "swish": "silu",
+}
 
 
 # --------------------------------------------------------------------------------- layouts
@@ -112,38 +122,44 @@ class Layout:
 
 def _linear(ours: str, theirs: str, *, transpose: bool = False) -> list[Pair]:
     """A weight and its bias."""
-    return [Pair(f"{ours}.weight", (f"{theirs}.weight",), transpose=transpose),
-            Pair(f"{ours}.bias", (f"{theirs}.bias",))]
+    return [
+        Pair(f"{ours}.weight", (f"{theirs}.weight",), transpose=transpose),
+        Pair(f"{ours}.bias", (f"{theirs}.bias",)),
+    ]
 
 
 def _qkv(ours: str, q: str, k: str, v: str) -> list[Pair]:
     """Separate query, key and value projections → fullrank's fused ``qkv_proj``."""
-    return [Pair(f"{ours}.qkv_proj.{p}", (f"{q}.{p}", f"{k}.{p}", f"{v}.{p}"))
-            for p in ("weight", "bias")]
+    return [Pair(f"{ours}.qkv_proj.{p}", (f"{q}.{p}", f"{k}.{p}", f"{v}.{p}")) for p in ("weight", "bias")]
 
 
 def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining") -> Layout:
     """BERT's tensors: the backbone and the heads of ``config``."""
-    pairs = [Pair("embed.token.weight", ("embeddings.word_embeddings.weight",)),
-             Pair("embed.positions.weight", ("embeddings.position_embeddings.weight",)),
-             Pair("embed.segments.weight", ("embeddings.token_type_embeddings.weight",)),
-             *_linear("embed.norm", "embeddings.LayerNorm")]
+    pairs = [
+        Pair("embed.token.weight", ("embeddings.word_embeddings.weight",)),
+        Pair("embed.positions.weight", ("embeddings.position_embeddings.weight",)),
+        Pair("embed.segments.weight", ("embeddings.token_type_embeddings.weight",)),
+        *_linear("embed.norm", "embeddings.LayerNorm"),
+    ]
     for i in range(config.n_layers):
         src, dst = f"encoder.layer.{i}", f"layers.{i}"
-        pairs += [*_qkv(f"{dst}.self_attn", *(f"{src}.attention.self.{n}"
-                                              for n in ("query", "key", "value"))),
-                  *_linear(f"{dst}.self_attn.out_proj", f"{src}.attention.output.dense"),
-                  *_linear(f"{dst}.attn_norm", f"{src}.attention.output.LayerNorm"),
-                  *_linear(f"{dst}.ffn.fc1", f"{src}.intermediate.dense"),
-                  *_linear(f"{dst}.ffn.fc2", f"{src}.output.dense"),
-                  *_linear(f"{dst}.ffn_norm", f"{src}.output.LayerNorm")]
+        pairs += [
+            *_qkv(f"{dst}.self_attn", *(f"{src}.attention.self.{n}" for n in ("query", "key", "value"))),
+            *_linear(f"{dst}.self_attn.out_proj", f"{src}.attention.output.dense"),
+            *_linear(f"{dst}.attn_norm", f"{src}.attention.output.LayerNorm"),
+            *_linear(f"{dst}.ffn.fc1", f"{src}.intermediate.dense"),
+            *_linear(f"{dst}.ffn.fc2", f"{src}.output.dense"),
+            *_linear(f"{dst}.ffn_norm", f"{src}.output.LayerNorm"),
+        ]
     if config.has_pooler:
         pairs += _linear("pooler", "pooler.dense")
     derived = {r"(.*\.)?position_ids": "a buffer of the positions 0, 1, …"}
     if config.pretraining_heads:
-        pairs += [*_linear("mlm.transform", "cls.predictions.transform.dense"),
-                  *_linear("mlm.norm", "cls.predictions.transform.LayerNorm"),
-                  Pair("mlm.bias", ("cls.predictions.bias",))]
+        pairs += [
+            *_linear("mlm.transform", "cls.predictions.transform.dense"),
+            *_linear("mlm.norm", "cls.predictions.transform.LayerNorm"),
+            Pair("mlm.bias", ("cls.predictions.bias",)),
+        ]
         derived[r"cls\.predictions\.decoder\.bias"] = "the same tensor as cls.predictions.bias"
         derived[r"cls\.predictions\.decoder\.weight"] = "tied to embeddings.word_embeddings.weight"
     if config.has_nsp_head:
@@ -157,19 +173,19 @@ def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining")
 
 def gpt2_layout(config: DecoderLMConfig, architecture: str = "GPT2LMHeadModel") -> Layout:
     """GPT-2's tensors: ``Conv1D`` matrices are stored ``(in, out)``, so they are transposed."""
-    pairs = [Pair("embed.token.weight", ("wte.weight",)),
-             Pair("embed.positions.weight", ("wpe.weight",))]
+    pairs = [Pair("embed.token.weight", ("wte.weight",)), Pair("embed.positions.weight", ("wpe.weight",))]
     for i in range(config.n_layers):
         src, dst = f"h.{i}", f"layers.{i}"
-        pairs += [*_linear(f"{dst}.attn_norm", f"{src}.ln_1"),
-                  *_linear(f"{dst}.self_attn.qkv_proj", f"{src}.attn.c_attn", transpose=True),
-                  *_linear(f"{dst}.self_attn.out_proj", f"{src}.attn.c_proj", transpose=True),
-                  *_linear(f"{dst}.ffn_norm", f"{src}.ln_2"),
-                  *_linear(f"{dst}.ffn.fc1", f"{src}.mlp.c_fc", transpose=True),
-                  *_linear(f"{dst}.ffn.fc2", f"{src}.mlp.c_proj", transpose=True)]
+        pairs += [
+            *_linear(f"{dst}.attn_norm", f"{src}.ln_1"),
+            *_linear(f"{dst}.self_attn.qkv_proj", f"{src}.attn.c_attn", transpose=True),
+            *_linear(f"{dst}.self_attn.out_proj", f"{src}.attn.c_proj", transpose=True),
+            *_linear(f"{dst}.ffn_norm", f"{src}.ln_2"),
+            *_linear(f"{dst}.ffn.fc1", f"{src}.mlp.c_fc", transpose=True),
+            *_linear(f"{dst}.ffn.fc2", f"{src}.mlp.c_proj", transpose=True),
+        ]
     pairs += _linear("final_norm", "ln_f")
-    derived = {r"h\.\d+\.attn\.(masked_)?bias": "a buffer of the causal mask, which fullrank "
-                                                "builds itself"}
+    derived = {r"h\.\d+\.attn\.(masked_)?bias": "a buffer of the causal mask, which fullrank builds itself"}
     if config.tie_embeddings:
         derived[r"lm_head\.weight"] = "tied to wte.weight"
     else:
@@ -182,26 +198,36 @@ def marian_layout(config: EncoderDecoderConfig) -> Layout:
     pairs = [Pair("src_embed.token.weight", ("shared.weight",))]
 
     def attention(dst: str, src: str) -> list[Pair]:
-        return [*_qkv(dst, f"{src}.q_proj", f"{src}.k_proj", f"{src}.v_proj"),
-                *_linear(f"{dst}.out_proj", f"{src}.out_proj")]
+        return [
+            *_qkv(dst, f"{src}.q_proj", f"{src}.k_proj", f"{src}.v_proj"),
+            *_linear(f"{dst}.out_proj", f"{src}.out_proj"),
+        ]
 
     for i in range(config.n_layers):
         src, dst = f"encoder.layers.{i}", f"encoder.{i}"
-        pairs += [*attention(f"{dst}.self_attn", f"{src}.self_attn"),
-                  *_linear(f"{dst}.attn_norm", f"{src}.self_attn_layer_norm"),
-                  *_linear(f"{dst}.ffn.fc1", f"{src}.fc1"), *_linear(f"{dst}.ffn.fc2", f"{src}.fc2"),
-                  *_linear(f"{dst}.ffn_norm", f"{src}.final_layer_norm")]
+        pairs += [
+            *attention(f"{dst}.self_attn", f"{src}.self_attn"),
+            *_linear(f"{dst}.attn_norm", f"{src}.self_attn_layer_norm"),
+            *_linear(f"{dst}.ffn.fc1", f"{src}.fc1"),
+            *_linear(f"{dst}.ffn.fc2", f"{src}.fc2"),
+            *_linear(f"{dst}.ffn_norm", f"{src}.final_layer_norm"),
+        ]
     for i in range(config.decoder_layers):
         src, dst = f"decoder.layers.{i}", f"decoder.{i}"
-        pairs += [*attention(f"{dst}.self_attn", f"{src}.self_attn"),
-                  *_linear(f"{dst}.attn_norm", f"{src}.self_attn_layer_norm"),
-                  *attention(f"{dst}.cross_attn", f"{src}.encoder_attn"),
-                  *_linear(f"{dst}.cross_norm", f"{src}.encoder_attn_layer_norm"),
-                  *_linear(f"{dst}.ffn.fc1", f"{src}.fc1"), *_linear(f"{dst}.ffn.fc2", f"{src}.fc2"),
-                  *_linear(f"{dst}.ffn_norm", f"{src}.final_layer_norm")]
-    derived = {r"(encoder|decoder)\.embed_tokens\.weight": "tied to shared.weight",
-               r"(encoder|decoder)\.embed_positions\.weight": "Marian's fixed sinusoid, which "
-               "fullrank computes (positions=sinusoidal_halves)"}
+        pairs += [
+            *attention(f"{dst}.self_attn", f"{src}.self_attn"),
+            *_linear(f"{dst}.attn_norm", f"{src}.self_attn_layer_norm"),
+            *attention(f"{dst}.cross_attn", f"{src}.encoder_attn"),
+            *_linear(f"{dst}.cross_norm", f"{src}.encoder_attn_layer_norm"),
+            *_linear(f"{dst}.ffn.fc1", f"{src}.fc1"),
+            *_linear(f"{dst}.ffn.fc2", f"{src}.fc2"),
+            *_linear(f"{dst}.ffn_norm", f"{src}.final_layer_norm"),
+        ]
+    derived = {
+        r"(encoder|decoder)\.embed_tokens\.weight": "tied to shared.weight",
+        r"(encoder|decoder)\.embed_positions\.weight": "Marian's fixed sinusoid, which "
+        "fullrank computes (positions=sinusoidal_halves)",
+    }
     derived[r"lm_head\.weight"] = "tied to shared.weight"
     if config.output_bias:
         pairs.append(Pair("output_bias", ("final_logits_bias",), row=True))
@@ -226,9 +252,13 @@ def strip_prefix(tensors: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor
     return {k.removeprefix(prefix): v for k, v in tensors.items()}
 
 
-def state_from_hf(layout: Layout, tensors: Mapping[str, Tensor],
-                  expected: Mapping[str, Tensor], *, where: str = "the weights"
-                  ) -> tuple[dict[str, Tensor], Conversion]:
+def state_from_hf(
+    layout: Layout,
+    tensors: Mapping[str, Tensor],
+    expected: Mapping[str, Tensor],
+    *,
+    where: str = "the weights",
+) -> tuple[dict[str, Tensor], Conversion]:
     """The fullrank state dict made of a Hugging Face checkpoint's ``tensors`` (its names with
     or without the base model's prefix), checked against ``expected`` (the fullrank model's
     state dict: names and shapes); float32. The state holds every pair's tensor.
@@ -236,6 +266,7 @@ def state_from_hf(layout: Layout, tensors: Mapping[str, Tensor],
     A tensor missing, of another shape, or that the layout has no place for is one
     :class:`CheckpointError` naming it: the config and the weights do not match.
     """
+
     def stored(name: str) -> str | None:
         """The key under which the checkpoint holds ``name``."""
         for key in (name, layout.prefix + name):
@@ -250,9 +281,11 @@ def state_from_hf(layout: Layout, tensors: Mapping[str, Tensor],
         keys = [stored(n) for n in pair.theirs]
         if not all(keys):
             missing = next(n for n, k in zip(pair.theirs, keys) if k is None)
-            raise CheckpointError(f"{where}: no tensor '{_full(layout, missing)}', which a "
-                                  f"{layout.architecture} with this config.json has; "
-                                  f"config.json and the weights do not match")
+            raise CheckpointError(
+                f"{where}: no tensor '{_full(layout, missing)}', which a "
+                f"{layout.architecture} with this config.json has; "
+                f"config.json and the weights do not match"
+            )
         parts = [tensors[k].t() if pair.transpose else tensors[k] for k in keys]  # type: ignore[index]  # names, not None
         if pair.row:
             parts = [p.reshape(-1) for p in parts]
@@ -260,18 +293,22 @@ def state_from_hf(layout: Layout, tensors: Mapping[str, Tensor],
         want = tuple(expected[pair.ours].shape)
         if tuple(value.shape) != want:
             got = " + ".join(str(tuple(tensors[k].shape)) for k in keys)  # type: ignore[index]  # names
-            raise CheckpointError(f"{where}: '{keys[0]}' is {got} but config.json describes "
-                                  f"{want} (fullrank '{pair.ours}'); config.json and the "
-                                  f"weights do not match")
+            raise CheckpointError(
+                f"{where}: '{keys[0]}' is {got} but config.json describes "
+                f"{want} (fullrank '{pair.ours}'); config.json and the "
+                f"weights do not match"
+            )
         state[pair.ours] = value.to(torch.float32).contiguous()
         used.update(k for k in keys if k is not None)
         report.mapped.append((pair.ours, pair.theirs))
     for key in sorted(set(tensors) - used):
         why = layout.why_derived(key.removeprefix(layout.prefix))
         if why is None:
-            raise CheckpointError(f"{where}: holds '{key}', which a {layout.architecture} with "
-                                  f"this config.json does not have; config.json and the "
-                                  f"weights do not match")
+            raise CheckpointError(
+                f"{where}: holds '{key}', which a {layout.architecture} with "
+                f"this config.json does not have; config.json and the "
+                f"weights do not match"
+            )
         report.dropped.append((key, why))
     return state, report
 
@@ -290,8 +327,9 @@ def tied_names(model: nn.Module) -> dict[str, str]:
     return aliases
 
 
-def load_from_hf(model: nn.Module, layout: Layout, tensors: Mapping[str, Tensor], *,
-                 where: str = "the weights") -> Conversion:
+def load_from_hf(
+    model: nn.Module, layout: Layout, tensors: Mapping[str, Tensor], *, where: str = "the weights"
+) -> Conversion:
     """Load a Hugging Face checkpoint's ``tensors`` into ``model``
     (:func:`state_from_hf`): every tensor of the model is set."""
     state, report = state_from_hf(layout, tensors, model.state_dict(), where=where)
@@ -336,16 +374,14 @@ def hf_names(layout: Layout) -> list[tuple[str, str]]:
             weight = rows[-1][1].removesuffix(" (transposed)")
             if weight.replace(".weight", ".bias") == row[1]:
                 note = " (the weight transposed)" if rows[-1][1] != weight else ""
-                rows[-1] = (row[0][:-4] + "{weight,bias}",
-                            weight.replace(".weight", ".{weight,bias}") + note)
+                rows[-1] = (row[0][:-4] + "{weight,bias}", weight.replace(".weight", ".{weight,bias}") + note)
                 continue
         rows.append(row)
     return rows
 
 
 # ------------------------------------------------------------------------------ configs
-def _refuse(hf: Mapping[str, Any], key: str, default: Any, allowed: Collection[Any],
-            why: str) -> None:
+def _refuse(hf: Mapping[str, Any], key: str, default: Any, allowed: Collection[Any], why: str) -> None:
     """One line when ``config.json`` sets ``key`` to a value fullrank cannot represent."""
     value = hf.get(key, default)
     if value not in allowed:
@@ -355,43 +391,65 @@ def _refuse(hf: Mapping[str, Any], key: str, default: Any, allowed: Collection[A
 def _activation(hf: Mapping[str, Any], key: str, default: str) -> str:
     name = hf.get(key, default)
     if name not in _ACTIVATIONS_READ:
-        raise CheckpointError(f"config.json: {key}={name!r} is not supported; fullrank's "
-                              f"feed-forward layers use {', '.join(sorted(_ACTIVATIONS_READ))}")
+        raise CheckpointError(
+            f"config.json: {key}={name!r} is not supported; fullrank's "
+            f"feed-forward layers use {', '.join(sorted(_ACTIVATIONS_READ))}"
+        )
     return _ACTIVATIONS_READ[name]
 
 
-def bert_config_from_hf(hf: Mapping[str, Any], names: Collection[str] = (),
-                        **overrides: Any) -> EncoderConfig:
+def bert_config_from_hf(
+    hf: Mapping[str, Any], names: Collection[str] = (), **overrides: Any
+) -> EncoderConfig:
     """An :class:`EncoderConfig` from a Hugging Face ``BertConfig`` dict; ``names`` (the
     checkpoint's tensors, prefix-free) give the heads: the masked-LM head (with the
     next-sentence head and the pooler when it has them: ``BertForPreTraining``, not
     ``BertForMaskedLM``), a classifier, a span head, or the pooler alone (``BertModel``)."""
     _refuse(hf, "hidden_act", "gelu", ("gelu",), "fullrank's BERT uses the exact GELU")
-    _refuse(hf, "position_embedding_type", "absolute", ("absolute",),
-            "fullrank's BERT has absolute learned positions")
+    _refuse(
+        hf,
+        "position_embedding_type",
+        "absolute",
+        ("absolute",),
+        "fullrank's BERT has absolute learned positions",
+    )
     _refuse(hf, "is_decoder", False, (False,), "fullrank's BERT is an encoder")
     _refuse(hf, "add_cross_attention", False, (False,), "fullrank's BERT has no cross-attention")
-    _refuse(hf, "tie_word_embeddings", True, (True,), "fullrank imports BERT with its MLM "
-            "decoder tied to the token embedding")
-    heads = {"pretraining_heads": "cls.predictions.bias" in names,
-             "next_sentence": "cls.seq_relationship.weight" in names,
-             "n_classes": 0, "span_head": "qa_outputs.weight" in names}
+    _refuse(
+        hf,
+        "tie_word_embeddings",
+        True,
+        (True,),
+        "fullrank imports BERT with its MLM decoder tied to the token embedding",
+    )
+    heads = {
+        "pretraining_heads": "cls.predictions.bias" in names,
+        "next_sentence": "cls.seq_relationship.weight" in names,
+        "n_classes": 0,
+        "span_head": "qa_outputs.weight" in names,
+    }
     if "classifier.weight" in names:
         heads["n_classes"] = int(hf.get("num_labels", len(hf.get("id2label") or {}) or 2))
         if heads["n_classes"] < 2:
-            raise CheckpointError("config.json: num_labels=1 is regression, which fullrank's "
-                                  "classifier does not do; it needs at least 2 classes")
-    heads["pooler"] = "pooler.dense.weight" in names and not (
-        heads["next_sentence"] or heads["n_classes"])
+            raise CheckpointError(
+                "config.json: num_labels=1 is regression, which fullrank's "
+                "classifier does not do; it needs at least 2 classes"
+            )
+    heads["pooler"] = "pooler.dense.weight" in names and not (heads["next_sentence"] or heads["n_classes"])
     kw: dict[str, Any] = dict(
-        vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"], n_layers=hf["num_hidden_layers"],
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        n_layers=hf["num_hidden_layers"],
         dropout=hf.get("hidden_dropout_prob", 0.1),
         attn_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-        norm_eps=hf.get("layer_norm_eps", 1e-12), max_len=hf["max_position_embeddings"],
+        norm_eps=hf.get("layer_norm_eps", 1e-12),
+        max_len=hf["max_position_embeddings"],
         seq_len=min(128, hf["max_position_embeddings"]),
         type_vocab_size=hf.get("type_vocab_size", 2),
-        init_std=hf.get("initializer_range", 0.02), **heads,
+        init_std=hf.get("initializer_range", 0.02),
+        **heads,
     )
     kw.update(overrides)
     return EncoderConfig(**kw)
@@ -401,64 +459,110 @@ def gpt2_config_from_hf(hf: Mapping[str, Any]) -> DecoderLMConfig:
     """A :class:`DecoderLMConfig` from a Hugging Face ``GPT2Config`` dict: pre-LN with a final
     LayerNorm, learned positions, unscaled embeddings, biases."""
     _refuse(hf, "scale_attn_weights", True, (True,), "fullrank scales attention by 1/√d_head")
-    _refuse(hf, "scale_attn_by_inverse_layer_idx", False, (False,),
-            "fullrank scales every layer's attention alike")
+    _refuse(
+        hf,
+        "scale_attn_by_inverse_layer_idx",
+        False,
+        (False,),
+        "fullrank scales every layer's attention alike",
+    )
     _refuse(hf, "add_cross_attention", False, (False,), "a language model has no cross-attention")
     d = hf["n_embd"]
     return DecoderLMConfig(
-        vocab_size=hf["vocab_size"], d_model=d, n_heads=hf["n_head"],
-        d_ff=hf.get("n_inner") or 4 * d, n_layers=hf["n_layer"],
+        vocab_size=hf["vocab_size"],
+        d_model=d,
+        n_heads=hf["n_head"],
+        d_ff=hf.get("n_inner") or 4 * d,
+        n_layers=hf["n_layer"],
         activation=_activation(hf, "activation_function", "gelu_new"),  # type: ignore[arg-type]  # checked
-        dropout=hf.get("resid_pdrop", 0.1), attn_dropout=hf.get("attn_pdrop", 0.1),
-        norm_first=True, norm_eps=hf.get("layer_norm_epsilon", 1e-5), bias=True,
-        positions="learned", max_len=hf["n_positions"], seq_len=hf["n_positions"],
-        scale_embeddings=False, tie_embeddings=hf.get("tie_word_embeddings", True))
+        dropout=hf.get("resid_pdrop", 0.1),
+        attn_dropout=hf.get("attn_pdrop", 0.1),
+        norm_first=True,
+        norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        bias=True,
+        positions="learned",
+        max_len=hf["n_positions"],
+        seq_len=hf["n_positions"],
+        scale_embeddings=False,
+        tie_embeddings=hf.get("tie_word_embeddings", True),
+    )
 
 
-def marian_config_from_hf(hf: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None
-                          ) -> EncoderDecoderConfig:
+def marian_config_from_hf(
+    hf: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None
+) -> EncoderDecoderConfig:
     """An :class:`EncoderDecoderConfig` from a Hugging Face ``MarianConfig`` dict: post-LN,
     Marian's sinusoid, one shared vocabulary; an output bias when ``tensors`` (prefix-free)
     hold a ``final_logits_bias`` that is not all zeros."""
-    for ours, enc, dec in (("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
-                           ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim")):
+    for ours, enc, dec in (
+        ("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
+        ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
         if hf[enc] != hf[dec]:
-            raise CheckpointError(f"config.json: {enc}={hf[enc]} and {dec}={hf[dec]} differ; "
-                                  f"fullrank's encoder-decoder has one {ours} for both")
-    _refuse(hf, "share_encoder_decoder_embeddings", True, (True,),
-            "fullrank imports Marian models with one shared vocabulary")
-    _refuse(hf, "tie_word_embeddings", True, (True,), "fullrank imports Marian models with one "
-            "embedding shared by the encoder, the decoder and the output projection")
+            raise CheckpointError(
+                f"config.json: {enc}={hf[enc]} and {dec}={hf[dec]} differ; "
+                f"fullrank's encoder-decoder has one {ours} for both"
+            )
+    _refuse(
+        hf,
+        "share_encoder_decoder_embeddings",
+        True,
+        (True,),
+        "fullrank imports Marian models with one shared vocabulary",
+    )
+    _refuse(
+        hf,
+        "tie_word_embeddings",
+        True,
+        (True,),
+        "fullrank imports Marian models with one "
+        "embedding shared by the encoder, the decoder and the output projection",
+    )
     if hf.get("decoder_vocab_size") not in (None, hf["vocab_size"]):
-        raise CheckpointError(f"config.json: decoder_vocab_size={hf['decoder_vocab_size']} is "
-                              f"not vocab_size={hf['vocab_size']}; fullrank imports Marian "
-                              f"models with one shared vocabulary")
+        raise CheckpointError(
+            f"config.json: decoder_vocab_size={hf['decoder_vocab_size']} is "
+            f"not vocab_size={hf['vocab_size']}; fullrank imports Marian "
+            f"models with one shared vocabulary"
+        )
     bias = (tensors or {}).get("final_logits_bias")
     max_len = hf.get("max_position_embeddings", 1024)
     return EncoderDecoderConfig(
-        vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"],
-        d_ff=hf["encoder_ffn_dim"], n_layers=hf["encoder_layers"],
+        vocab_size=hf["vocab_size"],
+        d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"],
+        n_layers=hf["encoder_layers"],
         n_decoder_layers=hf["decoder_layers"],
         activation=_activation(hf, "activation_function", "gelu"),  # type: ignore[arg-type]  # checked
-        dropout=hf.get("dropout", 0.1), attn_dropout=hf.get("attention_dropout", 0.0),
-        ffn_dropout=hf.get("activation_dropout", 0.0), norm_first=False, norm_eps=1e-5,
-        bias=True, positions="sinusoidal_halves", max_len=max_len, seq_len=min(256, max_len),
-        scale_embeddings=hf.get("scale_embedding", False), tie_embeddings=True,
-        output_bias=bias is not None and bool(bias.any()))
+        dropout=hf.get("dropout", 0.1),
+        attn_dropout=hf.get("attention_dropout", 0.0),
+        ffn_dropout=hf.get("activation_dropout", 0.0),
+        norm_first=False,
+        norm_eps=1e-5,
+        bias=True,
+        positions="sinusoidal_halves",
+        max_len=max_len,
+        seq_len=min(256, max_len),
+        scale_embeddings=hf.get("scale_embedding", False),
+        tie_embeddings=True,
+        output_bias=bias is not None and bool(bias.any()),
+    )
 
 
-def check_marian_positions(tensors: Mapping[str, Tensor], config: EncoderDecoderConfig,
-                           where: str) -> None:
+def check_marian_positions(tensors: Mapping[str, Tensor], config: EncoderDecoderConfig, where: str) -> None:
     """A stored position table (older Marian checkpoints keep one) must be Marian's sinusoid,
     which fullrank computes: anything else is one line."""
     want = sinusoidal_table(config.max_len, config.d_model, halves=True)
     for side in ("encoder", "decoder"):
         table = tensors.get(f"{side}.embed_positions.weight")
-        if table is not None and (table.shape != want.shape or not torch.allclose(
-                table.float(), want, atol=1e-5)):
-            raise CheckpointError(f"{where}: model.{side}.embed_positions.weight is not Marian's "
-                                  f"sinusoid of {config.max_len} positions; fullrank computes "
-                                  f"that table and cannot hold another")
+        if table is not None and (
+            table.shape != want.shape or not torch.allclose(table.float(), want, atol=1e-5)
+        ):
+            raise CheckpointError(
+                f"{where}: model.{side}.embed_positions.weight is not Marian's "
+                f"sinusoid of {config.max_len} positions; fullrank computes "
+                f"that table and cannot hold another"
+            )
 
 
 def hf_architecture(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig) -> str:
@@ -468,15 +572,24 @@ def hf_architecture(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConf
     if isinstance(config, EncoderDecoderConfig):
         return "MarianMTModel"
     mlm = "BertForPreTraining" if config.next_sentence else "BertForMaskedLM"
-    heads = [name for name, on in ((mlm, config.pretraining_heads),
-                                   ("BertForSequenceClassification", config.n_classes > 0),
-                                   ("BertForQuestionAnswering", config.span_head)) if on]
+    heads = [
+        name
+        for name, on in (
+            (mlm, config.pretraining_heads),
+            ("BertForSequenceClassification", config.n_classes > 0),
+            ("BertForQuestionAnswering", config.span_head),
+        )
+        if on
+    ]
     if len(heads) > 1:
-        raise CheckpointError(f"the encoder has several heads ({', '.join(heads)}); each "
-                              f"Hugging Face BERT class holds one")
+        raise CheckpointError(
+            f"the encoder has several heads ({', '.join(heads)}); each Hugging Face BERT class holds one"
+        )
     if not heads and not config.has_pooler:
-        raise CheckpointError("the encoder has no head and no pooler; Hugging Face's BertModel "
-                              "has a pooler, which transformers would draw at random")
+        raise CheckpointError(
+            "the encoder has no head and no pooler; Hugging Face's BertModel "
+            "has a pooler, which transformers would draw at random"
+        )
     return heads[0] if heads else "BertModel"
 
 
@@ -485,9 +598,14 @@ def _require(ok: bool, setting: str, why: str, architecture: str) -> None:
         raise CheckpointError(f"{setting}: {architecture} cannot hold it ({why})")
 
 
-def hf_config(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, *,
-              pad_id: int, bos_id: int, eos_id: int,
-              labels: list[str] | None = None) -> dict[str, Any]:
+def hf_config(
+    config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig,
+    *,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    labels: list[str] | None = None,
+) -> dict[str, Any]:
     """The ``config.json`` of the Hugging Face model (:func:`hf_architecture`) that computes
     what a model of ``config`` computes; special ids from its tokenizer, class names of a
     classifier from ``labels``. A setting Hugging Face cannot hold is one
@@ -495,73 +613,132 @@ def hf_config(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, *,
     arch = hf_architecture(config)
     dh, dv = config.head_sizes
     std = config.d_model // config.n_heads
-    _require(config.standard_rule and dh == dv,
-             f"d_head={dh}, d_value={dv} with d_model={config.d_model} and n_heads={config.n_heads}",
-             f"its heads are d_model / n_heads = {std} wide; widened or fixed-size heads have "
-             f"no Hugging Face form", arch)
+    _require(
+        config.standard_rule and dh == dv,
+        f"d_head={dh}, d_value={dv} with d_model={config.d_model} and n_heads={config.n_heads}",
+        f"its heads are d_model / n_heads = {std} wide; widened or fixed-size heads have "
+        f"no Hugging Face form",
+        arch,
+    )
     _require(config.bias, "bias=False", "its projections have biases", arch)
-    _require(config.tie_embeddings or isinstance(config, DecoderLMConfig), "tie_embeddings=False",
-             "its output projection is the token embedding", arch)
+    _require(
+        config.tie_embeddings or isinstance(config, DecoderLMConfig),
+        "tie_embeddings=False",
+        "its output projection is the token embedding",
+        arch,
+    )
     act = _ACTIVATION_NAMES[config.activation]
     if isinstance(config, EncoderConfig):
         _require(not config.norm_first, "norm_first=True", "BERT's blocks are post-LN", arch)
-        _require(config.positions == "learned", f"positions={config.positions}",
-                 "BERT's positions are learned", arch)
-        _require(config.activation == "gelu", f"activation={config.activation}",
-                 "fullrank's BERT heads use the exact GELU", arch)
-        _require(not config.scale_embeddings, "scale_embeddings=True",
-                 "BERT's embeddings are not scaled", arch)
+        _require(
+            config.positions == "learned",
+            f"positions={config.positions}",
+            "BERT's positions are learned",
+            arch,
+        )
+        _require(
+            config.activation == "gelu",
+            f"activation={config.activation}",
+            "fullrank's BERT heads use the exact GELU",
+            arch,
+        )
+        _require(
+            not config.scale_embeddings, "scale_embeddings=True", "BERT's embeddings are not scaled", arch
+        )
         out: dict[str, Any] = dict(
-            model_type="bert", vocab_size=config.vocab_size, hidden_size=config.d_model,
-            num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
-            intermediate_size=config.d_ff, hidden_act="gelu",
+            model_type="bert",
+            vocab_size=config.vocab_size,
+            hidden_size=config.d_model,
+            num_hidden_layers=config.n_layers,
+            num_attention_heads=config.n_heads,
+            intermediate_size=config.d_ff,
+            hidden_act="gelu",
             hidden_dropout_prob=config.dropout,
             attention_probs_dropout_prob=config.attn_dropout,
-            max_position_embeddings=config.max_len, type_vocab_size=config.type_vocab_size,
-            initializer_range=config.init_std, layer_norm_eps=config.norm_eps,
-            pad_token_id=pad_id)
+            max_position_embeddings=config.max_len,
+            type_vocab_size=config.type_vocab_size,
+            initializer_range=config.init_std,
+            layer_norm_eps=config.norm_eps,
+            pad_token_id=pad_id,
+        )
         if config.n_classes:
             names = labels or [f"LABEL_{i}" for i in range(config.n_classes)]
             out["id2label"] = {str(i): n for i, n in enumerate(names)}
             out["label2id"] = {n: i for i, n in enumerate(names)}
     elif isinstance(config, DecoderLMConfig):
         _require(config.norm_first, "norm_first=False", "GPT-2's blocks are pre-LN", arch)
-        _require(config.positions == "learned", f"positions={config.positions}",
-                 "GPT-2's positions are learned", arch)
-        _require(not config.scale_embeddings, "scale_embeddings=True",
-                 "GPT-2's embeddings are not scaled", arch)
-        out = dict(model_type="gpt2", vocab_size=config.vocab_size, n_positions=config.max_len,
-                   n_embd=config.d_model, n_layer=config.n_layers, n_head=config.n_heads,
-                   n_inner=config.d_ff, activation_function=act, resid_pdrop=config.dropout,
-                   embd_pdrop=config.dropout, attn_pdrop=config.attn_dropout,
-                   layer_norm_epsilon=config.norm_eps, bos_token_id=bos_id,
-                   eos_token_id=eos_id, tie_word_embeddings=config.tie_embeddings)
+        _require(
+            config.positions == "learned",
+            f"positions={config.positions}",
+            "GPT-2's positions are learned",
+            arch,
+        )
+        _require(
+            not config.scale_embeddings, "scale_embeddings=True", "GPT-2's embeddings are not scaled", arch
+        )
+        out = dict(
+            model_type="gpt2",
+            vocab_size=config.vocab_size,
+            n_positions=config.max_len,
+            n_embd=config.d_model,
+            n_layer=config.n_layers,
+            n_head=config.n_heads,
+            n_inner=config.d_ff,
+            activation_function=act,
+            resid_pdrop=config.dropout,
+            embd_pdrop=config.dropout,
+            attn_pdrop=config.attn_dropout,
+            layer_norm_epsilon=config.norm_eps,
+            bos_token_id=bos_id,
+            eos_token_id=eos_id,
+            tie_word_embeddings=config.tie_embeddings,
+        )
     else:
         _require(not config.norm_first, "norm_first=True", "Marian's blocks are post-LN", arch)
-        _require(config.positions == "sinusoidal_halves", f"positions={config.positions}",
-                 "transformers computes Marian's own sinusoid on loading, sines then cosines "
-                 "(positions=sinusoidal_halves)", arch)
-        _require(config.shared_vocab, f"src_vocab_size={config.src_vocab_size}",
-                 "Marian models share one vocabulary here", arch)
-        _require(not config.decoder_cursor, "decoder_cursor=True",
-                 "Marian's decoder reads no cursor", arch)
-        out = dict(model_type="marian", vocab_size=config.vocab_size,
-                   decoder_vocab_size=config.vocab_size, d_model=config.d_model,
-                   encoder_layers=config.n_layers, decoder_layers=config.decoder_layers,
-                   encoder_attention_heads=config.n_heads, decoder_attention_heads=config.n_heads,
-                   encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff,
-                   activation_function=act, dropout=config.dropout,
-                   attention_dropout=config.attn_dropout, activation_dropout=config.ffn_dropout,
-                   max_position_embeddings=config.max_len,
-                   scale_embedding=config.scale_embeddings, share_encoder_decoder_embeddings=True,
-                   is_encoder_decoder=True,
-                   pad_token_id=pad_id, eos_token_id=eos_id, forced_eos_token_id=eos_id,
-                   decoder_start_token_id=bos_id)
+        _require(
+            config.positions == "sinusoidal_halves",
+            f"positions={config.positions}",
+            "transformers computes Marian's own sinusoid on loading, sines then cosines "
+            "(positions=sinusoidal_halves)",
+            arch,
+        )
+        _require(
+            config.shared_vocab,
+            f"src_vocab_size={config.src_vocab_size}",
+            "Marian models share one vocabulary here",
+            arch,
+        )
+        _require(not config.decoder_cursor, "decoder_cursor=True", "Marian's decoder reads no cursor", arch)
+        out = dict(
+            model_type="marian",
+            vocab_size=config.vocab_size,
+            decoder_vocab_size=config.vocab_size,
+            d_model=config.d_model,
+            encoder_layers=config.n_layers,
+            decoder_layers=config.decoder_layers,
+            encoder_attention_heads=config.n_heads,
+            decoder_attention_heads=config.n_heads,
+            encoder_ffn_dim=config.d_ff,
+            decoder_ffn_dim=config.d_ff,
+            activation_function=act,
+            dropout=config.dropout,
+            attention_dropout=config.attn_dropout,
+            activation_dropout=config.ffn_dropout,
+            max_position_embeddings=config.max_len,
+            scale_embedding=config.scale_embeddings,
+            share_encoder_decoder_embeddings=True,
+            is_encoder_decoder=True,
+            pad_token_id=pad_id,
+            eos_token_id=eos_id,
+            forced_eos_token_id=eos_id,
+            decoder_start_token_id=bos_id,
+        )
     return {"architectures": [arch], **out}
 
 
-def layout_of(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig,
-              architecture: str | None = None) -> Layout:
+def layout_of(
+    config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, architecture: str | None = None
+) -> Layout:
     """The :class:`Layout` of a model of ``config`` as ``architecture`` (default: the class
     :func:`hf_architecture` exports to)."""
     arch = architecture or hf_architecture(config)
@@ -573,8 +750,9 @@ def layout_of(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig,
 
 
 # ------------------------------------------------------- in-memory Marian (benchmarks)
-def marian_config_kwargs(config: EncoderDecoderConfig, *, pad_id: int, bos_id: int,
-                         eos_id: int) -> dict[str, Any]:
+def marian_config_kwargs(
+    config: EncoderDecoderConfig, *, pad_id: int, bos_id: int, eos_id: int
+) -> dict[str, Any]:
     """``MarianConfig`` arguments for a ``MarianMTModel`` that computes what ``config``'s
     model computes once :func:`marian_state_dict` is loaded into it (``load_state_dict``, which
     keeps the position tables given): [V17]'s interleaved sinusoid is accepted here, unlike in
@@ -584,8 +762,13 @@ def marian_config_kwargs(config: EncoderDecoderConfig, *, pad_id: int, bos_id: i
     cfg = hf_config(config, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
     for key in ("architectures", "model_type", "is_encoder_decoder"):
         cfg.pop(key)
-    return {**cfg, "dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0,
-            "forced_eos_token_id": None}
+    return {
+        **cfg,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "forced_eos_token_id": None,
+    }
 
 
 def marian_state_dict(model: EncoderDecoder) -> dict[str, Tensor]:
@@ -597,9 +780,14 @@ def marian_state_dict(model: EncoderDecoder) -> dict[str, Tensor]:
     out = state_to_hf(marian_layout(c), state)
     emb = out["model.shared.weight"]
     table = sinusoidal_table(c.max_len, c.d_model, halves=c.positions == "sinusoidal_halves")
-    out.update({"model.encoder.embed_tokens.weight": emb, "model.decoder.embed_tokens.weight": emb,
-                "model.encoder.embed_positions.weight": table,
-                "model.decoder.embed_positions.weight": table})
+    out.update(
+        {
+            "model.encoder.embed_tokens.weight": emb,
+            "model.decoder.embed_tokens.weight": emb,
+            "model.encoder.embed_positions.weight": table,
+            "model.decoder.embed_positions.weight": table,
+        }
+    )
     out.setdefault("lm_head.weight", emb)
     out.setdefault("final_logits_bias", torch.zeros(1, c.vocab_size))
     return out

@@ -55,8 +55,9 @@ class DecoderLMConfig(TransformerConfig):
         }
 
     def flops_per_token(self) -> dict[str, int]:
-        matmul = self.n_layers * (self.attention_params() + self.ffn_params()) \
-            + self.vocab_size * self.d_model
+        matmul = (
+            self.n_layers * (self.attention_params() + self.ffn_params()) + self.vocab_size * self.d_model
+        )
         fwd = 2 * matmul + self.n_layers * self.attention_flops_per_token(self.seq_len)
         return {"forward": fwd, "train": 3 * fwd}
 
@@ -69,14 +70,19 @@ class DecoderLM(nn.Module):
         self.config = c = config
         self.embed = InputEmbedding(
             TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings),
-            d_model=c.d_model, max_len=c.max_len, positions=c.positions, dropout=c.dropout)
+            d_model=c.d_model,
+            max_len=c.max_len,
+            positions=c.positions,
+            dropout=c.dropout,
+        )
         spec = c.block_spec()
         self.layers = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
         self.final_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
         self.lm_head = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
 
-    def hidden(self, tokens: Tensor, *, mask: Tensor | None = None,
-               cache: DecoderCache | None = None) -> Tensor:
+    def hidden(
+        self, tokens: Tensor, *, mask: Tensor | None = None, cache: DecoderCache | None = None
+    ) -> Tensor:
         """Final hidden states ``(B, T, D)``.
 
         Args:
@@ -89,8 +95,9 @@ class DecoderLM(nn.Module):
         x = self.embed(tokens, offset=offset)
         key_mask = padding_mask(mask) if mask is not None else None
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask=key_mask, is_causal=True,
-                      cache=cache.self_attn[i] if cache is not None else None)
+            x = layer(
+                x, mask=key_mask, is_causal=True, cache=cache.self_attn[i] if cache is not None else None
+            )
         return self.final_norm(x) if self.final_norm is not None else x
 
     @property
@@ -102,8 +109,14 @@ class DecoderLM(nn.Module):
         """``(B, T, D) → (B, T, V)``: the output projection (tied to the token embedding)."""
         return F.linear(h, self.output_weight)
 
-    def forward(self, tokens: Tensor, *, mask: Tensor | None = None,
-                cache: DecoderCache | None = None, hidden_only: bool = False) -> Tensor:
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        hidden_only: bool = False,
+    ) -> Tensor:
         """``tokens (B, T) → logits (B, T, V)``; see :meth:`hidden` for ``mask`` and ``cache``.
 
         ``hidden_only`` returns the final hidden states ``(B, T, D)`` instead, for a loss that
@@ -115,7 +128,6 @@ class DecoderLM(nn.Module):
     def init_cache(self) -> DecoderCache:
         return DecoderCache.empty(len(self.layers), cross=False)
 
-    def decode_step(self, tokens: Tensor, cache: DecoderCache, *,
-                    mask: Tensor | None = None) -> Tensor:
+    def decode_step(self, tokens: Tensor, cache: DecoderCache, *, mask: Tensor | None = None) -> Tensor:
         """Feed the new ``tokens (B, T_new)``; return next-token logits ``(B, T_new, V)``."""
         return self(tokens, mask=mask, cache=cache)

@@ -78,8 +78,7 @@ class EncoderConfig(TransformerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.n_classes == 1:
-            raise ConfigError("EncoderConfig.n_classes must be 0 (no classifier) or at least 2, "
-                              "got 1")
+            raise ConfigError("EncoderConfig.n_classes must be 0 (no classifier) or at least 2, got 1")
 
     @property
     def has_nsp_head(self) -> bool:
@@ -166,12 +165,17 @@ class Encoder(nn.Module):
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.config = c = config
-        token = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings,
-                               init_std=c.init_std)
-        self.embed = InputEmbedding(token, d_model=c.d_model, max_len=c.max_len,
-                                    positions=c.positions, dropout=c.dropout,
-                                    n_segments=c.type_vocab_size, norm_eps=c.norm_eps,
-                                    init_std=c.init_std)
+        token = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings, init_std=c.init_std)
+        self.embed = InputEmbedding(
+            token,
+            d_model=c.d_model,
+            max_len=c.max_len,
+            positions=c.positions,
+            dropout=c.dropout,
+            n_segments=c.type_vocab_size,
+            norm_eps=c.norm_eps,
+            init_std=c.init_std,
+        )
         spec = c.block_spec()
         self.layers = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
         self.final_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
@@ -197,8 +201,9 @@ class Encoder(nn.Module):
                 if isinstance(block, EncoderBlock):
                     block.self_attn.mimetic_init_()
 
-    def forward(self, tokens: Tensor, *, segments: Tensor | None = None,
-                mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, *, segments: Tensor | None = None, mask: Tensor | None = None
+    ) -> Tensor:
         """``tokens (B, T)``, ``segments (B, T)`` (0/1), ``mask (B, T)`` bool (``True`` = real
         token) → hidden states ``(B, T, D)``."""
         x = self.embed(tokens, segments=segments)
@@ -242,6 +247,7 @@ class Encoder(nn.Module):
     def nsp_logits(self, hidden: Tensor) -> Tensor:
         """Next-sentence logits ``(B, 2)`` from the pooled first token."""
         if self.nsp is None:
-            raise RuntimeError("this Encoder has no next-sentence head (pretraining_heads=False "
-                               "or next_sentence=False)")
+            raise RuntimeError(
+                "this Encoder has no next-sentence head (pretraining_heads=False or next_sentence=False)"
+            )
         return self.nsp(self.pooled(hidden))

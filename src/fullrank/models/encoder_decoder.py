@@ -72,8 +72,11 @@ class EncoderDecoderConfig(TransformerConfig):
     def flops_per_token(self) -> dict[str, int]:
         """Per target token, with source and target both ``seq_len`` long."""
         ne, nd, n = self.n_layers, self.decoder_layers, self.seq_len
-        matmul = (ne + 2 * nd) * self.attention_params() + (ne + nd) * self.ffn_params() \
+        matmul = (
+            (ne + 2 * nd) * self.attention_params()
+            + (ne + nd) * self.ffn_params()
             + self.vocab_size * self.d_model
+        )
         fwd = 2 * matmul + (ne + 2 * nd) * self.attention_flops_per_token(n)
         return {"forward": fwd, "train": 3 * fwd}
 
@@ -86,11 +89,17 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         self.config = c = config
         tgt_token = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings)
-        src_token = tgt_token if c.src_vocab_size is None else TokenEmbedding(
-            c.src_vocab_size, c.d_model, scale=c.scale_embeddings)
+        src_token = (
+            tgt_token
+            if c.src_vocab_size is None
+            else TokenEmbedding(c.src_vocab_size, c.d_model, scale=c.scale_embeddings)
+        )
         self.src_embed, self.tgt_embed = (
-            InputEmbedding(token, d_model=c.d_model, max_len=c.max_len, positions=c.positions,
-                           dropout=c.dropout) for token in (src_token, tgt_token))
+            InputEmbedding(
+                token, d_model=c.d_model, max_len=c.max_len, positions=c.positions, dropout=c.dropout
+            )
+            for token in (src_token, tgt_token)
+        )
         spec = c.block_spec()
         self.encoder = nn.ModuleList(EncoderBlock(spec) for _ in range(c.n_layers))
         self.decoder = nn.ModuleList(DecoderBlock(spec) for _ in range(c.decoder_layers))
@@ -112,8 +121,15 @@ class EncoderDecoder(nn.Module):
             x = layer(x, mask=key_mask)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
 
-    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
         """Decoder hidden states ``(B, T, D)``.
 
         Args:
@@ -130,9 +146,14 @@ class EncoderDecoder(nn.Module):
         self_mask = padding_mask(tgt_mask) if tgt_mask is not None else None
         memory_mask = padding_mask(src_mask) if src_mask is not None else None
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask,
-                      self_cache=cache.self_attn[i] if cache is not None else None,
-                      cross_cache=cache.cross_attn[i] if cache is not None else None)
+            x = layer(
+                x,
+                memory,
+                self_mask=self_mask,
+                memory_mask=memory_mask,
+                self_cache=cache.self_attn[i] if cache is not None else None,
+                cross_cache=cache.cross_attn[i] if cache is not None else None,
+            )
         return self.decoder_norm(x) if self.decoder_norm is not None else x
 
     def cursor(self, tgt: Tensor, cache: DecoderCache | None = None) -> Tensor:
@@ -141,14 +162,16 @@ class EncoderDecoder(nn.Module):
         place. With a cache, ``tgt`` are the newest tokens and the count goes on from the
         cache's (kept in it per row, so that it follows the rows when they are reordered)."""
         if self.word_tokens is None:
-            raise ValueError("a model with decoder_cursor must be told which target tokens are "
-                             "words (model.word_tokens, fullrank.inference.parse.tell_words)")
-        counts = self.word_tokens[tgt].cumsum(1)                                  # (B, T)
+            raise ValueError(
+                "a model with decoder_cursor must be told which target tokens are "
+                "words (model.word_tokens, fullrank.inference.parse.tell_words)"
+            )
+        counts = self.word_tokens[tgt].cumsum(1)  # (B, T)
         if cache is not None:
             before = cache.rows.get("cursor")
             if before is not None:
                 counts = counts + before[:, None]
-            cache.rows["cursor"] = counts[:, -1]                                  # (B,)
+            cache.rows["cursor"] = counts[:, -1]  # (B,)
         return counts
 
     @staticmethod
@@ -157,9 +180,9 @@ class EncoderDecoder(nn.Module):
         memory row ``r // (B / N)``; a position past the source reads its last row."""
         n, s, d = memory.shape
         b = cursor.shape[0]
-        rows = torch.arange(b, device=cursor.device) // (b // n)                  # (B,)
-        flat = rows[:, None] * s + cursor.clamp(0, s - 1)                         # (B, T)
-        return memory.reshape(n * s, d)[flat]                                    # (B, T, D)
+        rows = torch.arange(b, device=cursor.device) // (b // n)  # (B,)
+        flat = rows[:, None] * s + cursor.clamp(0, s - 1)  # (B, T)
+        return memory.reshape(n * s, d)[flat]  # (B, T, D)
 
     @property
     def output_weight(self) -> Tensor:
@@ -171,8 +194,15 @@ class EncoderDecoder(nn.Module):
         ``output_bias`` when the config has one)."""
         return F.linear(h, self.output_weight, self.output_bias)
 
-    def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None, hidden_only: bool = False) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        hidden_only: bool = False,
+    ) -> Tensor:
         """``src (B, S)``, ``tgt (B, T)`` → logits ``(B, T, V)`` (``hidden_only``: the decoder's
         final hidden states ``(B, T, D)``, for a loss that applies :attr:`output_weight` and
         ``output_bias``)."""
@@ -184,8 +214,9 @@ class EncoderDecoder(nn.Module):
         """Empty decoder caches: self- and cross-attention, one of each per decoder layer."""
         return DecoderCache.empty(len(self.decoder), cross=True)
 
-    def decode_step(self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *,
-                    src_mask: Tensor | None = None) -> Tensor:
+    def decode_step(
+        self, tokens: Tensor, memory: Tensor, cache: DecoderCache, *, src_mask: Tensor | None = None
+    ) -> Tensor:
         """Feed the new target ``tokens (B, T_new)``; return logits ``(B, T_new, V)``.
 
         Cross-attention keys/values are computed from ``memory`` on the first step and reused.

@@ -15,9 +15,19 @@ from fullrank.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 
 ModelConfig = DecoderLMConfig | EncoderConfig | EncoderDecoderConfig
 
-__all__ = ["FAMILIES", "DecoderLM", "DecoderLMConfig", "Encoder", "EncoderConfig",
-           "EncoderDecoder", "EncoderDecoderConfig", "ModelConfig", "build_model",
-           "config_from_dict", "config_to_dict"]
+__all__ = [
+    "FAMILIES",
+    "DecoderLM",
+    "DecoderLMConfig",
+    "Encoder",
+    "EncoderConfig",
+    "EncoderDecoder",
+    "EncoderDecoderConfig",
+    "ModelConfig",
+    "build_model",
+    "config_from_dict",
+    "config_to_dict",
+]
 
 # Each family by the name stored in checkpoints: (config class, model class). An explicit table.
 FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
@@ -49,6 +59,8 @@ def config_from_dict(data: dict[str, Any]) -> ModelConfig:
     fields = dict(data)
     family = fields.pop("family", None)
     if family not in FAMILIES:
-        raise ConfigError(f"unknown model family {family!r}{closest(str(family), FAMILIES)}; "
-                          f"families are: {', '.join(FAMILIES)}")
+        raise ConfigError(
+            f"unknown model family {family!r}{closest(str(family), FAMILIES)}; "
+            f"families are: {', '.join(FAMILIES)}"
+        )
     return FAMILIES[family][0](**fields)

@@ -42,8 +42,16 @@ def aiayn_base(**overrides: Any) -> EncoderDecoderConfig:
     """
     from fullrank.models.encoder_decoder import EncoderDecoderConfig
 
-    cfg = EncoderDecoderConfig(vocab_size=AIAYN_VOCAB, d_model=512, n_heads=8, d_ff=2048,
-                               n_layers=6, dropout=0.1, max_len=1024, seq_len=64)
+    cfg = EncoderDecoderConfig(
+        vocab_size=AIAYN_VOCAB,
+        d_model=512,
+        n_heads=8,
+        d_ff=2048,
+        n_layers=6,
+        dropout=0.1,
+        max_len=1024,
+        seq_len=64,
+    )
     return replace(cfg, **overrides)
 
 
@@ -96,8 +104,14 @@ TABLE3: tuple[Table3Row, ...] = (
     Table3Row("D_ls0.2", {}, 5.47, 25.7, train={"label_smoothing": 0.2}),
     # (E) learned positional embeddings instead of sinusoids
     Table3Row("E_learned", {"positions": "learned"}, 4.92, 25.7),
-    Table3Row("big", {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3}, 4.33, 26.4,
-              213, train={"steps": 300_000}),
+    Table3Row(
+        "big",
+        {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3},
+        4.33,
+        26.4,
+        213,
+        train={"steps": 300_000},
+    ),
 )
 
 
@@ -105,16 +119,16 @@ def aiayn_table3(row: str) -> EncoderDecoderConfig:
     """The model of one [V17] Table 3 row by name (``"A_h4"``, ``"B_dk16"``, ``"E_learned"``…)."""
     rows = {r.name: r for r in TABLE3}
     if row not in rows:
-        raise ConfigError(f"unknown Table 3 row '{row}'{closest(row, rows)}; rows are: "
-                          + ", ".join(rows))
+        raise ConfigError(f"unknown Table 3 row '{row}'{closest(row, rows)}; rows are: " + ", ".join(rows))
     return rows[row].config()
 
 
 # ------------------------------------------------------------------------------------ [B20]
 def _b20_lm(**kw: Any) -> DecoderLMConfig:
     """[B20] §4 LM1B setting: 6 layers, d_ff=1024, sequence length 256, dropout 0.1."""
-    base: dict[str, Any] = dict(vocab_size=LM1B_VOCAB, n_layers=6, d_ff=1024, seq_len=256,
-                                dropout=0.1, attn_dropout=0.1)
+    base: dict[str, Any] = dict(
+        vocab_size=LM1B_VOCAB, n_layers=6, d_ff=1024, seq_len=256, dropout=0.1, attn_dropout=0.1
+    )
     from fullrank.models.decoder_lm import DecoderLMConfig
 
     return DecoderLMConfig(**{**base, **kw})
@@ -131,8 +145,15 @@ def b20_lm_baseline(d_model: int, n_heads: int, d_ff: int = 1024, **kw: Any) -> 
     return _b20_lm(d_model=d_model, n_heads=n_heads, d_ff=d_ff, **kw)
 
 
-def b20_bert(d_model: int, n_heads: int, d_head: int | None = None, *, n_layers: int = 24,
-             d_ff: int | None = None, **kw: Any) -> EncoderConfig:
+def b20_bert(
+    d_model: int,
+    n_heads: int,
+    d_head: int | None = None,
+    *,
+    n_layers: int = 24,
+    d_ff: int | None = None,
+    **kw: Any,
+) -> EncoderConfig:
     """[B20] BERT pre-training model: 24 layers, 30,522 WordPiece tokens, 512 positions,
     pre-training at ``n = 128``. ``d_ff`` defaults to 4096 at d_model 512 and 1024, 3072 at 768
     (the counts that reproduce the paper's parameter figures)."""
@@ -140,8 +161,15 @@ def b20_bert(d_model: int, n_heads: int, d_head: int | None = None, *, n_layers:
         d_ff = 3072 if d_model == 768 else 4096
     from fullrank.models.encoder import EncoderConfig
 
-    return EncoderConfig(vocab_size=BERT_VOCAB, d_model=d_model, n_heads=n_heads, d_head=d_head,
-                         d_ff=d_ff, n_layers=n_layers, **kw)
+    return EncoderConfig(
+        vocab_size=BERT_VOCAB,
+        d_model=d_model,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_ff=d_ff,
+        n_layers=n_layers,
+        **kw,
+    )
 
 
 def bert_base(**kw: Any) -> EncoderConfig:
@@ -162,8 +190,7 @@ B20_TABLE2B = {32: 130, 64: 142, 128: 168, 256: 218}
 B20_TABLE3A = {8: 214, 12: 252, 16: 290, 20: 327}
 
 B20_LM_FIXED_HEADS = (4, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 70)
-B20_LM_BASELINES = ((256, 4), (256, 8), (256, 16), (256, 32), (384, 6), (384, 12),
-                    (512, 8), (512, 16))
+B20_LM_BASELINES = ((256, 4), (256, 8), (256, 16), (256, 32), (384, 6), (384, 12), (512, 8), (512, 16))
 
 
 # ------------------------------------------------------------------------------ name table
@@ -198,6 +225,8 @@ PRESETS: dict[str, Callable[[], TransformerConfig]] = _table()
 def preset(name: str) -> TransformerConfig:
     """The config of preset ``name``; an unknown name raises with the closest match."""
     if name not in PRESETS:
-        raise ConfigError(f"unknown preset '{name}'{closest(name, PRESETS)}; "
-                          f"`fullrank info --list` shows all {len(PRESETS)} presets")
+        raise ConfigError(
+            f"unknown preset '{name}'{closest(name, PRESETS)}; "
+            f"`fullrank info --list` shows all {len(PRESETS)} presets"
+        )
     return PRESETS[name]()

@@ -81,31 +81,56 @@ class PretrainingRecipe(Recipe):
         assert isinstance(model_cfg, EncoderConfig)
 
         def instances(name: str, seed: int) -> Instances:
-            corpus = cached_documents(data.path(name), data.corpus_format, tok, data.cache_dir,
-                                      skip_short=data.short_documents == "skip", say=run.say)
+            corpus = cached_documents(
+                data.path(name),
+                data.corpus_format,
+                tok,
+                data.cache_dir,
+                skip_short=data.short_documents == "skip",
+                say=run.say,
+            )
             if corpus.skipped:
-                run.say(f"{name}: {corpus.skipped} one-sentence documents left out "
-                        f"(data.short_documents=skip)")
+                run.say(
+                    f"{name}: {corpus.skipped} one-sentence documents left out (data.short_documents=skip)"
+                )
             if not model_cfg.next_sentence:
-                return make_segments(corpus, max_seq_len=model_cfg.seq_len, seed=seed,
-                                     short_seq_prob=data.short_seq_prob)
-            return make_instances(corpus, max_seq_len=model_cfg.seq_len, seed=seed,
-                                  short_seq_prob=data.short_seq_prob,
-                                  random_next_prob=data.random_next_prob)
+                return make_segments(
+                    corpus, max_seq_len=model_cfg.seq_len, seed=seed, short_seq_prob=data.short_seq_prob
+                )
+            return make_instances(
+                corpus,
+                max_seq_len=model_cfg.seq_len,
+                seed=seed,
+                short_seq_prob=data.short_seq_prob,
+                random_next_prob=data.random_next_prob,
+            )
 
         rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
         assert tok.cls_id is not None and tok.sep_id is not None  # a wordpiece tokenizer's
         ids = {"cls_id": tok.cls_id, "sep_id": tok.sep_id, "pad_id": tok.pad_id}
-        batches = PretrainingBatches(instances(data.train, cfg.seed), rule,
-                                     batch_size=cfg.batch_size, seed=cfg.seed,
-                                     masking=data.masking, name=data.train, **ids)
+        batches = PretrainingBatches(
+            instances(data.train, cfg.seed),
+            rule,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            masking=data.masking,
+            name=data.train,
+            **ids,
+        )
         valid = None
         if data.valid:  # the validation instances and masks depend on the data alone
-            valid_rule = masking_rule(tok, mlm_prob=VALID_MLM_PROB,
-                                      max_predictions=math.ceil(VALID_MLM_PROB * model_cfg.seq_len))
-            valid = PretrainingBatches(instances(data.valid, 0), valid_rule,
-                                       batch_size=cfg.batch_size, seed=0, masking="static",
-                                       name=data.valid, **ids)
+            valid_rule = masking_rule(
+                tok, mlm_prob=VALID_MLM_PROB, max_predictions=math.ceil(VALID_MLM_PROB * model_cfg.seq_len)
+            )
+            valid = PretrainingBatches(
+                instances(data.valid, 0),
+                valid_rule,
+                batch_size=cfg.batch_size,
+                seed=0,
+                masking="static",
+                name=data.valid,
+                **ids,
+            )
         loss = MaskedLMWithNSP()
         eval_bs = max(1, cfg.batch_size // run.dist.world)
 
@@ -113,41 +138,57 @@ class PretrainingRecipe(Recipe):
             if valid is None:
                 return None
             source = valid
-            return lambda m: loss.evaluate(m, source.eval_batches(eval_bs), run.dist.device,
-                                           limit=limit)
+            return lambda m: loss.evaluate(m, source.eval_batches(eval_bs), run.dist.device, limit=limit)
 
         self.exact_valid = validation(None)
         n = len(batches.instances)
-        what = (f"{n:,} sentence pairs ({int(batches.instances.random_next.sum()):,} with a "
-                f"random next segment)" if batches.paired else
-                f"{n:,} single segments (no next-sentence prediction)")
+        what = (
+            f"{n:,} sentence pairs ({int(batches.instances.random_next.sum()):,} with a random next segment)"
+            if batches.paired
+            else f"{n:,} single segments (no next-sentence prediction)"
+        )
         return Setup(
-            model_config=model_cfg, tokenizer=tok, batches=batches, loss=loss,
-            data_line=(f"data: {what}, {len(batches):,} batches of {cfg.batch_size} per epoch, "
-                       f"{data.masking} masking of {data.mlm_prob:.0%}"
-                       + (f"; {len(valid.instances):,} validation sequences" if valid else "")),
+            model_config=model_cfg,
+            tokenizer=tok,
+            batches=batches,
+            loss=loss,
+            data_line=(
+                f"data: {what}, {len(batches):,} batches of {cfg.batch_size} per epoch, "
+                f"{data.masking} masking of {data.mlm_prob:.0%}"
+                + (f"; {len(valid.instances):,} validation sequences" if valid else "")
+            ),
             vocabulary=f"{tok.kind} vocabulary of {tok.vocab_size}",
-            per_rank=cfg.batch_size // run.dist.world, unit="sequences",
-            validate=validation(cfg.eval_batches))
+            per_rank=cfg.batch_size // run.dist.world,
+            unit="sequences",
+            validate=validation(cfg.eval_batches),
+        )
 
     def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
         if self.exact_valid is None:
             return
         report.valid = v = self.exact_valid(model)
         nsp = f" · NSP accuracy {v['nsp_acc']:.2f}%" if "nsp_acc" in v else ""
-        run.say(f"valid: MLM accuracy {v['mlm_acc']:.2f}% · MLM perplexity "
-                f"{v['mlm_ppl']:.2f}{nsp} ({v['predictions']:,} predictions)")
+        run.say(
+            f"valid: MLM accuracy {v['mlm_acc']:.2f}% · MLM perplexity "
+            f"{v['mlm_ppl']:.2f}{nsp} ({v['predictions']:,} predictions)"
+        )
 
-    def plan_model(self, exp: PretrainExperiment, out: Path, cache: dict[str, Any],
-                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+    def plan_model(
+        self, exp: PretrainExperiment, out: Path, cache: dict[str, Any], base: ModelConfig | None
+    ) -> tuple[ModelConfig, list[str]]:
         if base is not None or exp.model.get("vocab_size"):
             return planned_config(exp, exp.model.get("vocab_size", 0), base), []
         data = exp.data
         if data.tokenizer_file:
-            return planned_config(exp, Tokenizer.load(data.path(data.tokenizer_file)).vocab_size,
-                                  None), []
-        parts = [exp.task, str(data.path(data.train).resolve()), data.corpus_format,
-                 str(data.vocab_size), str(data.lowercase), str(data.tokenizer_sample)]
+            return planned_config(exp, Tokenizer.load(data.path(data.tokenizer_file)).vocab_size, None), []
+        parts = [
+            exp.task,
+            str(data.path(data.train).resolve()),
+            data.corpus_format,
+            str(data.vocab_size),
+            str(data.lowercase),
+            str(data.tokenizer_sample),
+        ]
         name = "wordpiece-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
         if name not in cache:
             saved = out / name
@@ -157,5 +198,4 @@ class PretrainingRecipe(Recipe):
                 with tempfile.TemporaryDirectory() as tmp:
                     cache[name] = train_wordpiece(data, Path(tmp) / name)
         tok = cache[name]
-        return planned_config(exp, tok.vocab_size, None), \
-            [f"data.tokenizer_file={(out / name).resolve()}"]
+        return planned_config(exp, tok.vocab_size, None), [f"data.tokenizer_file={(out / name).resolve()}"]

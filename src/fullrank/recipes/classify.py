@@ -27,16 +27,25 @@ from fullrank.recipes.run import Recipe, Run, RunReport, Setup, given_vocab
 from fullrank.training.tasks import SequenceClassification
 
 
-def load_set(spec: ClassifyFile, tok: Tokenizer, labels: list[str], max_seq_len: int, *,
-             batch_size: int, seed: int = 0) -> ExampleBatches:
+def load_set(
+    spec: ClassifyFile, tok: Tokenizer, labels: list[str], max_seq_len: int, *, batch_size: int, seed: int = 0
+) -> ExampleBatches:
     """A classification file as batches (labels checked against ``labels``)."""
-    examples = read_examples(spec.path, text_fields=spec.text_fields, label_field=spec.label_field,
-                             detokenized=spec.detokenize)
+    examples = read_examples(
+        spec.path, text_fields=spec.text_fields, label_field=spec.label_field, detokenized=spec.detokenize
+    )
     if any(ex.label is None for ex in examples):
         raise DataError(f"{spec.path}: no label field; name it with label_field")
     rows, segments = encode_texts([ex.texts for ex in examples], tok, max_seq_len)
-    return classification_batches(rows, segments, label_ids(examples, labels), pad_id=tok.pad_id,
-                                  batch_size=batch_size, seed=seed, name=spec.path)
+    return classification_batches(
+        rows,
+        segments,
+        label_ids(examples, labels),
+        pad_id=tok.pad_id,
+        batch_size=batch_size,
+        seed=seed,
+        name=spec.path,
+    )
 
 
 def label_set(data: ClassifyData) -> list[str]:
@@ -48,8 +57,14 @@ def label_set(data: ClassifyData) -> list[str]:
     return list(dict.fromkeys(str(ex.label) for ex in found))
 
 
-def score(task: SequenceClassification, model: Any, batches: ExampleBatches, labels: list[str],
-          device: Any, batch_size: int) -> dict[str, float]:
+def score(
+    task: SequenceClassification,
+    model: Any,
+    batches: ExampleBatches,
+    labels: list[str],
+    device: Any,
+    batch_size: int,
+) -> dict[str, float]:
     probs, gold = task.predict(model, batches.eval_batches(batch_size), device)
     return accuracy(probs.argmax(-1).numpy(), gold.numpy(), labels)
 
@@ -59,8 +74,7 @@ class ClassificationRecipe(Recipe):
 
     metrics = {
         "valid_accuracy": (("valid", "accuracy"), "validation accuracy (%)", False),
-        "{set}_accuracy": (("extra", "eval_sets", "{set}", "accuracy"), "{set} accuracy (%)",
-                           False),
+        "{set}_accuracy": (("extra", "eval_sets", "{set}", "accuracy"), "{set} accuracy (%)", False),
     }
 
     def setup(self, run: Run) -> Setup:
@@ -69,48 +83,58 @@ class ClassificationRecipe(Recipe):
         tok = run.tokenizer(None)
         labels = label_set(data)
         if len(labels) < 2:
-            raise DataError(f"{data.train}: one label ({labels[0]!r}); a classifier needs at "
-                            f"least two")
+            raise DataError(f"{data.train}: one label ({labels[0]!r}); a classifier needs at least two")
         model_cfg = run.model_config(tok, n_classes=len(labels))
         n = model_cfg.seq_len
-        train_set = load_set(data.spec(data.train), tok, labels, n, batch_size=cfg.batch_size,
-                             seed=cfg.seed)
+        train_set = load_set(data.spec(data.train), tok, labels, n, batch_size=cfg.batch_size, seed=cfg.seed)
         eval_bs = max(1, cfg.batch_size // run.dist.world)
-        valid = load_set(data.spec(data.valid), tok, labels, n, batch_size=eval_bs) \
-            if data.valid else None
-        extra = {name: load_set(data.spec(spec), tok, labels, n, batch_size=eval_bs)
-                 for name, spec in data.eval_sets.items()}
+        valid = load_set(data.spec(data.valid), tok, labels, n, batch_size=eval_bs) if data.valid else None
+        extra = {
+            name: load_set(data.spec(spec), tok, labels, n, batch_size=eval_bs)
+            for name, spec in data.eval_sets.items()
+        }
         loss = SequenceClassification()
         self.labels, self.loss, self.eval_bs = labels, loss, eval_bs
         self.sets = ({"valid": valid} if valid else {}) | extra
 
         def validate(m: nn.Module) -> dict[str, float]:
             assert valid is not None
-            return loss.evaluate(m, valid.eval_batches(eval_bs), run.dist.device,
-                                 limit=cfg.eval_batches)
+            return loss.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=cfg.eval_batches)
 
         return Setup(
-            model_config=model_cfg, tokenizer=tok, batches=train_set, loss=loss,
-            data_line=(f"data: {train_set.n:,} training examples ({len(train_set):,} batches "
-                       f"of {cfg.batch_size} per epoch), labels {', '.join(labels)}"
-                       + (f"; {valid.n:,} validation examples" if valid else "")
-                       + "".join(f"; {name} {s.n:,}" for name, s in extra.items())),
+            model_config=model_cfg,
+            tokenizer=tok,
+            batches=train_set,
+            loss=loss,
+            data_line=(
+                f"data: {train_set.n:,} training examples ({len(train_set):,} batches "
+                f"of {cfg.batch_size} per epoch), labels {', '.join(labels)}"
+                + (f"; {valid.n:,} validation examples" if valid else "")
+                + "".join(f"; {name} {s.n:,}" for name, s in extra.items())
+            ),
             vocabulary=f"{tok.kind} vocabulary of {tok.vocab_size}",
-            per_rank=cfg.batch_size // run.dist.world, unit="examples",
-            validate=validate if valid else None, meta={"labels": labels})
+            per_rank=cfg.batch_size // run.dist.world,
+            unit="examples",
+            validate=validate if valid else None,
+            meta={"labels": labels},
+        )
 
     def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
-        results = {name: score(self.loss, model, s, self.labels, run.dist.device, self.eval_bs)
-                   for name, s in self.sets.items()}
+        results = {
+            name: score(self.loss, model, s, self.labels, run.dist.device, self.eval_bs)
+            for name, s in self.sets.items()
+        }
         report.valid = results.get("valid")
         report.extra["eval_sets"] = {k: v for k, v in results.items() if k != "valid"}
         for name, r in results.items():
             shares = " · ".join(f"{lab} {r[f'predicted_{lab}']:.0f}%" for lab in self.labels)
-            run.say(f"{name}: accuracy {r['accuracy']:.2f}% on {r['examples']:,} examples "
-                    f"(predicted: {shares})")
+            run.say(
+                f"{name}: accuracy {r['accuracy']:.2f}% on {r['examples']:,} examples (predicted: {shares})"
+            )
 
-    def plan_model(self, exp: ClassifyExperiment, out: Path, cache: dict[str, Any],
-                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+    def plan_model(
+        self, exp: ClassifyExperiment, out: Path, cache: dict[str, Any], base: ModelConfig | None
+    ) -> tuple[ModelConfig, list[str]]:
         labels = len(label_set(exp.data))
         if base is not None:
             return planned_config(exp, 0, base, n_classes=labels), []

@@ -81,10 +81,16 @@ TASK_HEADS: dict[str, dict[str, Any]] = {
 
 def _run_name(name: str) -> str:
     parts = PurePath(name).parts
-    if not name or PurePath(name).is_absolute() or any(p in (".", "..") for p in parts) \
-            or name != name.strip():
-        raise ValueError(f"name '{name}' must be a plain run name (the run directory is "
-                         f"out_dir/name), without '.', '..' or a leading '/'")
+    if (
+        not name
+        or PurePath(name).is_absolute()
+        or any(p in (".", "..") for p in parts)
+        or name != name.strip()
+    ):
+        raise ValueError(
+            f"name '{name}' must be a plain run name (the run directory is "
+            f"out_dir/name), without '.', '..' or a leading '/'"
+        )
     return name
 
 
@@ -184,21 +190,27 @@ class MTData(PairData):
     def __post_init__(self) -> None:
         if self.bpe_dropout:
             if self.tokenizer != "bpe":
-                raise ConfigError(f"data.bpe_dropout resamples a BPE segmentation, not a "
-                                  f"{self.tokenizer} one; set data.tokenizer: bpe or leave "
-                                  f"data.bpe_dropout at 0")
+                raise ConfigError(
+                    f"data.bpe_dropout resamples a BPE segmentation, not a "
+                    f"{self.tokenizer} one; set data.tokenizer: bpe or leave "
+                    f"data.bpe_dropout at 0"
+                )
             if self.max_tokens < self.max_sentence_len + 1:
                 # a resampled pair may grow to max_sentence_len tokens (+1 for BOS/EOS): checked
                 # now, not when an epoch's sample first holds one, hours into training
-                raise ConfigError(f"data.max_tokens = {self.max_tokens} is smaller than "
-                                  f"data.max_sentence_len + 1 = {self.max_sentence_len + 1}, "
-                                  f"the longest pair BPE-dropout may sample; raise "
-                                  f"data.max_tokens or lower data.max_sentence_len")
+                raise ConfigError(
+                    f"data.max_tokens = {self.max_tokens} is smaller than "
+                    f"data.max_sentence_len + 1 = {self.max_sentence_len + 1}, "
+                    f"the longest pair BPE-dropout may sample; raise "
+                    f"data.max_tokens or lower data.max_sentence_len"
+                )
         reserved = {"train", "valid", "test"} & set(self.eval_sets)
         if reserved:
             name = sorted(reserved)[0]
-            raise ConfigError(f"data.eval_sets: '{name}' names a split of its own; give the "
-                              f"evaluation set another name (e.g. '{name}_extra')")
+            raise ConfigError(
+                f"data.eval_sets: '{name}' names a split of its own; give the "
+                f"evaluation set another name (e.g. '{name}_extra')"
+            )
 
 
 @config_dataclass
@@ -233,13 +245,17 @@ class ParseData(PairData):
 
     def __post_init__(self) -> None:
         if self.unknown_words != "unk" and self.tokenizer != "word":
-            raise ConfigError(f"data.unknown_words: {self.unknown_words} needs a word-level source "
-                              f"(data.tokenizer: word), not '{self.tokenizer}'; leave "
-                              f"data.unknown_words out")
+            raise ConfigError(
+                f"data.unknown_words: {self.unknown_words} needs a word-level source "
+                f"(data.tokenizer: word), not '{self.tokenizer}'; leave "
+                f"data.unknown_words out"
+            )
         if self.word_dropout and self.unknown_words != "signature":
-            raise ConfigError(f"data.word_dropout = {self.word_dropout:g} drops words to "
-                              f"their signatures; set data.unknown_words: signature (or leave "
-                              f"data.word_dropout out)")
+            raise ConfigError(
+                f"data.word_dropout = {self.word_dropout:g} drops words to "
+                f"their signatures; set data.unknown_words: signature (or leave "
+                f"data.word_dropout out)"
+            )
 
 
 # ------------------------------------------------------------------ evaluation sections
@@ -343,8 +359,10 @@ class _Experiment:
 def _check_splits(decode: DecodeConfig, known: list[str], hint: str = "") -> None:
     for split in decode.splits:
         if split not in known:
-            raise ConfigError(f"decode.splits names '{split}', which is not one of "
-                              f"{', '.join(known)}{closest(split, known)}{hint}")
+            raise ConfigError(
+                f"decode.splits names '{split}', which is not one of "
+                f"{', '.join(known)}{closest(split, known)}{hint}"
+            )
 
 
 @config_dataclass
@@ -365,15 +383,22 @@ class MTExperiment(_Experiment):
     decode: MTDecode = field(default_factory=MTDecode)
 
     def __post_init__(self) -> None:
-        _check_splits(self.decode, ["valid", "test", *self.data.eval_sets],
-                      "; add it to data.eval_sets as NAME: FILE_PREFIX to score another set")
+        _check_splits(
+            self.decode,
+            ["valid", "test", *self.data.eval_sets],
+            "; add it to data.eval_sets as NAME: FILE_PREFIX to score another set",
+        )
         if self.model.get("decoder_cursor"):
-            raise ConfigError("model.decoder_cursor tells a parser's decoder which word it "
-                              "places next (task: parse); task 'mt' has no such word (leave "
-                              "model.decoder_cursor out)")
+            raise ConfigError(
+                "model.decoder_cursor tells a parser's decoder which word it "
+                "places next (task: parse); task 'mt' has no such word (leave "
+                "model.decoder_cursor out)"
+            )
         if self.decode.tune_alpha and not self.data.valid:
-            raise ConfigError("decode.tune_alpha chooses α on the valid split, but data.valid is "
-                              "not set; set data.valid or leave decode.tune_alpha empty")
+            raise ConfigError(
+                "decode.tune_alpha chooses α on the valid split, but data.valid is "
+                "not set; set data.valid or leave decode.tune_alpha empty"
+            )
 
 
 @config_dataclass
@@ -394,11 +419,14 @@ class _EncoderExperiment(_Experiment):
 
     def __post_init__(self) -> None:
         if "preset" in self.model and self.train.init_from:
-            raise ConfigError("model.preset and train.init_from both give the architecture; "
-                              "drop model.preset (the checkpoint's model is used)")
+            raise ConfigError(
+                "model.preset and train.init_from both give the architecture; "
+                "drop model.preset (the checkpoint's model is used)"
+            )
         if not self.train.init_weights and not self.train.init_from:
-            raise ConfigError("train.init_weights=false takes the architecture of "
-                              "train.init_from, which is not set")
+            raise ConfigError(
+                "train.init_weights=false takes the architecture of train.init_from, which is not set"
+            )
 
 
 @config_dataclass
@@ -426,16 +454,24 @@ class SquadExperiment(_EncoderExperiment):
 
 
 # one experiment: the class its task names
-Experiment = Annotated[LMExperiment | MTExperiment | ParseExperiment | PretrainExperiment
-                       | ClassifyExperiment | SquadExperiment, Field(discriminator="task")]
+Experiment = Annotated[
+    LMExperiment | MTExperiment | ParseExperiment | PretrainExperiment | ClassifyExperiment | SquadExperiment,
+    Field(discriminator="task"),
+]
 EXPERIMENTS: dict[str, type[_Experiment]] = {
-    "lm": LMExperiment, "mt": MTExperiment, "parse": ParseExperiment,
-    "bert": PretrainExperiment, "classify": ClassifyExperiment, "squad": SquadExperiment}
+    "lm": LMExperiment,
+    "mt": MTExperiment,
+    "parse": ParseExperiment,
+    "bert": PretrainExperiment,
+    "classify": ClassifyExperiment,
+    "squad": SquadExperiment,
+}
 _EXPERIMENT = TypeAdapter(Experiment)
 
 
-def build_model_config(task: str, section: dict[str, Any], vocab_size: int,
-                       base: dict[str, Any] | None = None) -> ModelConfig:
+def build_model_config(
+    task: str, section: dict[str, Any], vocab_size: int, base: dict[str, Any] | None = None
+) -> ModelConfig:
     """The task's model config from a ``model`` section (``preset`` first, then the fields) on
     top of ``base`` (the fields of a starting checkpoint's config, for ``train.init_from``); an
     encoder task's heads are set by the task."""
@@ -445,11 +481,16 @@ def build_model_config(task: str, section: dict[str, Any], vocab_size: int,
     if "preset" in fields:
         start = preset(str(fields.pop("preset")))
         if type(start) is not cls:
-            raise ConfigError(f"model.preset is a {type(start).__name__}, but task '{task}' "
-                              f"trains a {cls.__name__}")
+            raise ConfigError(
+                f"model.preset is a {type(start).__name__}, but task '{task}' trains a {cls.__name__}"
+            )
         base = dataclasses.asdict(start)
-    merged = {**base, **fields, "vocab_size": fields.get("vocab_size", vocab_size),
-              **TASK_HEADS.get(task, {})}
+    merged = {
+        **base,
+        **fields,
+        "vocab_size": fields.get("vocab_size", vocab_size),
+        **TASK_HEADS.get(task, {}),
+    }
     try:
         return TypeAdapter(cls).validate_python(merged)
     except ValidationError as e:
@@ -477,8 +518,10 @@ class _Loader(yaml.SafeLoader):
             if not isinstance(key, Hashable):
                 break  # PyYAML's own mapping refuses it ("found unhashable key")
             if key in seen:
-                raise ConfigError(f"{self.name}:{line}: key '{key}' appears twice in this mapping "
-                                  f"(first on line {seen[key]}); keep one")
+                raise ConfigError(
+                    f"{self.name}:{line}: key '{key}' appears twice in this mapping "
+                    f"(first on line {seen[key]}); keep one"
+                )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -486,7 +529,8 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
+    list("-+0123456789"),
+)
 
 
 def parse_yaml(text: str, name: str = "<text>") -> Any:
@@ -503,8 +547,13 @@ def parse_yaml(text: str, name: str = "<text>") -> Any:
         loader.dispose()
 
 
-def read_file(path: Path, _seen: tuple[Path, ...] = (), *, kind: str = "config",
-              what: str = "sections (name, task, model, data, train)") -> dict[str, Any]:
+def read_file(
+    path: Path,
+    _seen: tuple[Path, ...] = (),
+    *,
+    kind: str = "config",
+    what: str = "sections (name, task, model, data, train)",
+) -> dict[str, Any]:
     """Parse a YAML or TOML file into a dict; one-line errors for missing, undecodable (not
     UTF-8) and invalid files, and for repeated keys (``kind`` names the file, ``what`` what its
     mapping holds).
@@ -521,8 +570,9 @@ def read_file(path: Path, _seen: tuple[Path, ...] = (), *, kind: str = "config",
         raise ConfigError(f"{path}: not valid TOML (nested too deeply)") from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:
         detail = " ".join(str(e).split())
-        raise ConfigError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'} "
-                          f"({detail})") from None
+        raise ConfigError(
+            f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'} ({detail})"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of {what}, got {type(data).__name__}")
     if "extends" in data:
@@ -533,8 +583,9 @@ def read_file(path: Path, _seen: tuple[Path, ...] = (), *, kind: str = "config",
     return data
 
 
-def parse_assignment(item: str, where: str = "override",
-                     form: str = "section.key=value (e.g. train.steps=100)") -> tuple[str, Any]:
+def parse_assignment(
+    item: str, where: str = "override", form: str = "section.key=value (e.g. train.steps=100)"
+) -> tuple[str, Any]:
     """``a.b.c=value`` → ``("a.b.c", value)``, the value read as YAML (``3``, ``1e-3``,
     ``null``, ``true``, ``[1, 2]``; text that is not YAML stays text; an empty value is ``""``).
     The one ``key=value`` reader: experiment overrides, sweep points, ``fullrank sweep``'s
@@ -579,8 +630,9 @@ def parse_experiment(data: dict[str, Any], source: str = "config") -> Experiment
     data = {"task": "lm", **data}
     task = data["task"]
     if task not in EXPERIMENTS:
-        raise ConfigError(f"{source}: task '{task}' is not one of {', '.join(EXPERIMENTS)}"
-                          f"{closest(str(task), EXPERIMENTS)}")
+        raise ConfigError(
+            f"{source}: task '{task}' is not one of {', '.join(EXPERIMENTS)}{closest(str(task), EXPERIMENTS)}"
+        )
     try:
         exp = _EXPERIMENT.validate_python(data)
     except ValidationError as e:

@@ -35,8 +35,10 @@ class _Files:
 
     def __post_init__(self) -> None:
         if self.tokenizer != "wordpiece":
-            raise ConfigError(f"data.tokenizer = {self.tokenizer}: BERT's tasks need a wordpiece "
-                              f"tokenizer ([CLS], [SEP], [MASK])")
+            raise ConfigError(
+                f"data.tokenizer = {self.tokenizer}: BERT's tasks need a wordpiece "
+                f"tokenizer ([CLS], [SEP], [MASK])"
+            )
 
 
 @config_dataclass
@@ -79,8 +81,10 @@ class PretrainData(_Files):
         if not 0.0 < self.mlm_prob < 1.0:
             raise ConfigError(f"data.mlm_prob must be in (0, 1), got {self.mlm_prob}")
         if self.tokenizer_sample <= 0.0:
-            raise ConfigError("data.tokenizer_sample must be above 0 (the share of training "
-                              "documents the vocabulary is trained on)")
+            raise ConfigError(
+                "data.tokenizer_sample must be above 0 (the share of training "
+                "documents the vocabulary is trained on)"
+            )
 
 
 @config_dataclass
@@ -119,8 +123,12 @@ class ClassifyData(_Files):
     def spec(self, entry: str | ClassifyFile) -> ClassifyFile:
         """``entry`` as a :class:`ClassifyFile` with the section's defaults and ``root``."""
         f = ClassifyFile(path=entry) if isinstance(entry, str) else entry
-        return ClassifyFile(path=str(self.path(f.path)), text_fields=f.text_fields or self.text_fields,
-                            label_field=f.label_field or self.label_field, detokenize=f.detokenize)
+        return ClassifyFile(
+            path=str(self.path(f.path)),
+            text_fields=f.text_fields or self.text_fields,
+            label_field=f.label_field or self.label_field,
+            detokenize=f.detokenize,
+        )
 
 
 @config_dataclass
@@ -151,5 +159,7 @@ class SquadData(_Files):
         if self.test_every and self.test:
             raise ConfigError("data.test and data.test_every both give a test part; set one")
         if self.test_every == 1:
-            raise ConfigError(f"data.test_every = {self.test_every}: every k-th article goes to the "
-                              f"test part; use k >= 2 (or 0 with data.test)")
+            raise ConfigError(
+                f"data.test_every = {self.test_every}: every k-th article goes to the "
+                f"test part; use k >= 2 (or 0 with data.test)"
+            )

@@ -56,9 +56,11 @@ class LoadReport:
 
     def lines(self, start: Start) -> list[str]:
         where = f"{start.path}" + (f" (step {start.step})" if start.step is not None else "")
-        return [f"init_from {where}: {len(self.loaded)} tensors loaded",
-                f"  new tensors ({len(self.new)}): {_names(self.new)}",
-                f"  dropped tensors ({len(self.dropped)}): {_names(self.dropped)}"]
+        return [
+            f"init_from {where}: {len(self.loaded)} tensors loaded",
+            f"  new tensors ({len(self.new)}): {_names(self.new)}",
+            f"  dropped tensors ({len(self.dropped)}): {_names(self.dropped)}",
+        ]
 
 
 def _names(names: list[str]) -> str:
@@ -79,12 +81,16 @@ def find_start(exp: Any) -> Start | None:
     config = config_from_dict(meta["model"])
     want = TASK_MODELS[exp.task]
     if type(config) is not want:
-        raise CheckpointError(f"train.init_from: {path} holds a {family_of(config)} model "
-                              f"({type(config).__name__}), but task '{exp.task}' trains a "
-                              f"{want.__name__}; start from a checkpoint of that family")
+        raise CheckpointError(
+            f"train.init_from: {path} holds a {family_of(config)} model "
+            f"({type(config).__name__}), but task '{exp.task}' trains a "
+            f"{want.__name__}; start from a checkpoint of that family"
+        )
     if not (path / TOKENIZER_FILE).is_file():
-        raise CheckpointError(f"train.init_from: {path} has no {TOKENIZER_FILE}; the new run "
-                              f"needs the tokenizer the weights were trained with")
+        raise CheckpointError(
+            f"train.init_from: {path} has no {TOKENIZER_FILE}; the new run "
+            f"needs the tokenizer the weights were trained with"
+        )
     return Start(path, config, Tokenizer.load(verified_tokenizer(path)), meta.get("step"))
 
 
@@ -94,16 +100,14 @@ def start_config(exp: Any, start: Start | None, vocab_size: int, **fields: Any) 
     return planned_config(exp, vocab_size, start.config if start else None, **fields)
 
 
-def planned_config(exp: Any, vocab_size: int, base: ModelConfig | None,
-                   **fields: Any) -> ModelConfig:
+def planned_config(exp: Any, vocab_size: int, base: ModelConfig | None, **fields: Any) -> ModelConfig:
     """The model config of a run of ``exp``: ``base`` (the model of the checkpoint it starts
     from; ``None``: none, and ``vocab_size`` from the tokenizer) with the ``model`` section and
     ``fields`` on top."""
     section = {**exp.model, **fields}
     if base is None:
         return build_model_config(exp.task, section, vocab_size)
-    return build_model_config(exp.task, section, base.vocab_size,
-                              base=dataclasses.asdict(base))
+    return build_model_config(exp.task, section, base.vocab_size, base=dataclasses.asdict(base))
 
 
 def load_start_weights(model: nn.Module, start: Start) -> LoadReport:
@@ -119,36 +123,45 @@ def load_start_weights(model: nn.Module, start: Start) -> LoadReport:
     for name, want in expected.items():
         if name not in full:
             if not name.startswith(heads):
-                raise CheckpointError(f"train.init_from: {start.path} has no tensor '{name}'; it "
-                                      f"holds another architecture (check the model section "
-                                      f"against the checkpoint's config.yaml)")
+                raise CheckpointError(
+                    f"train.init_from: {start.path} has no tensor '{name}'; it "
+                    f"holds another architecture (check the model section "
+                    f"against the checkpoint's config.yaml)"
+                )
             report.new.append(name)
         elif tuple(full[name].shape) != tuple(want.shape):
-            raise CheckpointError(f"train.init_from: tensor '{name}' is {tuple(full[name].shape)} "
-                                  f"in {start.path} but {tuple(want.shape)} in this model; the "
-                                  f"model section changes the architecture")
+            raise CheckpointError(
+                f"train.init_from: tensor '{name}' is {tuple(full[name].shape)} "
+                f"in {start.path} but {tuple(want.shape)} in this model; the "
+                f"model section changes the architecture"
+            )
         else:
             report.loaded.append(name)
     for name in full:
         if name not in expected and aliases.get(name) not in expected:  # a tied copy kept goes too
             if not name.startswith(heads):
-                raise CheckpointError(f"train.init_from: {start.path} holds '{name}', which this "
-                                      f"model lacks; the model section changes the architecture")
+                raise CheckpointError(
+                    f"train.init_from: {start.path} holds '{name}', which this "
+                    f"model lacks; the model section changes the architecture"
+                )
             report.dropped.append(name)
     state = {k: full[k] for k in report.loaded}
     model.load_state_dict({**model.state_dict(), **state}, strict=True)
     return report
 
 
-def init_weights(model: nn.Module, exp: Any, start: Start | None, *, resuming: bool,
-                 say: Any = print) -> LoadReport | None:
+def init_weights(
+    model: nn.Module, exp: Any, start: Start | None, *, resuming: bool, say: Any = print
+) -> LoadReport | None:
     """Load ``start``'s weights into ``model`` unless the run resumes (its own checkpoint then
     has them) or ``train.init_weights`` is off; print what was loaded, new and dropped."""
     if start is None or resuming:
         return None
     if not exp.train.init_weights:
-        say(f"init_from {start.path}: architecture and tokenizer only, random weights "
-            f"(train.init_weights=false)")
+        say(
+            f"init_from {start.path}: architecture and tokenizer only, random weights "
+            f"(train.init_weights=false)"
+        )
         return None
     report = load_start_weights(model, start)
     for line in report.lines(start):
@@ -156,8 +169,9 @@ def init_weights(model: nn.Module, exp: Any, start: Start | None, *, resuming: b
     return report
 
 
-def build_initialised(model_cfg: ModelConfig, exp: Any, start: Start | None, *,
-                      resuming: bool, rank: int, say: Any = print) -> nn.Module:
+def build_initialised(
+    model_cfg: ModelConfig, exp: Any, start: Start | None, *, resuming: bool, rank: int, say: Any = print
+) -> nn.Module:
     """The model of ``model_cfg``, its weights drawn from ``train.seed`` and then taken from
     ``start`` (:func:`init_weights`); the random state is left at ``train.seed + rank``, so that
     dropout differs across data-parallel ranks."""

@@ -44,31 +44,43 @@ class LanguageModelRecipe(Recipe):
         data, cfg = exp.data, exp.train
         tok = run.tokenizer(lambda: [data.path(data.train)])
         model_cfg = run.model_config(tok)
-        ids = {name: corpus(run, exp, split, tok) for name, split in
-               (("train", data.train), ("valid", data.valid), ("test", data.test)) if split}
+        ids = {
+            name: corpus(run, exp, split, tok)
+            for name, split in (("train", data.train), ("valid", data.valid), ("test", data.test))
+            if split
+        }
         self.ids = ids
-        batches = LMBlocks(ids["train"], seq_len=model_cfg.seq_len, batch_size=cfg.batch_size,
-                           seed=cfg.seed, name=data.train)
+        batches = LMBlocks(
+            ids["train"], seq_len=model_cfg.seq_len, batch_size=cfg.batch_size, seed=cfg.seed, name=data.train
+        )
         self.loss = LanguageModeling(cfg.label_smoothing)
         self.seq_len = model_cfg.seq_len
         return Setup(
-            model_config=model_cfg, tokenizer=tok, batches=batches, loss=self.loss,
-            data_line=(f"data: {len(ids['train']):,} training tokens ({len(batches):,} batches "
-                       f"of {cfg.batch_size}×{model_cfg.seq_len + 1} per epoch)"),
+            model_config=model_cfg,
+            tokenizer=tok,
+            batches=batches,
+            loss=self.loss,
+            data_line=(
+                f"data: {len(ids['train']):,} training tokens ({len(batches):,} batches "
+                f"of {cfg.batch_size}×{model_cfg.seq_len + 1} per epoch)"
+            ),
             vocabulary=f"vocab {tok.vocab_size} ({tok.kind})",
-            per_rank=cfg.batch_size // run.dist.world, unit="sequences",
+            per_rank=cfg.batch_size // run.dist.world,
+            unit="sequences",
             validate=(lambda m: self.perplexity(run, m, "valid", cfg.eval_batches))
-            if "valid" in ids else None,
-            meta={"data": {"eos_per_line": data.eos_per_line}})
+            if "valid" in ids
+            else None,
+            meta={"data": {"eos_per_line": data.eos_per_line}},
+        )
 
-    def perplexity(self, run: Run, model: nn.Module, split: str,
-                   limit: int | None) -> dict[str, float]:
+    def perplexity(self, run: Run, model: nn.Module, split: str, limit: int | None) -> dict[str, float]:
         """Per-token loss and perplexity of ``split`` (at most ``limit`` batches). Rank 0
         evaluates alone, in batches of the global size: with ``train.eval_batches`` the periodic
         validation covers the same rows as a one-process run."""
         bs = run.exp.train.batch_size
-        blocks = LMBlocks(self.ids[split], seq_len=self.seq_len, batch_size=bs,
-                          seed=run.exp.train.seed, name=split)
+        blocks = LMBlocks(
+            self.ids[split], seq_len=self.seq_len, batch_size=bs, seed=run.exp.train.seed, name=split
+        )
         return self.loss.evaluate(model, blocks.eval_batches(bs), run.dist.device, limit=limit)
 
     def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
@@ -78,37 +90,47 @@ class LanguageModelRecipe(Recipe):
                 continue
             r = self.perplexity(run, model, split, None)
             setattr(report, split, r)
-            run.say(f"{split + ':':6} loss {r['loss']:.4f} · perplexity {r['ppl']:.2f} "
-                    f"({r['tokens']:,} tokens)")
+            run.say(
+                f"{split + ':':6} loss {r['loss']:.4f} · perplexity {r['ppl']:.2f} ({r['tokens']:,} tokens)"
+            )
         s = exp.sample
-        report.sample = generate_text(model, setup.tokenizer, s.prompt, s.max_new_tokens,
-                                      s.temperature, s.top_k, seed=exp.train.seed)
+        report.sample = generate_text(
+            model, setup.tokenizer, s.prompt, s.max_new_tokens, s.temperature, s.top_k, seed=exp.train.seed
+        )
         run.console.rule("sample")
         run.console.print(report.sample, markup=False)
         run.console.rule()
         (run.run_dir / "sample.txt").write_text(report.sample, encoding="utf-8")
 
-    def plan_model(self, exp: LMExperiment, out: Path, cache: dict[str, Any],
-                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+    def plan_model(
+        self, exp: LMExperiment, out: Path, cache: dict[str, Any], base: ModelConfig | None
+    ) -> tuple[ModelConfig, list[str]]:
         if base is not None or exp.model.get("vocab_size"):
             return planned_config(exp, exp.model.get("vocab_size", 0), base), []
-        tok, overrides = planned_tokenizer(exp, lambda: [exp.data.path(exp.data.train)], out,
-                                           cache)
+        tok, overrides = planned_tokenizer(exp, lambda: [exp.data.path(exp.data.train)], out, cache)
         return planned_config(exp, tok.vocab_size, None), overrides
 
 
 def corpus(run: Run, exp: LMExperiment, name: str, tok: Tokenizer) -> np.ndarray:
     """Token ids of one file (rank 0 fills the cache first; the others then read it)."""
+
     def read() -> np.ndarray:
-        return tokenize_file(exp.data.path(name), tok, exp.data.cache_dir,
-                             eos_per_line=exp.data.eos_per_line)
+        return tokenize_file(exp.data.path(name), tok, exp.data.cache_dir, eos_per_line=exp.data.eos_per_line)
+
     run.first(read)
     return read()
 
 
 @torch.inference_mode()
-def generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_tokens: int,
-                  temperature: float, top_k: int | None, seed: int = 0) -> str:
+def generate_text(
+    model: torch.nn.Module,
+    tok: Tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int = 0,
+) -> str:
     """Sample a continuation of ``prompt`` (returned with the prompt).
 
     The model sees at most ``seq_len`` positions, so a long sample is drawn in windows: when the
@@ -118,19 +140,31 @@ def generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_t
         return _generate_text(model, tok, prompt, max_new_tokens, temperature, top_k, seed)
 
 
-def _generate_text(model: torch.nn.Module, tok: Tokenizer, prompt: str, max_new_tokens: int,
-                   temperature: float, top_k: int | None, seed: int) -> str:
+def _generate_text(
+    model: torch.nn.Module,
+    tok: Tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+) -> str:
     seq_len: int = getattr(model, "config").seq_len
     device = next(model.parameters()).device
     tokens = tok.encode(prompt) or [tok.bos_id]
     generator = torch.Generator(device=device).manual_seed(seed)
     produced = 0
     while produced < max_new_tokens:
-        context = tokens[-(seq_len // 2):] if len(tokens) >= seq_len else tokens
+        context = tokens[-(seq_len // 2) :] if len(tokens) >= seq_len else tokens
         n = min(max_new_tokens - produced, seq_len - len(context))
-        out = sample(LMDecoder(cast(LanguageModel, model)), torch.tensor([context], device=device),
-                     max_new_tokens=n,
-                     temperature=temperature, top_k=top_k, generator=generator)
-        tokens += out[0, len(context):].tolist()
+        out = sample(
+            LMDecoder(cast(LanguageModel, model)),
+            torch.tensor([context], device=device),
+            max_new_tokens=n,
+            temperature=temperature,
+            top_k=top_k,
+            generator=generator,
+        )
+        tokens += out[0, len(context) :].tolist()
         produced += n
     return tok.decode(tokens)

@@ -52,8 +52,11 @@ class TranslationRecipe(Recipe):
         exp: MTExperiment = run.exp
         data, cfg = exp.data, exp.train
         # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
-        extra = {name: read_parallel(*pair_files(data, prefix))
-                 for name, prefix in data.eval_sets.items() if name in exp.decode.splits}
+        extra = {
+            name: read_parallel(*pair_files(data, prefix))
+            for name, prefix in data.eval_sets.items()
+            if name in exp.decode.splits
+        }
         tok = run.tokenizer(lambda: pair_files(data, data.train))
         model_cfg = run.model_config(tok)
         train_raw, train_pairs = load_split(data, data.train, tok)
@@ -61,39 +64,63 @@ class TranslationRecipe(Recipe):
         test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
         self.scored = {"valid": valid_raw, "test": test_raw, **extra}
         for split in exp.decode.splits:  # a source too long fails now, not after training
-            long = first_too_long(tok.encode_batch([s for s, _ in self.scored.get(split, [])]),
-                                  getattr(model_cfg, "max_len"))
+            long = first_too_long(
+                tok.encode_batch([s for s, _ in self.scored.get(split, [])]), getattr(model_cfg, "max_len")
+            )
             if long is not None:
-                raise DataError(f"decode.splits: '{split}' line {long[0] + 1} has {long[1]} "
-                                f"source tokens, more than model.max_len={model_cfg.max_len}; "
-                                f"raise model.max_len or leave '{split}' out of decode.splits")
+                raise DataError(
+                    f"decode.splits: '{split}' line {long[0] + 1} has {long[1]} "
+                    f"source tokens, more than model.max_len={model_cfg.max_len}; "
+                    f"raise model.max_len or leave '{split}' out of decode.splits"
+                )
         self.dropped = train_pairs.n_dropped
         sampler, sides = None, None
         if data.bpe_dropout:
             kept = [train_raw[i] for i in train_pairs.kept]
-            sides = [BPEDropout(tok, [pair[j] for pair in kept], data.bpe_dropout,
-                                seed=cfg.seed + j, max_len=data.max_sentence_len, standard=ids)
-                     for j, ids in enumerate((train_pairs.src, train_pairs.tgt))]
+            sides = [
+                BPEDropout(
+                    tok,
+                    [pair[j] for pair in kept],
+                    data.bpe_dropout,
+                    seed=cfg.seed + j,
+                    max_len=data.max_sentence_len,
+                    standard=ids,
+                )
+                for j, ids in enumerate((train_pairs.src, train_pairs.tgt))
+            ]
 
             def sampler(epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
                 return sides[0].epoch(epoch), sides[1].epoch(epoch)
 
         setup, self.exact_valid = pair_setup(
-            run, model_cfg, tok, train_pairs, valid_pairs, sampler=sampler,
-            vocabulary=f"shared {tok.kind} vocabulary of {tok.vocab_size}")
+            run,
+            model_cfg,
+            tok,
+            train_pairs,
+            valid_pairs,
+            sampler=sampler,
+            vocabulary=f"shared {tok.kind} vocabulary of {tok.vocab_size}",
+        )
         batches = setup.batches
         assert isinstance(batches, ParallelBatches)
-        line = (f"data: {len(train_pairs):,} training pairs ({train_pairs.n_dropped} longer "
-                f"than {data.max_sentence_len} tokens dropped), {len(batches):,} batches of "
-                f"≤{data.max_tokens} tokens per epoch"
-                + (" with standard BPE" if sides is not None else
-                   f", padding {100 * batches.padding_ratio():.1f}%"))
+        line = (
+            f"data: {len(train_pairs):,} training pairs ({train_pairs.n_dropped} longer "
+            f"than {data.max_sentence_len} tokens dropped), {len(batches):,} batches of "
+            f"≤{data.max_tokens} tokens per epoch"
+            + (
+                " with standard BPE"
+                if sides is not None
+                else f", padding {100 * batches.padding_ratio():.1f}%"
+            )
+        )
         if sides is not None:
-            line += (f"\nBPE-dropout p={data.bpe_dropout:g}: {VARIANTS} segmentations drawn "
-                     f"per word ({sides[0].n_words:,} source, {sides[1].n_words:,} target "
-                     f"words); epoch 0 has {batches.n_tokens(0) / batches.n_tokens() - 1:+.1%}"
-                     f" tokens, {batches.epoch_length(0):,} batches, padding "
-                     f"{100 * batches.padding_ratio(0):.1f}%")
+            line += (
+                f"\nBPE-dropout p={data.bpe_dropout:g}: {VARIANTS} segmentations drawn "
+                f"per word ({sides[0].n_words:,} source, {sides[1].n_words:,} target "
+                f"words); epoch 0 has {batches.n_tokens(0) / batches.n_tokens() - 1:+.1%}"
+                f" tokens, {batches.epoch_length(0):,} batches, padding "
+                f"{100 * batches.padding_ratio(0):.1f}%"
+            )
         setup.data_line = line
         return setup
 
@@ -103,12 +130,12 @@ class TranslationRecipe(Recipe):
         report.extra["dropped_pairs"] = self.dropped
         report.extra["bleu"] = final_bleu(run, exp, model, setup.tokenizer, self.scored)
 
-    def plan_model(self, exp: MTExperiment, out: Path, cache: dict[str, Any],
-                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+    def plan_model(
+        self, exp: MTExperiment, out: Path, cache: dict[str, Any], base: ModelConfig | None
+    ) -> tuple[ModelConfig, list[str]]:
         if base is not None or exp.model.get("vocab_size"):
             return planned_config(exp, exp.model.get("vocab_size", 0), base), []
-        tok, overrides = planned_tokenizer(exp, lambda: pair_files(exp.data, exp.data.train),
-                                           out, cache)
+        tok, overrides = planned_tokenizer(exp, lambda: pair_files(exp.data, exp.data.train), out, cache)
         return planned_config(exp, tok.vocab_size, None), overrides
 
 
@@ -117,17 +144,24 @@ def pair_files(data: MTData, prefix: str) -> list[Path]:
     return [data.path(f"{prefix}.{data.src_lang}"), data.path(f"{prefix}.{data.tgt_lang}")]
 
 
-def load_split(data: MTData, prefix: str,
-               tok: Tokenizer) -> tuple[list[tuple[str, str]], EncodedPairs]:
+def load_split(data: MTData, prefix: str, tok: Tokenizer) -> tuple[list[tuple[str, str]], EncodedPairs]:
     pairs = read_parallel(*pair_files(data, prefix))
     return pairs, encode_pairs(pairs, tok, max_len=data.max_sentence_len)
 
 
 # ------------------------------------------------------------ what parsing shares with it
-def pair_setup(run: Run, model_cfg: ModelConfig, tok: Tokenizer, train_pairs: EncodedPairs,
-               valid_pairs: EncodedPairs | None, *, vocabulary: str,
-               sampler: Sampler | None = None, meta: dict[str, Any] | None = None,
-               prepare: Callable[[nn.Module], nn.Module] | None = None) -> tuple[Setup, Validation]:
+def pair_setup(
+    run: Run,
+    model_cfg: ModelConfig,
+    tok: Tokenizer,
+    train_pairs: EncodedPairs,
+    valid_pairs: EncodedPairs | None,
+    *,
+    vocabulary: str,
+    sampler: Sampler | None = None,
+    meta: dict[str, Any] | None = None,
+    prepare: Callable[[nn.Module], nn.Module] | None = None,
+) -> tuple[Setup, Validation]:
     """The :class:`Setup` of a sequence-to-sequence task: ``train_pairs`` in token-bucketed
     batches of ``data.max_tokens`` (new token ids each epoch from ``sampler``, when given), the
     label-smoothed loss ([V17] §5.4), the teacher-forced validation on ``valid_pairs`` (on at
@@ -136,13 +170,29 @@ def pair_setup(run: Run, model_cfg: ModelConfig, tok: Tokenizer, train_pairs: En
     the data line is the caller's to set."""
     data: PairData = run.exp.data
     cfg = run.exp.train
-    batches = ParallelBatches(train_pairs, max_tokens=data.max_tokens, seed=cfg.seed,
-                              world=run.dist.world, sampler=sampler, pad_id=tok.pad_id,
-                              bos_id=tok.bos_id, eos_id=tok.eos_id)
+    batches = ParallelBatches(
+        train_pairs,
+        max_tokens=data.max_tokens,
+        seed=cfg.seed,
+        world=run.dist.world,
+        sampler=sampler,
+        pad_id=tok.pad_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+    )
     loss = Translation(tok.pad_id, cfg.label_smoothing)
-    valid = ParallelBatches(valid_pairs, max_tokens=data.max_tokens, shuffle=False,
-                            pad_id=tok.pad_id, bos_id=tok.bos_id,
-                            eos_id=tok.eos_id) if valid_pairs is not None else None
+    valid = (
+        ParallelBatches(
+            valid_pairs,
+            max_tokens=data.max_tokens,
+            shuffle=False,
+            pad_id=tok.pad_id,
+            bos_id=tok.bos_id,
+            eos_id=tok.eos_id,
+        )
+        if valid_pairs is not None
+        else None
+    )
 
     def validation(limit: int | None) -> Validation:
         if valid is None:
@@ -150,14 +200,25 @@ def pair_setup(run: Run, model_cfg: ModelConfig, tok: Tokenizer, train_pairs: En
         batches = valid
 
         def validate(m: nn.Module) -> dict[str, float]:
-            return loss.evaluate(m, (batches.get(0, i) for i in range(len(batches))),
-                                 run.dist.device, limit=limit)
+            return loss.evaluate(
+                m, (batches.get(0, i) for i in range(len(batches))), run.dist.device, limit=limit
+            )
+
         return validate
 
-    setup = Setup(model_config=model_cfg, tokenizer=tok, batches=batches, loss=loss,
-                  data_line="", vocabulary=vocabulary, per_rank=data.max_tokens,
-                  unit="tokens at most", validate=validation(cfg.eval_batches),
-                  meta=meta or {}, prepare=prepare or (lambda m: m))
+    setup = Setup(
+        model_config=model_cfg,
+        tokenizer=tok,
+        batches=batches,
+        loss=loss,
+        data_line="",
+        vocabulary=vocabulary,
+        per_rank=data.max_tokens,
+        unit="tokens at most",
+        validate=validation(cfg.eval_batches),
+        meta=meta or {},
+        prepare=prepare or (lambda m: m),
+    )
     return setup, validation(None)
 
 
@@ -189,31 +250,52 @@ def scored_models(run: Run, model: nn.Module, average_last: int) -> dict[str, nn
 
 def not_scored(run: Run, split: str) -> None:
     """Say that ``decode.splits`` names a split the data section leaves empty."""
-    run.say(f"not scored: decode.splits names '{split}', but the data section gives it no "
-            f"pairs (set data.{split}, or leave it out of decode.splits)")
+    run.say(
+        f"not scored: decode.splits names '{split}', but the data section gives it no "
+        f"pairs (set data.{split}, or leave it out of decode.splits)"
+    )
 
 
 # ------------------------------------------------------------------------------------ BLEU
-def evaluate_bleu(model: nn.Module | list[nn.Module], tok: Tokenizer,
-                  pairs: list[tuple[str, str]], decode: MTDecode, out_file: Path,
-                  progress: bool, *, lang: str) -> dict[str, Any]:
+def evaluate_bleu(
+    model: nn.Module | list[nn.Module],
+    tok: Tokenizer,
+    pairs: list[tuple[str, str]],
+    decode: MTDecode,
+    out_file: Path,
+    progress: bool,
+    *,
+    lang: str,
+) -> dict[str, Any]:
     """Translate the sources of ``pairs`` (several models: as an ensemble), write the output,
     and score it against the targets (in target language ``lang``)."""
     start = time.perf_counter()
-    hyps = [h[0] for h in translate(model, tok, [s for s, _ in pairs], beam=decode.beam,
-                                    alpha=decode.alpha, a=decode.a, b=decode.b,
-                                    batch_size=decode.batch_size, progress=progress,
-                                    workers=decode.workers, processes=decode.processes)]
+    hyps = [
+        h[0]
+        for h in translate(
+            model,
+            tok,
+            [s for s, _ in pairs],
+            beam=decode.beam,
+            alpha=decode.alpha,
+            a=decode.a,
+            b=decode.b,
+            batch_size=decode.batch_size,
+            progress=progress,
+            workers=decode.workers,
+            processes=decode.processes,
+        )
+    ]
     seconds = time.perf_counter() - start
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     report = score(hyps, [t for _, t in pairs], lang=lang)
-    return {**dataclasses.asdict(report), "sentences_per_s": len(pairs) / seconds,
-            "output": str(out_file)}
+    return {**dataclasses.asdict(report), "sentences_per_s": len(pairs) / seconds, "output": str(out_file)}
 
 
-def final_bleu(run: Run, exp: MTExperiment, model: nn.Module, tok: Tokenizer,
-               scored: dict[str, list[tuple[str, str]]]) -> dict[str, Any]:
+def final_bleu(
+    run: Run, exp: MTExperiment, model: nn.Module, tok: Tokenizer, scored: dict[str, list[tuple[str, str]]]
+) -> dict[str, Any]:
     """BLEU of the last checkpoint and of the average of the last K on each of
     ``decode.splits`` (``scored`` maps a split name to its raw pairs: ``valid``, ``test`` and
     the evaluation-only sets of ``data.eval_sets``; an empty one is skipped)."""
@@ -227,8 +309,7 @@ def final_bleu(run: Run, exp: MTExperiment, model: nn.Module, tok: Tokenizer,
             continue
         for name, m in models.items():
             out_file = run.run_dir / "translations" / f"{split}.{name}.{exp.data.tgt_lang}"
-            r = evaluate_bleu(m, tok, pairs, decode, out_file, run.progress,
-                              lang=exp.data.tgt_lang)
+            r = evaluate_bleu(m, tok, pairs, decode, out_file, run.progress, lang=exp.data.tgt_lang)
             results[f"{split}.{name}"] = r
             _print_result(run, f"{split} ({name}) beam {decode.beam}, α {decode.alpha:g}", r)
     if decode.tune_alpha and decode.splits:  # no splits: nothing is decoded, nor tuned
@@ -240,14 +321,21 @@ def final_bleu(run: Run, exp: MTExperiment, model: nn.Module, tok: Tokenizer,
 
 
 def _print_result(run: Run, what: str, r: dict[str, Any]) -> None:
-    run.say(f"{what}: sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
-            f"lowercased BLEU {r['tokenized_lowercased']:.2f} · Moses-tokenized lowercased "
-            f"BLEU {r['moses_lowercased']:.2f} ({r['sentences_per_s']:.1f} sentences/s)")
+    run.say(
+        f"{what}: sacreBLEU {r['sacrebleu']:.2f} · chrF {r['chrf']:.2f} · tokenized "
+        f"lowercased BLEU {r['tokenized_lowercased']:.2f} · Moses-tokenized lowercased "
+        f"BLEU {r['moses_lowercased']:.2f} ({r['sentences_per_s']:.1f} sentences/s)"
+    )
 
 
-def _tuned_alpha(run: Run, exp: MTExperiment, models: dict[str, nn.Module], tok: Tokenizer,
-                 scored: dict[str, list[tuple[str, str]]],
-                 done: dict[str, Any]) -> dict[str, Any]:
+def _tuned_alpha(
+    run: Run,
+    exp: MTExperiment,
+    models: dict[str, nn.Module],
+    tok: Tokenizer,
+    scored: dict[str, list[tuple[str, str]]],
+    done: dict[str, Any],
+) -> dict[str, Any]:
     """For each model: the α of ``decode.tune_alpha`` with the best tokenized lowercased BLEU on
     ``valid`` (``scored["valid"]``, non-empty: the config requires ``data.valid``), then every
     other split of ``decode.splits`` decoded once with it. ``done`` holds the results already
@@ -257,27 +345,38 @@ def _tuned_alpha(run: Run, exp: MTExperiment, models: dict[str, nn.Module], tok:
     results: dict[str, Any] = {}
     for name, m in models.items():
 
-        def bleu_at(split: str, alpha: float, out_file: Path, name: str = name,
-                    m: nn.Module = m) -> dict[str, Any]:
+        def bleu_at(
+            split: str, alpha: float, out_file: Path, name: str = name, m: nn.Module = m
+        ) -> dict[str, Any]:
             if alpha == decode.alpha and f"{split}.{name}" in done:
                 if split != "valid":  # the tuned output file, as if decoded again
                     shutil.copyfile(out_dir / f"{split}.{name}.{lang}", out_file)
                 return dict(done[f"{split}.{name}"])
-            return evaluate_bleu(m, tok, scored[split], dataclasses.replace(decode, alpha=alpha),
-                                 out_file, run.progress, lang=lang)
+            return evaluate_bleu(
+                m,
+                tok,
+                scored[split],
+                dataclasses.replace(decode, alpha=alpha),
+                out_file,
+                run.progress,
+                lang=lang,
+            )
 
-        dev = {a: bleu_at("valid", a, out_dir / f"valid.{name}.alpha{a:g}.{lang}")
-               ["tokenized_lowercased"] for a in dict.fromkeys(decode.tune_alpha)}
+        dev = {
+            a: bleu_at("valid", a, out_dir / f"valid.{name}.alpha{a:g}.{lang}")["tokenized_lowercased"]
+            for a in dict.fromkeys(decode.tune_alpha)
+        }
         best = max(dev, key=lambda a: dev[a])  # the first listed among equals
-        results[f"valid.{name}.tune_alpha"] = {"bleu": {f"{a:g}": b for a, b in dev.items()},
-                                               "best": best}
-        run.say(f"valid ({name}) tokenized lowercased BLEU by α: "
-                + ", ".join(f"{a:g} {b:.2f}" for a, b in dev.items()) + f" → α {best:g}")
+        results[f"valid.{name}.tune_alpha"] = {"bleu": {f"{a:g}": b for a, b in dev.items()}, "best": best}
+        run.say(
+            f"valid ({name}) tokenized lowercased BLEU by α: "
+            + ", ".join(f"{a:g} {b:.2f}" for a, b in dev.items())
+            + f" → α {best:g}"
+        )
         for split in decode.splits:
             if split == "valid" or not scored.get(split):
                 continue
             r = bleu_at(split, best, out_dir / f"{split}.{name}.tuned.{lang}")
             results[f"{split}.{name}.tuned"] = {**r, "alpha": best}
-            _print_result(run, f"{split} ({name}) beam {decode.beam}, α {best:g} chosen on "
-                          f"valid", r)
+            _print_result(run, f"{split} ({name}) beam {decode.beam}, α {best:g} chosen on valid", r)
     return results

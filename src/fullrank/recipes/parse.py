@@ -49,8 +49,9 @@ from fullrank.recipes.run import Recipe, Run, RunReport, Setup
 from fullrank.training.checkpoints import load_checkpoint, read_meta
 
 # said beside every figure: these are not [V17]'s Table 4 conditions
-NOT_COMPARABLE = ("NLTK's sample of WSJ files 0001–0199, not WSJ section 23: not comparable "
-                  "with [V17]'s 91.3 F1")
+NOT_COMPARABLE = (
+    "NLTK's sample of WSJ files 0001–0199, not WSJ section 23: not comparable with [V17]'s 91.3 F1"
+)
 SPLITS = ("train", "valid", "test")
 
 
@@ -60,8 +61,11 @@ class ParsingRecipe(Recipe):
     metrics = {
         "test_f1": (("extra", "parse", "test.{model}", "all", "f1"), "test F1", False),
         "valid_f1": (("extra", "parse", "valid.{model}", "all", "f1"), "validation F1", False),
-        "test_exact": (("extra", "parse", "test.{model}", "all", "exact_match"),
-                       "test exact match (%)", False),
+        "test_exact": (
+            ("extra", "parse", "test.{model}", "all", "exact_match"),
+            "test exact match (%)",
+            False,
+        ),
         "valid_ppl": (("valid", "ppl"), "validation perplexity", True),
     }
     ensembles = True
@@ -71,10 +75,8 @@ class ParsingRecipe(Recipe):
         data = exp.data
         data_dir = run.run_dir / "data"
         splits = load_splits(data)
-        pairs = {name: pairs_of(split, data.tree_leaves, data.tree_order)
-                 for name, split in splits.items()}
-        sources = data_dir / ("train.source" if data.unknown_words == "signature" else
-                              "train.words")
+        pairs = {name: pairs_of(split, data.tree_leaves, data.tree_order) for name, split in splits.items()}
+        sources = data_dir / ("train.source" if data.unknown_words == "signature" else "train.words")
         run.first(lambda: write_data(data, data_dir, splits, pairs))
         if run.start:
             same_trees(data, run.start.path)
@@ -84,48 +86,71 @@ class ParsingRecipe(Recipe):
         trees = self.tree_tokenizer(run, data_dir / "train.trees", words)
         specials = ("pad_id", "bos_id", "eos_id")
         if any(getattr(words, s) != getattr(trees, s) for s in specials):
-            raise ConfigError(f"data.tokenizer '{words.kind}' numbers its special tokens unlike "
-                              f"the tree vocabulary ({', '.join(specials)}); use "
-                              f"data.tokenizer: word")
+            raise ConfigError(
+                f"data.tokenizer '{words.kind}' numbers its special tokens unlike "
+                f"the tree vocabulary ({', '.join(specials)}); use "
+                f"data.tokenizer: word"
+            )
         model_cfg = run.model_config(trees, src_vocab_size=words.vocab_size)
-        ensure_vocab_matches(words, getattr(model_cfg, "src_vocab_size"),
-                             f"model.src_vocab_size in {exp.name}")
+        ensure_vocab_matches(
+            words, getattr(model_cfg, "src_vocab_size"), f"model.src_vocab_size in {exp.name}"
+        )
         for split in exp.decode.splits:  # a sentence too long fails now, not after training
-            long = first_too_long(words.encode_batch([s for s, _ in pairs.get(split, [])]),
-                                  getattr(model_cfg, "max_len"))
+            long = first_too_long(
+                words.encode_batch([s for s, _ in pairs.get(split, [])]), getattr(model_cfg, "max_len")
+            )
             if long is not None:
                 file, line = splits[split].origins[long[0]]
-                raise DataError(f"decode.splits: the '{split}' tree of {file} line {line} has "
-                                f"{long[1]} source tokens, more than model.max_len="
-                                f"{model_cfg.max_len}; raise model.max_len")
+                raise DataError(
+                    f"decode.splits: the '{split}' tree of {file} line {line} has "
+                    f"{long[1]} source tokens, more than model.max_len="
+                    f"{model_cfg.max_len}; raise model.max_len"
+                )
         limit = data.max_sentence_len
         train_pairs = encode_pairs(pairs["train"], words, max_len=limit, target=trees)
         sampler = None
         if data.word_dropout:
-            dropout = SignatureDropout([pairs["train"][i][0] for i in train_pairs.kept],
-                                       train_pairs.src, train_pairs.tgt, words,
-                                       trees if data.tree_leaves == "word" else None,
-                                       data.word_dropout, seed=exp.train.seed)
+            dropout = SignatureDropout(
+                [pairs["train"][i][0] for i in train_pairs.kept],
+                train_pairs.src,
+                train_pairs.tgt,
+                words,
+                trees if data.tree_leaves == "word" else None,
+                data.word_dropout,
+                seed=exp.train.seed,
+            )
             sampler = dropout.epoch
-        valid_pairs = encode_pairs(pairs["valid"], words, max_len=limit, target=trees) \
-            if "valid" in pairs else None
+        valid_pairs = (
+            encode_pairs(pairs["valid"], words, max_len=limit, target=trees) if "valid" in pairs else None
+        )
         self.splits, self.trees, self.dropped = splits, trees, train_pairs.n_dropped
         setup, self.exact_valid = pair_setup(
-            run, model_cfg, words, train_pairs, valid_pairs, sampler=sampler,
+            run,
+            model_cfg,
+            words,
+            train_pairs,
+            valid_pairs,
+            sampler=sampler,
             vocabulary=f"{words.vocab_size} words ({words.kind}), {trees.vocab_size} tree symbols",
-            meta={TREE_VOCABULARY: trees.to_str(), TREE_LEAVES: data.tree_leaves,
-                  TREE_ORDER: data.tree_order},
-            prepare=lambda m: tell_words(m, trees))
+            meta={
+                TREE_VOCABULARY: trees.to_str(),
+                TREE_LEAVES: data.tree_leaves,
+                TREE_ORDER: data.tree_order,
+            },
+            prepare=lambda m: tell_words(m, trees),
+        )
         batches = setup.batches
         assert isinstance(batches, ParallelBatches)
-        held = " · ".join(f"{name} {len(s):,} trees from {s.n_files} files"
-                          for name, s in splits.items() if name != "train")
+        held = " · ".join(
+            f"{name} {len(s):,} trees from {s.n_files} files" for name, s in splits.items() if name != "train"
+        )
         setup.data_line = (
             f"data: {len(train_pairs):,} training trees from {splits['train'].n_files} files "
             f"({train_pairs.n_dropped} longer than {limit} tokens dropped) · {held}; "
             f"{len(batches):,} batches of ≤{data.max_tokens} tokens per epoch, padding "
             f"{100 * batches.padding_ratio():.1f}%"
-            + (f"; word dropout to signatures, α={data.word_dropout:g}" if sampler else ""))
+            + (f"; word dropout to signatures, α={data.word_dropout:g}" if sampler else "")
+        )
         return setup
 
     def tree_tokenizer(self, run: Run, targets: Path, words: Tokenizer) -> Tokenizer:
@@ -138,11 +163,11 @@ class ParsingRecipe(Recipe):
             if run.resume_from is not None and saved.is_file():
                 return
             if run.start:
-                tok = tree_vocabulary(read_meta(run.start.path),
-                                      f"train.init_from: {run.start.path}")
+                tok = tree_vocabulary(read_meta(run.start.path), f"train.init_from: {run.start.path}")
             else:
                 tok = tree_symbols(targets, words)
             tok.save(saved)
+
         run.first(build)
         return Tokenizer.load(saved)
 
@@ -159,37 +184,58 @@ class ParsingRecipe(Recipe):
             for name, m in models.items():
                 out_file = run.run_dir / "parses" / f"{split}.{name}.trees"
                 results[f"{split}.{name}"], line = score_parses(
-                    m, setup.tokenizer, self.trees, self.splits[split], exp.data, exp.decode,
-                    out_file, run.progress)
-                run.say(f"{split} ({name}) beam {exp.decode.beam}, α {exp.decode.alpha:g}: "
-                        + line)
+                    m,
+                    setup.tokenizer,
+                    self.trees,
+                    self.splits[split],
+                    exp.data,
+                    exp.decode,
+                    out_file,
+                    run.progress,
+                )
+                run.say(f"{split} ({name}) beam {exp.decode.beam}, α {exp.decode.alpha:g}: " + line)
         if results:
             run.say(f"EVALB rules (COLLINS.prm); {NOT_COMPARABLE}")
         results["note"] = NOT_COMPARABLE
         report.extra["parse"] = results
 
-    def ensemble(self, exp: ParseExperiment, runs: Sequence[Path], out: Path,
-                 say: Callable[[str], None]) -> dict[str, Any]:
+    def ensemble(
+        self, exp: ParseExperiment, runs: Sequence[Path], out: Path, say: Callable[[str], None]
+    ) -> dict[str, Any]:
         """The ensemble of the runs' averaged models (``decode.average_last`` > 1; else their
         last checkpoints), as :func:`ensemble_scores`; results under ``extra.parse`` as a
         run's."""
         k = exp.decode.average_last
-        model = f"avg{k}" if k > 1 and all((r / f"averaged-last{k}").is_dir() for r in runs) \
-            else "last"
+        model = f"avg{k}" if k > 1 and all((r / f"averaged-last{k}").is_dir() for r in runs) else "last"
         scores = ensemble_scores(exp, runs, out, model, say)
-        return {"extra": {"parse": {f"{split}.{model}": scores[split]
-                                    for split in exp.decode.splits if split in scores},
-                          "members": scores["members"]}}
+        return {
+            "extra": {
+                "parse": {
+                    f"{split}.{model}": scores[split] for split in exp.decode.splits if split in scores
+                },
+                "members": scores["members"],
+            }
+        }
 
-    def plan_model(self, exp: ParseExperiment, out: Path, cache: dict[str, Any],
-                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+    def plan_model(
+        self, exp: ParseExperiment, out: Path, cache: dict[str, Any], base: ModelConfig | None
+    ) -> tuple[ModelConfig, list[str]]:
         if base is not None:
             return planned_config(exp, 0, base), []
         data = exp.data
-        parts = [exp.task, str(Path(data.root).resolve()), *(str(getattr(data, s)) for s in SPLITS),
-                 data.tokenizer, str(data.vocab_size), str(data.lowercase),
-                 str(data.min_frequency), data.unknown_words, data.tree_leaves, data.tree_order,
-                 str(data.tokenizer_file)]
+        parts = [
+            exp.task,
+            str(Path(data.root).resolve()),
+            *(str(getattr(data, s)) for s in SPLITS),
+            data.tokenizer,
+            str(data.vocab_size),
+            str(data.lowercase),
+            str(data.min_frequency),
+            data.unknown_words,
+            data.tree_leaves,
+            data.tree_order,
+            str(data.tokenizer_file),
+        ]
         name = "tokenizer-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
         if f"{name}:trees" not in cache:
             with tempfile.TemporaryDirectory() as tmp:
@@ -203,29 +249,33 @@ class ParsingRecipe(Recipe):
                     words = cache.get(name) or Tokenizer.load(out / name)
                 else:
                     source = "train.source" if data.unknown_words == "signature" else "train.words"
-                    words = Tokenizer.train(data.tokenizer, [data_dir / source], data.vocab_size,
-                                            min_frequency=data.min_frequency,
-                                            lowercase=data.lowercase)
+                    words = Tokenizer.train(
+                        data.tokenizer,
+                        [data_dir / source],
+                        data.vocab_size,
+                        min_frequency=data.min_frequency,
+                        lowercase=data.lowercase,
+                    )
                 write_targets(data_dir, with_known_words(pairs, words, data))
                 cache[f"{name}:trees"] = tree_symbols(data_dir / "train.trees", words).vocab_size
             if not data.tokenizer_file:
                 cache[name] = words
             cache[f"{name}:words"] = words.vocab_size
-        overrides = [] if data.tokenizer_file else \
-            [f"data.tokenizer_file={(out / name).resolve()}"]
-        return planned_config(exp, cache[f"{name}:trees"], None,
-                              src_vocab_size=cache[f"{name}:words"]), overrides
+        overrides = [] if data.tokenizer_file else [f"data.tokenizer_file={(out / name).resolve()}"]
+        return planned_config(
+            exp, cache[f"{name}:trees"], None, src_vocab_size=cache[f"{name}:words"]
+        ), overrides
 
 
 # ------------------------------------------------------------------------ trees into pairs
 def load_splits(data: ParseData, only: Sequence[str] = SPLITS) -> dict[str, TreebankSplit]:
     """The cleaned trees of each split the data section names."""
-    return {name: load_treebank(data.root, pattern) for name in only
-            if (pattern := getattr(data, name))}
+    return {name: load_treebank(data.root, pattern) for name in only if (pattern := getattr(data, name))}
 
 
-def pairs_of(split: TreebankSplit, leaves: Leaves = "placeholder",
-             order: Order = "top_down") -> list[tuple[str, str]]:
+def pairs_of(
+    split: TreebankSplit, leaves: Leaves = "placeholder", order: Order = "top_down"
+) -> list[tuple[str, str]]:
     """``(words, linearized tree)`` of each tree, as text."""
     return [(" ".join(t.leaves()), " ".join(linearize(t, leaves, order))) for t in split.trees]
 
@@ -235,8 +285,9 @@ def write_lines(path: Path, lines: Iterable[str]) -> None:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-def write_data(data: ParseData, out: Path, splits: dict[str, TreebankSplit],
-               pairs: dict[str, list[tuple[str, str]]]) -> None:
+def write_data(
+    data: ParseData, out: Path, splits: dict[str, TreebankSplit], pairs: dict[str, list[tuple[str, str]]]
+) -> None:
     """``NAME.words`` (the sentences) and ``NAME.gold`` (the cleaned trees, one per line) of each
     split under ``out``; with signatures also ``train.source``, the training sentences with their
     rare words as signatures: the text the source vocabulary is built from."""
@@ -249,8 +300,9 @@ def write_data(data: ParseData, out: Path, splits: dict[str, TreebankSplit],
         write_lines(out / "train.source", (" ".join(map(rare, s.split())) for s, _ in pairs["train"]))
 
 
-def with_known_words(pairs: dict[str, list[tuple[str, str]]], words: Tokenizer,
-                     data: ParseData) -> dict[str, list[tuple[str, str]]]:
+def with_known_words(
+    pairs: dict[str, list[tuple[str, str]]], words: Tokenizer, data: ParseData
+) -> dict[str, list[tuple[str, str]]]:
     """``pairs`` with each word the vocabulary ``words`` lacks as its signature
     (:mod:`fullrank.data.unknown_words`, ``data.unknown_words: signature``), in the sentence
     and, when the words are the tree's leaves, in the tree."""
@@ -260,8 +312,11 @@ def with_known_words(pairs: dict[str, list[tuple[str, str]]], words: Tokenizer,
 
     def tree(t: str) -> str:
         return t if data.tree_leaves != "word" or is_bracket(t) else known(t)
-    return {name: [(" ".join(map(known, s.split())), " ".join(map(tree, t.split())))
-                   for s, t in p] for name, p in pairs.items()}
+
+    return {
+        name: [(" ".join(map(known, s.split())), " ".join(map(tree, t.split()))) for s, t in p]
+        for name, p in pairs.items()
+    }
 
 
 def write_targets(out: Path, pairs: dict[str, list[tuple[str, str]]]) -> None:
@@ -274,10 +329,18 @@ def tree_symbols(targets: Path, words: Tokenizer) -> Tokenizer:
     """The tree symbols' vocabulary: every bracket and ``XX`` of the training ``targets``, and of
     their words those that ``words`` (the source vocabulary) keeps."""
     symbols = targets.with_suffix(".symbols")
-    symbols.write_text("".join(
-        " ".join(t for t in line.split() if is_bracket(t) or t == PLACEHOLDER
-                 or words.token_to_id(t) not in (None, words.unk_id)) + "\n"
-        for line in targets.read_text(encoding="utf-8").splitlines()), encoding="utf-8")
+    symbols.write_text(
+        "".join(
+            " ".join(
+                t
+                for t in line.split()
+                if is_bracket(t) or t == PLACEHOLDER or words.token_to_id(t) not in (None, words.unk_id)
+            )
+            + "\n"
+            for line in targets.read_text(encoding="utf-8").splitlines()
+        ),
+        encoding="utf-8",
+    )
     return Tokenizer.train("word", [symbols])
 
 
@@ -286,45 +349,77 @@ def same_trees(data: ParseData, checkpoint: Path) -> None:
     says."""
     meta = read_meta(checkpoint)
     where = f"train.init_from: {checkpoint}"
-    for setting, theirs in (("tree_leaves", tree_leaves(meta, where)),
-                            ("tree_order", tree_order(meta, where))):
+    for setting, theirs in (
+        ("tree_leaves", tree_leaves(meta, where)),
+        ("tree_order", tree_order(meta, where)),
+    ):
         if theirs != getattr(data, setting):
-            raise ConfigError(f"{where} writes trees with data.{setting}={theirs}, this "
-                              f"experiment with {getattr(data, setting)}; set "
-                              f"data.{setting}: {theirs}")
+            raise ConfigError(
+                f"{where} writes trees with data.{setting}={theirs}, this "
+                f"experiment with {getattr(data, setting)}; set "
+                f"data.{setting}: {theirs}"
+            )
 
 
 # ------------------------------------------------------------------------ parses into scores
-def score_parses(model: nn.Module | list[nn.Module], words: Tokenizer, trees: Tokenizer,
-                 gold: TreebankSplit, data: ParseData, decode: ParseDecode, out_file: Path,
-                 progress: bool) -> tuple[dict[str, Any], str]:
+def score_parses(
+    model: nn.Module | list[nn.Module],
+    words: Tokenizer,
+    trees: Tokenizer,
+    gold: TreebankSplit,
+    data: ParseData,
+    decode: ParseDecode,
+    out_file: Path,
+    progress: bool,
+) -> tuple[dict[str, Any], str]:
     """Parse the sentences of ``gold`` (several models: as an ensemble), write the trees to
     ``out_file`` and score them: F1, precision, recall, exact match and crossing for all
     sentences and those of ≤ 40 words, the share of outputs that needed repair, speed; and
     the scores as one line."""
     sentences = [" ".join(t.leaves()) for t in gold.trees]
     begun = time.perf_counter()
-    parsed = parse(model, words, trees, sentences, beam=decode.beam, alpha=decode.alpha,
-                   a=decode.a, b=decode.b, batch_size=decode.batch_size, progress=progress,
-                   workers=decode.workers, processes=decode.processes, leaves=data.tree_leaves,
-                   order=data.tree_order, constrained=decode.constrained)
+    parsed = parse(
+        model,
+        words,
+        trees,
+        sentences,
+        beam=decode.beam,
+        alpha=decode.alpha,
+        a=decode.a,
+        b=decode.b,
+        batch_size=decode.batch_size,
+        progress=progress,
+        workers=decode.workers,
+        processes=decode.processes,
+        leaves=data.tree_leaves,
+        order=data.tree_order,
+        constrained=decode.constrained,
+    )
     seconds = time.perf_counter() - begun
     out_file.parent.mkdir(parents=True, exist_ok=True)
     write_lines(out_file, ((p.tree.to_string() if p else "") for p in parsed))
     scores = score_trees([p.tree if p else None for p in parsed], gold.trees)
     repairs = Counter(r for p in parsed if p for r in p.repairs)
     n_repaired = sum(bool(p and p.repaired) for p in parsed)
-    record = {**scores.to_dict(), "repaired": n_repaired / len(parsed),
-              "repairs": dict(repairs), "sentences_per_s": len(parsed) / seconds,
-              "seconds": seconds, "output": str(out_file)}
-    line = (f"F1 {scores.all.f1:.2f} (≤{CUTOFF_LEN} words {scores.short.f1:.2f}) · exact match "
-            f"{scores.all.exact_match:.2f}% · repaired {n_repaired}/{len(parsed)} · "
-            f"{record['sentences_per_s']:.1f} sentences/s")
+    record = {
+        **scores.to_dict(),
+        "repaired": n_repaired / len(parsed),
+        "repairs": dict(repairs),
+        "sentences_per_s": len(parsed) / seconds,
+        "seconds": seconds,
+        "output": str(out_file),
+    }
+    line = (
+        f"F1 {scores.all.f1:.2f} (≤{CUTOFF_LEN} words {scores.short.f1:.2f}) · exact match "
+        f"{scores.all.exact_match:.2f}% · repaired {n_repaired}/{len(parsed)} · "
+        f"{record['sentences_per_s']:.1f} sentences/s"
+    )
     return record, line
 
 
-def ensemble_scores(exp: ParseExperiment, runs: Sequence[Path], out: Path, model: str,
-                    say: Callable[[str], None] = print) -> dict[str, Any]:
+def ensemble_scores(
+    exp: ParseExperiment, runs: Sequence[Path], out: Path, model: str, say: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Parse the ``decode.splits`` of ``exp`` with the ensemble of the ``model`` (``last``, or
     ``avgK``: its ``averaged-lastK``) of each of ``runs`` and score them; the trees go to
     ``out/SPLIT.trees``. The runs must share their vocabularies and tree settings (runs of
@@ -336,18 +431,30 @@ def ensemble_scores(exp: ParseExperiment, runs: Sequence[Path], out: Path, model
     if first.tokenizer is None:
         raise ConfigError(f"{first.path}: no tokenizer.json; not a parsing checkpoint")
     for c in ckpts[1:]:
-        if c.tokenizer is None or c.tokenizer.fingerprint() != first.tokenizer.fingerprint() \
-                or tree_vocabulary(c.meta, str(c.path)).fingerprint() != trees.fingerprint():
-            raise ConfigError(f"{c.path} and {first.path} have different vocabularies; an "
-                              f"ensemble needs parsers trained on the same trees")
+        if (
+            c.tokenizer is None
+            or c.tokenizer.fingerprint() != first.tokenizer.fingerprint()
+            or tree_vocabulary(c.meta, str(c.path)).fingerprint() != trees.fingerprint()
+        ):
+            raise ConfigError(
+                f"{c.path} and {first.path} have different vocabularies; an "
+                f"ensemble needs parsers trained on the same trees"
+            )
     results: dict[str, Any] = {"members": [str(p) for p in paths]}
     for split in exp.decode.splits:
         pattern = getattr(exp.data, split, None)
         if not pattern:
             continue
         gold = load_treebank(exp.data.root, pattern)
-        results[split], line = score_parses([c.model for c in ckpts], first.tokenizer, trees,
-                                            gold, exp.data, exp.decode, out / f"{split}.trees",
-                                            progress=False)
+        results[split], line = score_parses(
+            [c.model for c in ckpts],
+            first.tokenizer,
+            trees,
+            gold,
+            exp.data,
+            exp.decode,
+            out / f"{split}.trees",
+            progress=False,
+        )
         say(f"ensemble of {len(ckpts)} ({model}) {split}: {line}")
     return results

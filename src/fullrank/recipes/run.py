@@ -92,9 +92,14 @@ class RunReport:
 
 
 # ------------------------------------------------------------------------ the run directory
-def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None = None,
-                      dist: DistInfo | None = None,
-                      log: Callable[[str], None] = print) -> Path | None:
+def find_resume_point(
+    run_dir: Path,
+    resume: Resume,
+    *,
+    resume_from: str | None = None,
+    dist: DistInfo | None = None,
+    log: Callable[[str], None] = print,
+) -> Path | None:
     """The checkpoint to continue from, following the ``resume`` policy; ``None`` for a new run.
 
     ``resume_from`` (``train.resume_from``) names the checkpoint; otherwise it is the one
@@ -116,18 +121,30 @@ def find_resume_point(run_dir: Path, resume: Resume, *, resume_from: str | None 
         if found is not None and passed_over and main:
             log(f"resuming from {found.name}, the newest readable checkpoint")
     if found is None and resume == "always":
-        raise ConfigError(f"{run_dir}: nothing to resume (no checkpoint under "
-                          f"{checkpoints}); drop --resume to start the run")
+        raise ConfigError(
+            f"{run_dir}: nothing to resume (no checkpoint under "
+            f"{checkpoints}); drop --resume to start the run"
+        )
     if found is not None and resume == "never" and resume_from is None:
-        raise ConfigError(f"{run_dir} already holds a checkpoint ({found.name}); pass --resume "
-                          f"(or resume=auto) to continue it, or set name=… for a new run")
-    check_output_dir(run_dir, option="run directory", overwrite=True, replaceable=is_run_dir,
-                     kind="a fullrank run directory", new="set another name= or out_dir=")
+        raise ConfigError(
+            f"{run_dir} already holds a checkpoint ({found.name}); pass --resume "
+            f"(or resume=auto) to continue it, or set name=… for a new run"
+        )
+    check_output_dir(
+        run_dir,
+        option="run directory",
+        overwrite=True,
+        replaceable=is_run_dir,
+        kind="a fullrank run directory",
+        new="set another name= or out_dir=",
+    )
     if main and checkpoints.is_dir():
         removed = remove_temporaries(checkpoints)
         if removed:
-            log(f"removed {len(removed)} temporary file(s) left by a save that was killed: "
-                + ", ".join(p.name for p in removed))
+            log(
+                f"removed {len(removed)} temporary file(s) left by a save that was killed: "
+                + ", ".join(p.name for p in removed)
+            )
     return found
 
 
@@ -143,9 +160,15 @@ class TokenizerSettings(Protocol):
     def path(self, name: str) -> Path: ...
 
 
-def prepare_tokenizer(data: TokenizerSettings, files: Callable[[], Sequence[Path]] | None,
-                      run_dir: Path, dist: DistInfo, resuming: bool,
-                      start: Tokenizer | None = None, task: str = "") -> Tokenizer:
+def prepare_tokenizer(
+    data: TokenizerSettings,
+    files: Callable[[], Sequence[Path]] | None,
+    run_dir: Path,
+    dist: DistInfo,
+    resuming: bool,
+    start: Tokenizer | None = None,
+    task: str = "",
+) -> Tokenizer:
     """The run's tokenizer: its own when resuming, the ``train.init_from`` checkpoint's
     (``start``), ``data.tokenizer_file``, or one trained on ``files()`` (rank 0 trains and
     saves; the others wait and load). ``files`` is called only when a tokenizer is trained;
@@ -155,29 +178,39 @@ def prepare_tokenizer(data: TokenizerSettings, files: Callable[[], Sequence[Path
         return Tokenizer.load(saved)
     if start is not None:
         if data.tokenizer_file:
-            raise ConfigError("data.tokenizer_file and train.init_from both give a tokenizer; "
-                              "drop data.tokenizer_file (the checkpoint's tokenizer is used)")
+            raise ConfigError(
+                "data.tokenizer_file and train.init_from both give a tokenizer; "
+                "drop data.tokenizer_file (the checkpoint's tokenizer is used)"
+            )
     elif data.tokenizer_file:
         return Tokenizer.load(data.path(data.tokenizer_file))
     elif files is None:
-        raise ConfigError(f"task '{task}' fine-tunes a model: set train.init_from (a "
-                          f"pre-trained checkpoint, which brings its tokenizer) or "
-                          f"data.tokenizer_file")
+        raise ConfigError(
+            f"task '{task}' fine-tunes a model: set train.init_from (a "
+            f"pre-trained checkpoint, which brings its tokenizer) or "
+            f"data.tokenizer_file"
+        )
     if dist.is_main:
         if start is not None:
             tok = start
         else:
             assert files is not None
-            tok = Tokenizer.train(data.tokenizer, list(files()), data.vocab_size,
-                                  min_frequency=data.min_frequency, lowercase=data.lowercase)
+            tok = Tokenizer.train(
+                data.tokenizer,
+                list(files()),
+                data.vocab_size,
+                min_frequency=data.min_frequency,
+                lowercase=data.lowercase,
+            )
         run_dir.mkdir(parents=True, exist_ok=True)
         tok.save(saved)
     barrier(dist)
     return Tokenizer.load(saved)
 
 
-def planned_tokenizer(exp: Any, files: Callable[[], Sequence[Path]], out: Path,
-                      cache: dict[str, Any]) -> tuple[Tokenizer, list[str]]:
+def planned_tokenizer(
+    exp: Any, files: Callable[[], Sequence[Path]], out: Path, cache: dict[str, Any]
+) -> tuple[Tokenizer, list[str]]:
     """For ``fullrank sweep``: the tokenizer a run of ``exp`` would train on ``files()``, trained
     once per distinct setting (kept in ``cache`` under its file name, which the sweep saves under
     ``out``), and the override that makes the run load it; ``data.tokenizer_file`` as it is."""
@@ -185,15 +218,28 @@ def planned_tokenizer(exp: Any, files: Callable[[], Sequence[Path]], out: Path,
     if data.tokenizer_file:
         return Tokenizer.load(data.path(data.tokenizer_file)), []
     paths = [str(Path(f).resolve()) for f in files()]
-    parts = [exp.task, data.tokenizer, str(data.vocab_size), str(data.lowercase),
-             str(data.min_frequency), *paths]
+    parts = [
+        exp.task,
+        data.tokenizer,
+        str(data.vocab_size),
+        str(data.lowercase),
+        str(data.min_frequency),
+        *paths,
+    ]
     name = "tokenizer-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
     if name not in cache:
         saved = out / name
-        cache[name] = (Tokenizer.load(saved) if saved.is_file() else
-                       Tokenizer.train(data.tokenizer, [Path(p) for p in paths], data.vocab_size,
-                                       min_frequency=data.min_frequency,
-                                       lowercase=data.lowercase))
+        cache[name] = (
+            Tokenizer.load(saved)
+            if saved.is_file()
+            else Tokenizer.train(
+                data.tokenizer,
+                [Path(p) for p in paths],
+                data.vocab_size,
+                min_frequency=data.min_frequency,
+                lowercase=data.lowercase,
+            )
+        )
     return cache[name], [f"data.tokenizer_file={(out / name).resolve()}"]
 
 
@@ -205,8 +251,10 @@ def given_vocab(exp: Any) -> int:
         return int(exp.model["vocab_size"])
     if data.tokenizer_file:
         return Tokenizer.load(data.path(data.tokenizer_file)).vocab_size
-    raise ConfigError(f"task '{exp.task}' fine-tunes a model: set train.init_from (another "
-                      f"point, or a checkpoint), data.tokenizer_file or model.vocab_size")
+    raise ConfigError(
+        f"task '{exp.task}' fine-tunes a model: set train.init_from (another "
+        f"point, or a checkpoint), data.tokenizer_file or model.vocab_size"
+    )
 
 
 # --------------------------------------------------------------------------- the lifecycle
@@ -238,10 +286,15 @@ class Run:
 
     def tokenizer(self, files: Callable[[], Sequence[Path]] | None) -> Tokenizer:
         """The run's tokenizer (:func:`prepare_tokenizer`)."""
-        return prepare_tokenizer(self.exp.data, files, self.run_dir, self.dist,
-                                 resuming=self.resume_from is not None,
-                                 start=self.start.tokenizer if self.start else None,
-                                 task=self.exp.task)
+        return prepare_tokenizer(
+            self.exp.data,
+            files,
+            self.run_dir,
+            self.dist,
+            resuming=self.resume_from is not None,
+            start=self.start.tokenizer if self.start else None,
+            task=self.exp.task,
+        )
 
     def model_config(self, tokenizer: Tokenizer, **fields: Any) -> ModelConfig:
         """The run's model config: the ``train.init_from`` checkpoint's (if any) with the model
@@ -316,15 +369,17 @@ class Recipe:
         fill ``report`` (``valid``, ``test``, ``extra``)."""
         raise NotImplementedError
 
-    def ensemble(self, exp: Any, runs: Sequence[Path], out: Path,
-                 say: Callable[[str], None]) -> dict[str, Any]:
+    def ensemble(
+        self, exp: Any, runs: Sequence[Path], out: Path, say: Callable[[str], None]
+    ) -> dict[str, Any]:
         """For ``fullrank sweep``: score the models of ``runs`` (runs of ``exp`` that differ in
         their seed) as one ensemble, writing outputs under ``out``; figures as in a run's
         results (see :attr:`metrics`)."""
         raise NotImplementedError
 
-    def plan_model(self, exp: Any, out: Path, cache: dict[str, Any],
-                   base: ModelConfig | None) -> tuple[ModelConfig, list[str]]:
+    def plan_model(
+        self, exp: Any, out: Path, cache: dict[str, Any], base: ModelConfig | None
+    ) -> tuple[ModelConfig, list[str]]:
         """For ``fullrank sweep``: the model config a run of ``exp`` will train, counted before
         training, and overrides that make the run use what was prepared for the count (e.g. the
         tokenizer, trained once under ``out`` and kept in ``cache``). ``base``: the model of the
@@ -336,28 +391,35 @@ def recipe_of(task: str) -> Recipe:
     """The recipe of ``task`` (its module is imported here, when a run needs it)."""
     if task == "lm":
         from fullrank.recipes.lm import LanguageModelRecipe
+
         return LanguageModelRecipe()
     if task == "mt":
         from fullrank.recipes.mt import TranslationRecipe
+
         return TranslationRecipe()
     if task == "parse":
         from fullrank.recipes.parse import ParsingRecipe
+
         return ParsingRecipe()
     if task == "bert":
         from fullrank.recipes.bert import PretrainingRecipe
+
         return PretrainingRecipe()
     if task == "classify":
         from fullrank.recipes.classify import ClassificationRecipe
+
         return ClassificationRecipe()
     if task == "squad":
         from fullrank.recipes.squad import SquadRecipe
+
         return SquadRecipe()
     raise ConfigError(f"no recipe for task '{task}'")
 
 
 @keeps_thread_count
-def run(exp: Experiment, *, resume: Resume = "never", progress: bool = True,
-        console: Console | None = None) -> RunReport:
+def run(
+    exp: Experiment, *, resume: Resume = "never", progress: bool = True, console: Console | None = None
+) -> RunReport:
     """Train and evaluate ``exp`` with its task's recipe: the lifecycle of the module
     docstring. Returns the report written to ``RUN/results.json``."""
     recipe = recipe_of(exp.task)
@@ -368,24 +430,39 @@ def run(exp: Experiment, *, resume: Resume = "never", progress: bool = True,
     recipe.check(exp, dist)
     console = console or make_console()
     r = Run(exp, dist, None, None, console, progress)
-    r.resume_from = find_resume_point(exp.run_dir, resume, resume_from=cfg.resume_from,
-                                      dist=dist, log=r.say)
+    r.resume_from = find_resume_point(exp.run_dir, resume, resume_from=cfg.resume_from, dist=dist, log=r.say)
     r.start = find_start(exp)
     s = recipe.setup(r)
-    model = s.prepare(build_initialised(s.model_config, exp, r.start,
-                                        resuming=r.resume_from is not None, rank=dist.rank,
-                                        say=r.say))
+    model = s.prepare(
+        build_initialised(
+            s.model_config, exp, r.start, resuming=r.resume_from is not None, rank=dist.rank, say=r.say
+        )
+    )
     parallel = parallel_batch(dist, per_rank=s.per_rank, grad_accum=cfg.grad_accum, unit=s.unit)
     header(r, s, parallel)
-    meta = {"task": exp.task, "experiment": exp.to_dict(),
-            "init_from": str(r.start.path) if r.start else None,
-            "init_weights": cfg.init_weights, **s.meta}
-    out = RunOutput(r.run_dir, s.model_config, s.tokenizer, meta,
-                    config_yaml=resolved_yaml(exp, s.model_config))
+    meta = {
+        "task": exp.task,
+        "experiment": exp.to_dict(),
+        "init_from": str(r.start.path) if r.start else None,
+        "init_weights": cfg.init_weights,
+        **s.meta,
+    }
+    out = RunOutput(
+        r.run_dir, s.model_config, s.tokenizer, meta, config_yaml=resolved_yaml(exp, s.model_config)
+    )
     with fast.cpu(model, onednn=cfg.fast_matmul and dist.device.type == "cpu"):
-        result = train(model, s.loss, s.batches, cfg, dist=dist, out=out,
-                       resume_from=r.resume_from, progress=progress,
-                       d_model=s.model_config.d_model, evaluate=s.validate)
+        result = train(
+            model,
+            s.loss,
+            s.batches,
+            cfg,
+            dist=dist,
+            out=out,
+            resume_from=r.resume_from,
+            progress=progress,
+            d_model=s.model_config.d_model,
+            evaluate=s.validate,
+        )
     teardown()  # every rank together; what follows is rank 0's alone
     checkpoint = result.checkpoint or latest_checkpoint(out.checkpoints)
     if sharded(dist, cfg.parallel) and dist.is_main:
@@ -393,8 +470,13 @@ def run(exp: Experiment, *, resume: Resume = "never", progress: bool = True,
         # the whole model that the last checkpoint holds (a sharded run saves its last step)
         assert checkpoint is not None
         model = s.prepare(load_checkpoint(checkpoint).model.to(dist.device))
-    report = RunReport(str(r.run_dir), result.state.step, result.seconds,
-                       count_params(s.model_config), checkpoint=str(checkpoint))
+    report = RunReport(
+        str(r.run_dir),
+        result.state.step,
+        result.seconds,
+        count_params(s.model_config),
+        checkpoint=str(checkpoint),
+    )
     report.extra["non_embedding_params"] = count_params(s.model_config, "non_embedding")
     report.extra["parallel"] = parallel
     if dist.is_main:
@@ -418,31 +500,38 @@ def header(run: Run, setup: Setup, parallel: dict[str, Any]) -> None:
         f"d_model {cfg.d_model} · {cfg.n_heads} heads × d_head {dh}"
         + (f" (d_value {dv})" if dv != dh else "")
         + (f" · seq_len {cfg.seq_len}" if layers is None else "")
-        + f" · {setup.vocabulary}", soft_wrap=True)
+        + f" · {setup.vocabulary}",
+        soft_wrap=True,
+    )
     if run.dist.device.type == "cpu":
         run.console.print(fast.matmul_summary(exp.train.fast_matmul, exp.train.precision))
         run.console.print(fast.memory_summary())
-    run.say(setup.data_line
-            + (f" · resuming from {run.resume_from.name}" if run.resume_from else ""))
+    run.say(setup.data_line + (f" · resuming from {run.resume_from.name}" if run.resume_from else ""))
     if run.dist.distributed:
         run.say(parallel_line(parallel))
 
 
-def parallel_batch(dist: DistInfo, *, per_rank: int, grad_accum: int,
-                   unit: str) -> dict[str, Any]:
+def parallel_batch(dist: DistInfo, *, per_rank: int, grad_accum: int, unit: str) -> dict[str, Any]:
     """How a step's batch is shared out, for the log and ``results.json``: ``world_size``
     processes (``torchrun``; 1 without), each taking ``batch_per_rank`` ``unit`` per
     micro-batch, ``grad_accum`` micro-batches per step: ``global_batch`` per optimizer step."""
-    return {"world_size": dist.world, "batch_per_rank": per_rank, "grad_accum": grad_accum,
-            "global_batch": per_rank * dist.world * grad_accum, "batch_unit": unit}
+    return {
+        "world_size": dist.world,
+        "batch_per_rank": per_rank,
+        "grad_accum": grad_accum,
+        "global_batch": per_rank * dist.world * grad_accum,
+        "batch_unit": unit,
+    }
 
 
 def parallel_line(p: dict[str, Any]) -> str:
     """One log line of :func:`parallel_batch`'s record."""
     accum = f" × {p['grad_accum']} accumulated" if p["grad_accum"] > 1 else ""
-    return (f"data parallel: world size {p['world_size']} · {p['batch_per_rank']:,} "
-            f"{p['batch_unit']} per rank × {p['world_size']} ranks{accum} = global batch "
-            f"{p['global_batch']:,} {p['batch_unit']} per step")
+    return (
+        f"data parallel: world size {p['world_size']} · {p['batch_per_rank']:,} "
+        f"{p['batch_unit']} per rank × {p['world_size']} ranks{accum} = global batch "
+        f"{p['global_batch']:,} {p['batch_unit']} per step"
+    )
 
 
 def finish(run: Run, report: RunReport) -> None:
@@ -450,8 +539,11 @@ def finish(run: Run, report: RunReport) -> None:
     final = (report.steps, report.valid) if report.valid else None
     report.extra["curves"] = str(plot_run(run.run_dir, final=final))
     report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    (run.run_dir / "results.json").write_text(json.dumps(dataclasses.asdict(report), indent=1),
-                                              encoding="utf-8")
-    run.say(f"checkpoint: {report.checkpoint}\ncurves: {report.extra['curves']}\n"
-            f"results: {run.run_dir / 'results.json'}\n"
-            f"trained {report.steps} steps in {report.seconds / 60:.1f} min")
+    (run.run_dir / "results.json").write_text(
+        json.dumps(dataclasses.asdict(report), indent=1), encoding="utf-8"
+    )
+    run.say(
+        f"checkpoint: {report.checkpoint}\ncurves: {report.extra['curves']}\n"
+        f"results: {run.run_dir / 'results.json'}\n"
+        f"trained {report.steps} steps in {report.seconds / 60:.1f} min"
+    )

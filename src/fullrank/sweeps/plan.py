@@ -203,8 +203,10 @@ class Sweep:
             for arm in self.arms.values():
                 check_key(self.path, "overrides", key, arm.task)
             if key in varied:
-                raise ConfigError(f"override '{key}': {self.path} sets it point by point "
-                                  f"({varied[key]}); choose points with --arms, or edit the file")
+                raise ConfigError(
+                    f"override '{key}': {self.path} sets it point by point "
+                    f"({varied[key]}); choose points with --arms, or edit the file"
+                )
         return dataclasses.replace(self, cli={**self.cli, **overrides})
 
 
@@ -218,8 +220,11 @@ def _check_axes(path: Path, where: str, axes: dict[str, list[Any]]) -> None:
             raise _fail(path, f"{where}: '{key}' is empty; give it at least one value")
         tied = [isinstance(v, dict) for v in values]
         if any(tied) and not all(tied):
-            raise _fail(path, f"{where}: '{key}' mixes mappings (keys set together) with plain "
-                              f"values; make every value a mapping or none")
+            raise _fail(
+                path,
+                f"{where}: '{key}' mixes mappings (keys set together) with plain "
+                f"values; make every value a mapping or none",
+            )
 
 
 def _axis_keys(axes: dict[str, list[Any]]) -> list[str]:
@@ -249,15 +254,20 @@ def check_key(path: Path, where: str, key: str, task: str) -> None:
     section, _, rest = key.partition(".")
     if not rest:
         if key in RESERVED:
-            raise _fail(path, f"{where}: '{key}' is set by the sweep (each point runs in "
-                              f"OUT/POINT_NAME); leave it out")
+            raise _fail(
+                path,
+                f"{where}: '{key}' is set by the sweep (each point runs in OUT/POINT_NAME); leave it out",
+            )
         if key not in top:
             keys = top + [f"{s}.{k}" for s, ks in schema.items() for k in ks]
             raise _fail(path, f"{where}: unknown key '{key}'{closest(key, keys)}")
         return
     if section not in schema:
-        raise _fail(path, f"{where}: unknown section '{section}' in '{key}' for task '{task}'"
-                          f"{closest(section, list(schema))}")
+        raise _fail(
+            path,
+            f"{where}: unknown section '{section}' in '{key}' for task '{task}'"
+            f"{closest(section, list(schema))}",
+        )
     if rest not in schema[section] and "." not in rest:
         full = [f"{section}.{k}" for k in schema[section]]
         raise _fail(path, f"{where}: unknown key '{key}'{closest(key, full)}")
@@ -268,15 +278,13 @@ def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep file")
-    raw = read_file(path, kind="sweep",
-                    what="keys (name, base, axes, arms, seeds, match, …)")
+    raw = read_file(path, kind="sweep", what="keys (name, base, axes, arms, seeds, match, …)")
     try:
         spec = TypeAdapter(SweepFile).validate_python(raw)
     except ValidationError as e:
         raise _fail(path, describe(e, SweepFile)) from None
     if len(set(spec.seeds)) != len(spec.seeds) or not spec.seeds:
-        raise _fail(path, f"seeds {list(spec.seeds)} must be a non-empty list of distinct "
-                          f"integers")
+        raise _fail(path, f"seeds {list(spec.seeds)} must be a non-empty list of distinct integers")
     _check_axes(path, "axes", spec.axes)
     arms: dict[str, Arm] = {}
     for name, body in (spec.arms or {"base": {}}).items():
@@ -290,21 +298,31 @@ def load_sweep(path: str | Path) -> Sweep:
         match = _check_match(path, match, arms)
     for name in spec.reference:
         if name not in arms:
-            raise _fail(path, f"reference names arm '{name}', which is not an arm"
-                              f"{closest(name, arms)}")
+            raise _fail(path, f"reference names arm '{name}', which is not an arm{closest(name, arms)}")
     for p in spec.plots:
         _check_plot(path, p, arms)
     ensemble = spec.ensemble
     if ensemble and not any(recipe_of(a.task).ensembles for a in arms.values()):
-        raise _fail(path, f"ensemble: no arm's task ({', '.join(sorted({a.task for a in arms.values()}))}) "
-                          f"scores ensembles (parse does); leave ensemble out")
-    return Sweep(path=path, name=spec.name, arms=arms, steps=spec.steps, common=dict(spec.set),
-                 match=match, ensemble=ensemble, reference=dict(spec.reference), out=spec.out,
-                 plots=spec.plots)
+        raise _fail(
+            path,
+            f"ensemble: no arm's task ({', '.join(sorted({a.task for a in arms.values()}))}) "
+            f"scores ensembles (parse does); leave ensemble out",
+        )
+    return Sweep(
+        path=path,
+        name=spec.name,
+        arms=arms,
+        steps=spec.steps,
+        common=dict(spec.set),
+        match=match,
+        ensemble=ensemble,
+        reference=dict(spec.reference),
+        out=spec.out,
+        plots=spec.plots,
+    )
 
 
-def _arm(path: Path, spec: SweepFile, name: str, body: dict[str, Any],
-         before: dict[str, Arm]) -> Arm:
+def _arm(path: Path, spec: SweepFile, name: str, body: dict[str, Any], before: dict[str, Arm]) -> Arm:
     """Arm ``name`` of the file: ``body``'s overrides and its own keys (:data:`ARM_KEYS`)."""
     axes = body.pop("axes", None) or {}
     seeds = body.pop("seeds", None)
@@ -321,31 +339,41 @@ def _arm(path: Path, spec: SweepFile, name: str, body: dict[str, Any],
     if not isinstance(base_name, str):
         raise _fail(path, f"arms.{name}.base must be an experiment file, got {base_name!r}")
     if init_from is not None and init_from not in before:
-        raise _fail(path, f"arms.{name}.init_from names '{init_from}', which is not an arm "
-                          f"listed before it{closest(str(init_from), before)}")
+        raise _fail(
+            path,
+            f"arms.{name}.init_from names '{init_from}', which is not an arm "
+            f"listed before it{closest(str(init_from), before)}",
+        )
     base = (path.parent / base_name).resolve()
     task = str(read_file(base).get("task", "lm"))
     if task not in EXPERIMENTS:
-        raise _fail(path, f"arms.{name}: {base} has task '{task}', not one of "
-                          f"{', '.join(EXPERIMENTS)}")
-    return Arm(name=name, base=base, task=task, set=body, axes={**spec.axes, **axes},
-               seeds=tuple(seeds or spec.seeds), init_from=init_from)
+        raise _fail(path, f"arms.{name}: {base} has task '{task}', not one of {', '.join(EXPERIMENTS)}")
+    return Arm(
+        name=name,
+        base=base,
+        task=task,
+        set=body,
+        axes={**spec.axes, **axes},
+        seeds=tuple(seeds or spec.seeds),
+        init_from=init_from,
+    )
 
 
 def _check_match(path: Path, rule: MatchRule, arms: dict[str, Arm]) -> MatchRule:
     if isinstance(rule.target, str) and rule.target not in arms:
-        raise _fail(path, f"match.target '{rule.target}' is not an arm{closest(rule.target, arms)} "
-                          f"nor a number of parameters")
+        raise _fail(
+            path,
+            f"match.target '{rule.target}' is not an arm{closest(rule.target, arms)} "
+            f"nor a number of parameters",
+        )
     if not rule.solve_for.startswith("model."):
-        raise _fail(path, f"match.solve_for must be a model key such as model.d_ff, got "
-                          f"{rule.solve_for!r}")
+        raise _fail(path, f"match.solve_for must be a model key such as model.d_ff, got {rule.solve_for!r}")
     for arm in arms.values():
         check_key(path, "match.solve_for", rule.solve_for, arm.task)
     matched = rule.arms or tuple(a for a in arms if a != rule.target)
     for name in matched:
         if name not in arms:
-            raise _fail(path, f"match.arms names '{name}', which is not an arm"
-                              f"{closest(name, arms)}")
+            raise _fail(path, f"match.arms names '{name}', which is not an arm{closest(name, arms)}")
         if name == rule.target:
             raise _fail(path, f"match.arms holds the target arm '{name}' itself")
     return dataclasses.replace(rule, arms=matched)
@@ -355,8 +383,7 @@ def _check_plot(path: Path, spec: PlotSpec, arms: dict[str, Arm]) -> None:
     keys = {k for a in arms.values() for k in _axis_keys(a.axes)}
     xs = [*keys, *DERIVED]
     if spec.x not in xs:
-        raise _fail(path, f"plots: x '{spec.x}' is not one of {', '.join(xs)}"
-                          f"{closest(spec.x, xs)}")
+        raise _fail(path, f"plots: x '{spec.x}' is not one of {', '.join(xs)}{closest(spec.x, xs)}")
     if spec.series != "arm" and spec.series not in keys:
         raise _fail(path, f"plots: series '{spec.series}' must be 'arm' or an axis key")
 
@@ -468,18 +495,28 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
         """The coordinates of the ``init_from`` arm's point that ``arm``'s point at ``coords``
         starts from."""
         assert arm.init_from is not None
-        found = next((c for c in sweep.coordinates(arm.init_from)
-                      if all(k in coords and coords[k] == v for k, v in c.items())), None)
+        found = next(
+            (
+                c
+                for c in sweep.coordinates(arm.init_from)
+                if all(k in coords and coords[k] == v for k, v in c.items())
+            ),
+            None,
+        )
         if found is None:
-            raise _fail(sweep.path, f"point {_label(arm.name, coords)}: arm '{arm.init_from}' "
-                                    f"(its init_from) has no point at these coordinates")
+            raise _fail(
+                sweep.path,
+                f"point {_label(arm.name, coords)}: arm '{arm.init_from}' "
+                f"(its init_from) has no point at these coordinates",
+            )
         return found
 
     def upstream_name(arm: Arm, coords: dict[str, Any], seed: int) -> str:
         assert arm.init_from is not None
         source = sweep.arms[arm.init_from]
-        return point_name(source.name, upstream(arm, coords),
-                          seed if seed in source.seeds else source.seeds[0], keys)
+        return point_name(
+            source.name, upstream(arm, coords), seed if seed in source.seeds else source.seeds[0], keys
+        )
 
     def base_overrides(arm: Arm, coords: dict[str, Any]) -> list[str]:
         items = {**sweep.common, **arm.set, **coords}
@@ -520,8 +557,7 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
             if rule is not None and rule.target == arm.name:
                 status = "target"
             elif rule is not None and arm.name in rule.arms:
-                model, overrides, status, ok = _match(sweep, rule, arm.name, coords, model,
-                                                      overrides, count)
+                model, overrides, status, ok = _match(sweep, rule, arm.name, coords, model, overrides, count)
             for seed in arm.seeds:
                 name = point_name(arm.name, coords, seed, keys)
                 point_overrides = [*overrides, f"train.seed={seed}"]
@@ -529,59 +565,111 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
                 if source is not None:
                     point_overrides.append(f"train.init_from={out / source}")
                 exp = _experiment(sweep, arm.base, point_overrides, _label(arm.name, coords))
-                points.append(Point(
-                    name=name, group=point_name(arm.name, coords, None, keys), arm=arm.name,
-                    coords=coords, seed=seed, overrides=point_overrides, model=model,
-                    params=count_params(model, "total"),
-                    non_embedding=count_params(model, "non_embedding"),
-                    flops=model.flops_per_token()["forward"], match=status, matched=ok,
-                    experiment=exp, base=arm.base, task=exp.task, after=source))
+                points.append(
+                    Point(
+                        name=name,
+                        group=point_name(arm.name, coords, None, keys),
+                        arm=arm.name,
+                        coords=coords,
+                        seed=seed,
+                        overrides=point_overrides,
+                        model=model,
+                        params=count_params(model, "total"),
+                        non_embedding=count_params(model, "non_embedding"),
+                        flops=model.flops_per_token()["forward"],
+                        match=status,
+                        matched=ok,
+                        experiment=exp,
+                        base=arm.base,
+                        task=exp.task,
+                        after=source,
+                    )
+                )
     names = [p.name for p in points]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise _fail(sweep.path, f"two points are both named '{dup}'; give the arms or axis values "
-                                f"distinct names")
+        raise _fail(
+            sweep.path, f"two points are both named '{dup}'; give the arms or axis values distinct names"
+        )
     return Plan(sweep, points, cache)
 
 
-def _match(sweep: Sweep, rule: MatchRule, arm: str, coords: dict[str, Any], model: ModelConfig,
-           overrides: list[str], count: Callable[..., tuple[ModelConfig, list[str], str | None]]
-           ) -> tuple[ModelConfig, list[str], str, bool]:
+def _match(
+    sweep: Sweep,
+    rule: MatchRule,
+    arm: str,
+    coords: dict[str, Any],
+    model: ModelConfig,
+    overrides: list[str],
+    count: Callable[..., tuple[ModelConfig, list[str], str | None]],
+) -> tuple[ModelConfig, list[str], str, bool]:
     """``model`` with ``rule.solve_for`` set to hold the target count, or why it cannot be."""
     field_name = rule.solve_for.split(".", 1)[1]
     if rule.solve_for in coords:
         return model, overrides, f"unmatched: {rule.solve_for} is an axis of this arm", False
     if isinstance(rule.target, str):
         # the target arm's point at the same coordinates (on the keys the target varies)
-        at = next((c for c in sweep.coordinates(rule.target)
-                   if all(k in coords and coords[k] == v for k, v in c.items())), None)
+        at = next(
+            (
+                c
+                for c in sweep.coordinates(rule.target)
+                if all(k in coords and coords[k] == v for k, v in c.items())
+            ),
+            None,
+        )
         if at is None:
-            return model, overrides, (f"unmatched: arm '{rule.target}' has no point at these "
-                                      f"coordinates"), False
+            return (
+                model,
+                overrides,
+                (f"unmatched: arm '{rule.target}' has no point at these coordinates"),
+                False,
+            )
         target = count_params(count(rule.target, at)[0], rule.count)
     else:
         target = rule.target
     found = solve_for(model, field_name, target, which=rule.count, multiple=rule.multiple)
     if found is None:
-        return model, overrides, (f"unmatched: no valid {rule.solve_for} gives "
-                                  f"{target:,} parameters"), False
+        return model, overrides, (f"unmatched: no valid {rule.solve_for} gives {target:,} parameters"), False
     value = getattr(found.config, field_name)
     if abs(found.gap) > rule.tolerance:
-        return model, overrides, (f"unmatched: the nearest, {field_name}={value}, gives "
-                                  f"{found.params:,} against {target:,} ({100 * found.gap:+.2f}%, "
-                                  f"tolerance {100 * rule.tolerance:g}%)"), False
+        return (
+            model,
+            overrides,
+            (
+                f"unmatched: the nearest, {field_name}={value}, gives "
+                f"{found.params:,} against {target:,} ({100 * found.gap:+.2f}%, "
+                f"tolerance {100 * rule.tolerance:g}%)"
+            ),
+            False,
+        )
     config = typing.cast(ModelConfig, found.config)
-    return (config, [*overrides, f"{rule.solve_for}={value}"],
-            f"matched: {field_name}={value} ({100 * found.gap:+.3f}%)", True)
+    return (
+        config,
+        [*overrides, f"{rule.solve_for}={value}"],
+        f"matched: {field_name}={value} ({100 * found.gap:+.3f}%)",
+        True,
+    )
 
 
 # --------------------------------------------------------------------------- output folder
 def manifest(plan_: Plan) -> dict[str, Any]:
-    return {"format": FORMAT, "sweep": plan_.sweep.name, "file": str(plan_.sweep.path),
-            "base": str(plan_.sweep.base),
-            "points": {p.name: {"group": p.group, "arm": p.arm, "coords": p.coords,
-                                "seed": p.seed, "base": str(p.base), "overrides": p.overrides}
-                       for p in plan_.points}}
+    return {
+        "format": FORMAT,
+        "sweep": plan_.sweep.name,
+        "file": str(plan_.sweep.path),
+        "base": str(plan_.sweep.base),
+        "points": {
+            p.name: {
+                "group": p.group,
+                "arm": p.arm,
+                "coords": p.coords,
+                "seed": p.seed,
+                "base": str(p.base),
+                "overrides": p.overrides,
+            }
+            for p in plan_.points
+        },
+    }
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -600,22 +688,30 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
 def claim_output(plan_: Plan, out: Path) -> None:
     """Make ``out`` this sweep's folder, or refuse in one line: a folder that is not this sweep's
     output, or a point already trained there with other settings, is never touched."""
-    check_output_dir(out, option="--out", overwrite=True,
-                     replaceable=lambda p: (p / MANIFEST).exists(),
-                     inputs=[plan_.sweep.path, *(a.base for a in plan_.sweep.arms.values())],
-                     kind=f"a sweep's output folder (no {MANIFEST})", new="choose another --out")
+    check_output_dir(
+        out,
+        option="--out",
+        overwrite=True,
+        replaceable=lambda p: (p / MANIFEST).exists(),
+        inputs=[plan_.sweep.path, *(a.base for a in plan_.sweep.arms.values())],
+        kind=f"a sweep's output folder (no {MANIFEST})",
+        new="choose another --out",
+    )
     known = read_manifest(out) if out.is_dir() else None
     if known is not None and known.get("sweep") != plan_.sweep.name:
-        raise ConfigError(f"--out {out} holds sweep '{known.get('sweep')}', not "
-                          f"'{plan_.sweep.name}'; choose another --out")
+        raise ConfigError(
+            f"--out {out} holds sweep '{known.get('sweep')}', not '{plan_.sweep.name}'; choose another --out"
+        )
     points = dict((known or {}).get("points", {}))
     for p in plan_.points:
         before = points.get(p.name)
         if before is not None and before["overrides"] != p.overrides and (out / p.name).exists():
             changed = sorted(set(p.overrides) ^ set(before["overrides"]))
-            raise ConfigError(f"{out / p.name} was trained with other settings ({changed[0]} "
-                              f"differs); choose another --out, or remove that folder to retrain "
-                              f"the point")
+            raise ConfigError(
+                f"{out / p.name} was trained with other settings ({changed[0]} "
+                f"differs); choose another --out, or remove that folder to retrain "
+                f"the point"
+            )
     out.mkdir(parents=True, exist_ok=True)
     for name, tok in plan_.tokenizers.items():
         if not (out / name).is_file():
@@ -632,14 +728,23 @@ def finished(out: Path, point: Point) -> bool:
 def own_threads(point: Point) -> str | None:
     """The thread count that the point's own settings fix (its last ``train.threads=``), if
     any: the runner's share of the cores does not replace it."""
-    return next((o.split("=", 1)[1] for o in reversed(point.overrides)
-                 if o.startswith("train.threads=")), None)
+    return next(
+        (o.split("=", 1)[1] for o in reversed(point.overrides) if o.startswith("train.threads=")), None
+    )
 
 
-def train_command(point: Point, out: Path, *, threads: int | None = None,
-                  quiet: bool = True) -> list[str]:
+def train_command(point: Point, out: Path, *, threads: int | None = None, quiet: bool = True) -> list[str]:
     """``fullrank train BASE OVERRIDES… name=POINT out_dir=OUT resume=auto``: one point, as
     anyone could run it by hand (or under ``torchrun``)."""
     extra = [f"train.threads={threads}"] if threads and own_threads(point) is None else []
-    return ["fullrank", "train", str(point.base), *point.overrides, *extra,
-            f"name={point.name}", f"out_dir={out}", "resume=auto", *(["--quiet"] if quiet else [])]
+    return [
+        "fullrank",
+        "train",
+        str(point.base),
+        *point.overrides,
+        *extra,
+        f"name={point.name}",
+        f"out_dir={out}",
+        "resume=auto",
+        *(["--quiet"] if quiet else []),
+    ]

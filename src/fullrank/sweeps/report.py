@@ -24,10 +24,16 @@ from fullrank.paths import atomic_path, write_text_atomic
 from fullrank.recipes.run import recipe_of
 from fullrank.sweeps.plan import DERIVED, Plan, PlotSpec, Point, coordinate, value_text
 
-X_LABELS = {"params": "parameters", "non_embedding": "non-embedding parameters",
-            "d_head": "head size d_head", "flops": "forward FLOPs per token",
-            "model.n_heads": "number of heads n_heads", "model.d_model": "model width d_model",
-            "model.d_head": "head size d_head", "model.d_ff": "feed-forward width d_ff"}
+X_LABELS = {
+    "params": "parameters",
+    "non_embedding": "non-embedding parameters",
+    "d_head": "head size d_head",
+    "flops": "forward FLOPs per token",
+    "model.n_heads": "number of heads n_heads",
+    "model.d_model": "model width d_model",
+    "model.d_head": "head size d_head",
+    "model.d_ff": "feed-forward width d_ff",
+}
 ENSEMBLES = "ensembles"
 
 
@@ -94,8 +100,7 @@ class Row:
         return self.first.task
 
     def values(self, metric: str) -> list[float]:
-        return [v for r in self.results.values()
-                if (v := figures(self.task, r).get(metric)) is not None]
+        return [v for r in self.results.values() if (v := figures(self.task, r).get(metric)) is not None]
 
     def stats(self, metric: str) -> tuple[float | None, float | None, int]:
         """Mean, sample standard deviation (``None`` below two values) and count."""
@@ -132,8 +137,11 @@ def collect(plan: Plan, out: Path) -> list[Row]:
             f = out / p.name / "results.json"
             if f.is_file():
                 results[p.seed] = json.loads(f.read_text(encoding="utf-8"))
-        ensembles = {k: json.loads(ensemble_file(out, group, k).read_text(encoding="utf-8"))
-                     for k in ensemble_sizes(plan, points) if ensemble_file(out, group, k).is_file()}
+        ensembles = {
+            k: json.loads(ensemble_file(out, group, k).read_text(encoding="utf-8"))
+            for k in ensemble_sizes(plan, points)
+            if ensemble_file(out, group, k).is_file()
+        }
         rows.append(Row(group, points, results, ensembles))
     return rows
 
@@ -155,8 +163,19 @@ def table(plan: Plan, rows: list[Row]) -> tuple[list[str], list[dict[str, Any]]]
     refs = list(dict.fromkeys(k for ref in plan.sweep.reference.values() for k in ref))
     derived = [c for c in ("d_head", "d_ff") if f"model.{c}" not in keys]
     sizes = sorted({k for r in rows for k in r.ensembles})
-    columns = ["point", "arm", "task", *keys, *derived, "params", "non_embedding",
-               "flops_per_token", "match", "seeds", "n"]
+    columns = [
+        "point",
+        "arm",
+        "task",
+        *keys,
+        *derived,
+        "params",
+        "non_embedding",
+        "flops_per_token",
+        "match",
+        "seeds",
+        "n",
+    ]
     for m in metrics:
         columns += [f"{m}_mean", f"{m}_std"]
     columns += [f"ensemble{k}_{m}" for k in sizes for m in metrics]
@@ -164,12 +183,20 @@ def table(plan: Plan, rows: list[Row]) -> tuple[list[str], list[dict[str, Any]]]
     records = []
     for r in rows:
         p = r.first
-        rec: dict[str, Any] = {"point": r.group, "arm": p.arm, "task": p.task,
-                               **{k: value_text(coordinate(p, k)) for k in keys},
-                               "d_head": p.model.head_sizes[0], "d_ff": p.model.d_ff,
-                               "params": p.params, "non_embedding": p.non_embedding,
-                               "flops_per_token": p.flops, "match": p.match,
-                               "seeds": len(r.points), "n": len(r.results)}
+        rec: dict[str, Any] = {
+            "point": r.group,
+            "arm": p.arm,
+            "task": p.task,
+            **{k: value_text(coordinate(p, k)) for k in keys},
+            "d_head": p.model.head_sizes[0],
+            "d_ff": p.model.d_ff,
+            "params": p.params,
+            "non_embedding": p.non_embedding,
+            "flops_per_token": p.flops,
+            "match": p.match,
+            "seeds": len(r.points),
+            "n": len(r.results),
+        }
         for m in metrics:
             mean, std, _ = r.stats(m)
             rec[f"{m}_mean"], rec[f"{m}_std"] = mean, std
@@ -211,23 +238,33 @@ def markdown(plan: Plan, rows: list[Row]) -> str:
     for task in dict.fromkeys(r.task for r in rows):
         mine = [(rec, row) for rec, row in zip(records, rows) if row.task == task]
         metrics = metrics_present([row for _, row in mine])
-        keys = [c for c in columns if c not in ("task", "n", "match")
-                and not c.endswith("_std") and not c.endswith("_mean")
-                and not c.startswith("ensemble") and any(rec.get(c) is not None
-                                                        for rec, _ in mine)]
+        keys = [
+            c
+            for c in columns
+            if c not in ("task", "n", "match")
+            and not c.endswith("_std")
+            and not c.endswith("_mean")
+            and not c.startswith("ensemble")
+            and any(rec.get(c) is not None for rec, _ in mine)
+        ]
         sizes = sorted({k for _, row in mine for k in row.ensembles})
         main = metrics[:2]  # the task's own figures, for the ensemble columns
-        head = [*keys, *(label(task, m) for m in metrics),
-                *(f"ensemble of {k}: {label(task, m)}" for k in sizes for m in main)]
+        head = [
+            *keys,
+            *(label(task, m) for m in metrics),
+            *(f"ensemble of {k}: {label(task, m)}" for k in sizes for m in main),
+        ]
         lines = [f"## {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for rec, row in mine:
             cells = [_cell(rec.get(c)) for c in keys] + [_stat(row, m) for m in metrics]
             cells += [_fixed(row.ensemble(k, m)) for k in sizes for m in main]
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
-    note = ("mean ± sample standard deviation over the finished seeds (n); `seeds` = seeds "
-            "planned; an ensemble of k = the first k seeds' models decoded together. Counts "
-            "from the closed forms, equal to the built models'.\n")
+    note = (
+        "mean ± sample standard deviation over the finished seeds (n); `seeds` = seeds "
+        "planned; an ensemble of k = the first k seeds' models decoded together. Counts "
+        "from the closed forms, equal to the built models'.\n"
+    )
     return "\n".join(parts) + "\n" + note
 
 
@@ -248,8 +285,7 @@ def write_summary(plan: Plan, out: Path) -> tuple[Path, Path, list[Row]]:
 def default_plots(plan: Plan) -> list[PlotSpec]:
     """Metric against every numeric axis, against parameters, and against head size."""
     keys = plan.sweep.coordinate_keys()
-    numeric = [k for k in keys if all(isinstance(coordinate(p, k), (int, float))
-                                      for p in plan.points)]
+    numeric = [k for k in keys if all(isinstance(coordinate(p, k), (int, float)) for p in plan.points)]
     specs = [PlotSpec(x=k) for k in numeric]
     specs.append(PlotSpec(x="params"))
     if "model.n_heads" in numeric and "model.d_head" not in numeric:
@@ -300,8 +336,11 @@ def write_plots(plan: Plan, rows: list[Row], out: Path) -> list[Path]:
                 mean, std, _ = r.stats(metric)
                 if x is None or mean is None:
                     continue
-                name = r.first.arm if spec.series == "arm" else \
-                    f"{spec.series.rsplit('.', 1)[-1]} = {value_text(coordinate(r.first, spec.series))}"
+                name = (
+                    r.first.arm
+                    if spec.series == "arm"
+                    else f"{spec.series.rsplit('.', 1)[-1]} = {value_text(coordinate(r.first, spec.series))}"
+                )
                 if spec.series != "arm" and len(plan.sweep.arms) > 1:
                     name = f"{r.first.arm}, {name}"
                 lines.setdefault(name, []).append((x, mean, std or 0.0))
@@ -310,8 +349,16 @@ def write_plots(plan: Plan, rows: list[Row], out: Path) -> list[Path]:
             fig, ax = plt.subplots(figsize=(6.4, 4.4))
             for i, (name, pts) in enumerate(lines.items()):
                 pts.sort()
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
-                            marker="os^Dvx*"[i % 7], ms=5, capsize=3, lw=1.6, label=name)
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    yerr=[p[2] for p in pts],
+                    marker="os^Dvx*"[i % 7],
+                    ms=5,
+                    capsize=3,
+                    lw=1.6,
+                    label=name,
+                )
             xs = [p[0] for pts in lines.values() for p in pts]
             logx = spec.logx if spec.logx is not None else (_power_of_two(xs) and len(set(xs)) > 2)
             if spec.x in ("params", "non_embedding", "flops"):
@@ -327,9 +374,12 @@ def write_plots(plan: Plan, rows: list[Row], out: Path) -> list[Path]:
             ax.set_xlabel(X_LABELS.get(spec.x, spec.x))
             ax.set_ylabel(label(task, metric))
             n = max(len(r.results) for r in rows)
-            ax.set_title(f"{plan.sweep.name}: {label(task, metric)} vs "
-                         f"{X_LABELS.get(spec.x, spec.x)}\nmean ± std over up to {n} "
-                         f"seed{'s' if n != 1 else ''}", fontsize=10)
+            ax.set_title(
+                f"{plan.sweep.name}: {label(task, metric)} vs "
+                f"{X_LABELS.get(spec.x, spec.x)}\nmean ± std over up to {n} "
+                f"seed{'s' if n != 1 else ''}",
+                fontsize=10,
+            )
             ax.grid(alpha=0.3)
             ax.legend(fontsize=9)
             fig.tight_layout()

@@ -44,13 +44,22 @@ class Outcome:
     failed: dict[str, str] = field(default_factory=dict)  # point → one-line reason
 
 
-def python_command(point: Point, plan: Plan, out: Path, *, threads: int | None = None,
-                   gpus: int = 1) -> list[str]:
+def python_command(
+    point: Point, plan: Plan, out: Path, *, threads: int | None = None, gpus: int = 1
+) -> list[str]:
     """The point's ``fullrank train`` through this Python (``torchrun`` for several GPUs)."""
     cmd = train_command(point, out, threads=threads)[1:]  # without "fullrank"
     if gpus > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={gpus}", "-m", "fullrank", *cmd]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={gpus}",
+            "-m",
+            "fullrank",
+            *cmd,
+        ]
     return [sys.executable, "-m", "fullrank", *cmd]
 
 
@@ -65,8 +74,7 @@ def last_line(path: Path) -> str:
     """The last non-empty line of a log, for a one-line failure report."""
     if not path.is_file():
         return "no output"
-    lines = [x.strip() for x in path.read_text(encoding="utf-8", errors="replace").splitlines()
-             if x.strip()]
+    lines = [x.strip() for x in path.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
     return lines[-1][:300] if lines else "no output"
 
 
@@ -114,12 +122,22 @@ def _ready(pending: list[Point], out: Path, outcome: Outcome, console: Console) 
         outcome.failed[p.name] = f"starts from {p.after}, which failed"
         console.print(f"skipped {p.name}: it starts from {p.after}, which failed")
     names = {p.name for p in pending}
-    return [p for p in pending if p.after is None
-            or (p.after not in names and (out / p.after / "results.json").is_file())]
+    return [
+        p
+        for p in pending
+        if p.after is None or (p.after not in names and (out / p.after / "results.json").is_file())
+    ]
 
 
-def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
-              console: Console | None = None, progress: bool = True) -> Outcome:
+def run_local(
+    plan: Plan,
+    out: Path,
+    *,
+    jobs: int = 1,
+    cores: int | None = None,
+    console: Console | None = None,
+    progress: bool = True,
+) -> Outcome:
     """Train every unfinished point, ``jobs`` at a time, each on ``cores // jobs`` threads.
 
     On a machine with several GPUs, job slot ``i`` sees GPU ``i mod count`` alone
@@ -134,16 +152,29 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
     gpus = _gpu_count()
     running: dict[int, tuple[Point, subprocess.Popen, Any, int]] = {}  # slot → point, process
     free = list(range(jobs))
-    bars = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24),
-                    TextColumn("{task.completed}/{task.total} steps {task.fields[loss]}"),
-                    TimeElapsedColumn(), console=console, disable=not progress, transient=True)
+    bars = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        TextColumn("{task.completed}/{task.total} steps {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not progress,
+        transient=True,
+    )
     tasks: dict[str, Any] = {}
     own = {own_threads(p) for p in pending}
     share = f"{threads} thread{'s' if threads > 1 else ''}"
-    each = (share if own == {None} else f"train.threads={own.pop()}" if len(own) == 1
-            else f"its own train.threads, or {share}")
-    console.print(f"{len(pending)} points to train ({len(outcome.skipped)} finished before), "
-                  f"{jobs} at a time, each on {each}")
+    each = (
+        share
+        if own == {None}
+        else f"train.threads={own.pop()}"
+        if len(own) == 1
+        else f"its own train.threads, or {share}"
+    )
+    console.print(
+        f"{len(pending)} points to train ({len(outcome.skipped)} finished before), "
+        f"{jobs} at a time, each on {each}"
+    )
     try:
         with bars:
             while pending or running:
@@ -161,17 +192,23 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
                     env = dict(os.environ)
                     if gpus > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
                         env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
-                    proc = subprocess.Popen(python_command(point, plan, out, threads=threads),
-                                            stdout=log, stderr=subprocess.STDOUT, env=env)
+                    proc = subprocess.Popen(
+                        python_command(point, plan, out, threads=threads),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
                     running[slot] = (point, proc, log, 0)
                     assert point.experiment is not None
-                    tasks[point.name] = bars.add_task(point.name, total=point.experiment.train.steps,
-                                                      loss="")
+                    tasks[point.name] = bars.add_task(point.name, total=point.experiment.train.steps, loss="")
                 time.sleep(POLL_S)
                 for slot, (point, proc, log, _) in list(running.items()):
                     step, loss = _progress_of(out / point.name)
-                    bars.update(tasks[point.name], completed=step,
-                                loss=f"· loss {loss:.3f}" if loss is not None else "")
+                    bars.update(
+                        tasks[point.name],
+                        completed=step,
+                        loss=f"· loss {loss:.3f}" if loss is not None else "",
+                    )
                     if proc.poll() is None:
                         continue
                     log.close()
@@ -180,8 +217,7 @@ def run_local(plan: Plan, out: Path, *, jobs: int = 1, cores: int | None = None,
                     free.append(slot)
                     if proc.returncode == 0 and finished(out, point):
                         outcome.done.append(point.name)
-                        console.print(f"done   {point.name}: "
-                                      f"{_summary_line(point, out / point.name)}")
+                        console.print(f"done   {point.name}: {_summary_line(point, out / point.name)}")
                     else:
                         reason = f"exit {proc.returncode}: {last_line(out / point.name / 'train.log')}"
                         outcome.failed[point.name] = reason
@@ -211,16 +247,27 @@ def check_executor(executor: str) -> None:
     if executor == "local":
         return
     if importlib.util.find_spec("submitit") is None:
-        raise ConfigError(f"--executor {executor} needs submitit (pip install submitit), which "
-                          f"is not installed; or use --executor local")
+        raise ConfigError(
+            f"--executor {executor} needs submitit (pip install submitit), which "
+            f"is not installed; or use --executor local"
+        )
     if executor == "slurm" and shutil.which("sbatch") is None:
-        raise ConfigError("--executor slurm: no SLURM here (sbatch is not on the PATH); run the "
-                          "sweep on a SLURM login node, or use --executor local")
+        raise ConfigError(
+            "--executor slurm: no SLURM here (sbatch is not on the PATH); run the "
+            "sweep on a SLURM login node, or use --executor local"
+        )
 
 
-def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, Any],
-                 gpus_per_point: int = 1, console: Console | None = None,
-                 wait: bool = True) -> Outcome:
+def run_submitit(
+    plan: Plan,
+    out: Path,
+    *,
+    cluster: str,
+    parameters: dict[str, Any],
+    gpus_per_point: int = 1,
+    console: Console | None = None,
+    wait: bool = True,
+) -> Outcome:
     """Submit every unfinished point as one job through submitit and wait for them (a point
     that starts from another's checkpoint is submitted once that one has finished).
 
@@ -239,14 +286,32 @@ def run_submitit(plan: Plan, out: Path, *, cluster: str, parameters: dict[str, A
             break
         for p in ready:
             pending.remove(p)
-        _submit(plan, out, ready, outcome, cluster=cluster, parameters=parameters,
-                gpus_per_point=gpus_per_point, console=console, wait=wait or bool(pending))
+        _submit(
+            plan,
+            out,
+            ready,
+            outcome,
+            cluster=cluster,
+            parameters=parameters,
+            gpus_per_point=gpus_per_point,
+            console=console,
+            wait=wait or bool(pending),
+        )
     return outcome
 
 
-def _submit(plan: Plan, out: Path, pending: list[Point], outcome: Outcome, *, cluster: str,
-            parameters: dict[str, Any], gpus_per_point: int, console: Console,
-            wait: bool) -> None:
+def _submit(
+    plan: Plan,
+    out: Path,
+    pending: list[Point],
+    outcome: Outcome,
+    *,
+    cluster: str,
+    parameters: dict[str, Any],
+    gpus_per_point: int,
+    console: Console,
+    wait: bool,
+) -> None:
     """Submit ``pending`` as one job each; with ``wait``, wait and record what they did."""
     import submitit
     from submitit.helpers import CommandFunction
@@ -256,8 +321,9 @@ def _submit(plan: Plan, out: Path, pending: list[Point], outcome: Outcome, *, cl
     if gpus_per_point > 1:
         params.setdefault("gpus_per_node", gpus_per_point)
     executor.update_parameters(**params)
-    threads = params.get("cpus_per_task") or (None if cluster != "local" else
-                                               max(1, available_cores() // len(pending)))
+    threads = params.get("cpus_per_task") or (
+        None if cluster != "local" else max(1, available_cores() // len(pending))
+    )
     jobs = []
     with executor.batch():
         for point in pending:
@@ -265,8 +331,10 @@ def _submit(plan: Plan, out: Path, pending: list[Point], outcome: Outcome, *, cl
             jobs.append(executor.submit(CommandFunction(cmd, cwd=os.getcwd(), verbose=False)))
     by_job = {id(job): point for job, point in zip(jobs, pending)}
     ids = ", ".join(str(j.job_id) for j in jobs)
-    console.print(f"submitted {len(jobs)} points through submitit ({cluster}): jobs {ids}; logs "
-                  f"under {out / '.submitit'}")
+    console.print(
+        f"submitted {len(jobs)} points through submitit ({cluster}): jobs {ids}; logs "
+        f"under {out / '.submitit'}"
+    )
     if not wait:
         return
     for job in submitit.helpers.as_completed(jobs):
@@ -302,8 +370,10 @@ def run_ensembles(plan: Plan, out: Path, console: Console | None = None) -> list
                 console.print(f"{group}: {line}", markup=False)
 
             results = recipe_of(members[0].task).ensemble(
-                members[0].experiment, [out / p.name for p in members], record.parent, say=say)
-            record.write_text(json.dumps({"members": [p.name for p in members], **results},
-                                         indent=1), encoding="utf-8")
+                members[0].experiment, [out / p.name for p in members], record.parent, say=say
+            )
+            record.write_text(
+                json.dumps({"members": [p.name for p in members], **results}, indent=1), encoding="utf-8"
+            )
             written.append(record)
     return written

@@ -42,8 +42,9 @@ def too_few(found: Sequence[Path], k: int, setting: str) -> str:
     to average, and more kept (``train.keep_last``, where it is below ``k``) or else saved more
     often (``train.save_every``), with the values the run used (from its newest checkpoint)."""
     if not found:
-        return (f"no checkpoints, fewer than {setting} {k}; is this the directory of a run of "
-                f"`fullrank train`?")
+        return (
+            f"no checkpoints, fewer than {setting} {k}; is this the directory of a run of `fullrank train`?"
+        )
     try:
         meta = loads_json((found[-1] / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -56,8 +57,9 @@ def too_few(found: Sequence[Path], k: int, setting: str) -> str:
         fixes.append(f"keep more (train.keep_last, {keep} in this run)")
     elif isinstance(every, int):  # the run saved fewer than k times
         fixes.append(f"save more often (train.save_every, every {every} steps in this run)")
-    counted = f"{len(found)} checkpoints (steps {steps})" if len(found) > 1 else \
-        f"1 checkpoint (step {steps})"
+    counted = (
+        f"{len(found)} checkpoints (steps {steps})" if len(found) > 1 else f"1 checkpoint (step {steps})"
+    )
     return f"{counted}, fewer than {setting} {k}; " + ", or ".join(fixes)
 
 
@@ -71,13 +73,14 @@ def uneven_spacing(paths: Sequence[Path]) -> str | None:
     gaps = {b - a for a, b in zip(steps[:-2], steps[1:-1])}
     if len(gaps) <= 1:
         return None
-    return (f"the checkpoints are unevenly spaced (steps {', '.join(map(str, steps))}); "
-            f"to average evenly spaced ones, name them instead of --last")
+    return (
+        f"the checkpoints are unevenly spaced (steps {', '.join(map(str, steps))}); "
+        f"to average evenly spaced ones, name them instead of --last"
+    )
 
 
 @torch.no_grad()
-def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *,
-                        replace: bool = False) -> Path:
+def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *, replace: bool = False) -> Path:
     """Average the weights of ``paths`` (same architecture, each verified against its recorded
     checksums) into a checkpoint at ``out``; an existing checkpoint there is replaced only with
     ``replace``."""
@@ -93,12 +96,15 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *,
             continue
         if tensors.keys() != total.keys():
             diff = sorted(set(tensors) ^ set(total))[0]
-            raise CheckpointError(f"{d / MODEL_FILE}: tensor '{diff}' is not in every checkpoint; "
-                                  f"only checkpoints of one architecture can be averaged")
+            raise CheckpointError(
+                f"{d / MODEL_FILE}: tensor '{diff}' is not in every checkpoint; "
+                f"only checkpoints of one architecture can be averaged"
+            )
         for k, v in tensors.items():
             if v.shape != total[k].shape:
-                raise CheckpointError(f"{d / MODEL_FILE}: tensor '{k}' has shape "
-                                      f"{tuple(v.shape)}, not {tuple(total[k].shape)}")
+                raise CheckpointError(
+                    f"{d / MODEL_FILE}: tensor '{k}' has shape {tuple(v.shape)}, not {tuple(total[k].shape)}"
+                )
             total[k] += v.double()
     assert total is not None
     model = first.model

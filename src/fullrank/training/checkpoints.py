@@ -56,7 +56,11 @@ from fullrank.training.integrity import (
 )
 
 MODEL_FILE, STATE_FILE, META_FILE, TOKENIZER_FILE = (
-    "model.safetensors", "optimizer.safetensors", "meta.json", "tokenizer.json")
+    "model.safetensors",
+    "optimizer.safetensors",
+    "meta.json",
+    "tokenizer.json",
+)
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 # left by a process killed while saving: a checkpoint directory, a replaced one, the pointer
@@ -92,8 +96,9 @@ def _tied(model: nn.Module) -> dict[str, str]:
     return out
 
 
-def _unique_state(model: nn.Module, state: dict[str, Tensor] | None = None
-                  ) -> tuple[dict[str, Tensor], dict[str, str]]:
+def _unique_state(
+    model: nn.Module, state: dict[str, Tensor] | None = None
+) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The state dict (``model``'s, or ``state`` gathered from shards) with each shared tensor
     once, and ``alias → kept name`` for the rest: the same file whether the run was sharded or
     not."""
@@ -121,26 +126,31 @@ def save_weights(model: nn.Module, path: Path, state: dict[str, Tensor] | None =
     _fsync_file(path)
 
 
-def read_safetensors(path: Path, *, fix: str = "use an earlier checkpoint"
-                     ) -> tuple[dict[str, Tensor], dict[str, str]]:
+def read_safetensors(
+    path: Path, *, fix: str = "use an earlier checkpoint"
+) -> tuple[dict[str, Tensor], dict[str, str]]:
     """All tensors and the metadata of a safetensors file; a missing, truncated or corrupt file,
     or a floating-point tensor holding NaN or an infinity (such weights would train or decode
     to nonsense), is one :class:`CheckpointError` (ending with ``fix``)."""
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such file; point at a checkpoint directory "
-                              f"(containing {MODEL_FILE}) or a run directory")
+        raise CheckpointError(
+            f"{path}: no such file; point at a checkpoint directory "
+            f"(containing {MODEL_FILE}) or a run directory"
+        )
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"{path}: not a readable safetensors file ({msg}); the file is "
-                              f"truncated or corrupt — {fix}") from None
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({msg}); the file is truncated or corrupt — {fix}"
+        ) from None
     for name, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise CheckpointError(f"{path}: tensor '{name}' holds NaN or infinite values; the "
-                                  f"weights are unusable — {fix}")
+            raise CheckpointError(
+                f"{path}: tensor '{name}' holds NaN or infinite values; the weights are unusable — {fix}"
+            )
     return tensors, metadata
 
 
@@ -149,12 +159,17 @@ def weight_aliases(metadata: dict[str, str], path: Path) -> dict[str, str]:
     try:
         aliases = loads_json(metadata.get("aliases", "{}"))
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: its 'aliases' metadata is not valid JSON ({e.msg}); the "
-                              f"file is damaged — use another checkpoint") from None
-    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in aliases.items()):
-        raise CheckpointError(f"{path}: its 'aliases' metadata is not a mapping of tensor names; "
-                              f"the file is damaged — use another checkpoint")
+        raise CheckpointError(
+            f"{path}: its 'aliases' metadata is not valid JSON ({e.msg}); the "
+            f"file is damaged — use another checkpoint"
+        ) from None
+    if not isinstance(aliases, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()
+    ):
+        raise CheckpointError(
+            f"{path}: its 'aliases' metadata is not a mapping of tensor names; "
+            f"the file is damaged — use another checkpoint"
+        )
     return aliases
 
 
@@ -165,8 +180,10 @@ def stored_elements(path: Path) -> int:
             return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     except (SafetensorError, OSError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"{path}: not a readable safetensors file ({msg}); the file is "
-                              f"truncated or corrupt — use an earlier checkpoint") from None
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({msg}); the file is "
+            f"truncated or corrupt — use an earlier checkpoint"
+        ) from None
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -177,21 +194,26 @@ def load_weights(model: nn.Module, path: Path) -> None:
     """
     tensors, metadata = read_safetensors(path)
     full = dict(tensors)
-    full.update({alias: tensors[kept] for alias, kept in weight_aliases(metadata, path).items()
-                 if kept in tensors})
+    full.update(
+        {alias: tensors[kept] for alias, kept in weight_aliases(metadata, path).items() if kept in tensors}
+    )
     expected = model.state_dict()
     for name, want in expected.items():  # in the model's order, so "first" means first layer
         if name not in full:
-            raise CheckpointError(f"{path}: tensor '{name}' is missing; the checkpoint is of "
-                                  f"another architecture or incomplete")
+            raise CheckpointError(
+                f"{path}: tensor '{name}' is missing; the checkpoint is of another architecture or incomplete"
+            )
         if tuple(full[name].shape) != tuple(want.shape):
             raise CheckpointError(
                 f"{path}: tensor '{name}' has shape {tuple(full[name].shape)} but the model "
-                f"expects {tuple(want.shape)}; the checkpoint is of another architecture")
+                f"expects {tuple(want.shape)}; the checkpoint is of another architecture"
+            )
     for name in full:
         if name not in expected:
-            raise CheckpointError(f"{path}: tensor '{name}' does not exist in this model; the "
-                                  f"checkpoint is of another architecture")
+            raise CheckpointError(
+                f"{path}: tensor '{name}' does not exist in this model; the "
+                f"checkpoint is of another architecture"
+            )
     model.load_state_dict(full, strict=True)
 
 
@@ -208,8 +230,9 @@ def _optimizer_tensors(sd: dict[str, Any]) -> tuple[dict[str, Tensor], dict]:
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def _optimizer_state_dict(tensors: dict[str, Tensor], info: dict[str, Any],
-                          optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
+def _optimizer_state_dict(
+    tensors: dict[str, Tensor], info: dict[str, Any], optimizer: torch.optim.Optimizer, path: Path
+) -> dict[str, Any]:
     """The optimizer state dict stored in ``tensors`` and ``info`` (``meta["optimizer"]``),
     checked against ``optimizer``: the same parameter groups, and each state tensor of a
     parameter's shape (a state of another model would train the weights to NaN)."""
@@ -217,10 +240,12 @@ def _optimizer_state_dict(tensors: dict[str, Tensor], info: dict[str, Any],
     groups = info["param_groups"]
     sizes = [len(g["params"]) for g in groups]
     if sizes != [len(g["params"]) for g in optimizer.param_groups]:
-        raise CheckpointError(f"{path}: the optimizer state has parameter groups of sizes "
-                              f"{sizes}, this model's optimizer "
-                              f"{[len(g['params']) for g in optimizer.param_groups]}; the "
-                              f"checkpoint is of another architecture or optimizer")
+        raise CheckpointError(
+            f"{path}: the optimizer state has parameter groups of sizes "
+            f"{sizes}, this model's optimizer "
+            f"{[len(g['params']) for g in optimizer.param_groups]}; the "
+            f"checkpoint is of another architecture or optimizer"
+        )
     ids = [i for g in groups for i in g["params"]]
     shape_of = dict(zip(ids, (tuple(p.shape) for p in params)))
     state: dict[int, dict[str, Any]] = {}
@@ -229,13 +254,17 @@ def _optimizer_state_dict(tensors: dict[str, Tensor], info: dict[str, Any],
             continue
         _, pid, name = (key.split(".", 2) + ["", ""])[:3]
         if not pid.isdigit() or int(pid) not in shape_of:
-            raise CheckpointError(f"{path}: tensor '{key}' belongs to no parameter of the "
-                                  f"optimizer; the file is damaged — use another checkpoint")
+            raise CheckpointError(
+                f"{path}: tensor '{key}' belongs to no parameter of the "
+                f"optimizer; the file is damaged — use another checkpoint"
+            )
         want = shape_of[int(pid)]
         if t.dim() > 0 and tuple(t.shape) != want:
-            raise CheckpointError(f"{path}: optimizer tensor '{key}' has shape {tuple(t.shape)} "
-                                  f"but its parameter has {want}; the checkpoint is of another "
-                                  f"architecture — use a checkpoint of this run")
+            raise CheckpointError(
+                f"{path}: optimizer tensor '{key}' has shape {tuple(t.shape)} "
+                f"but its parameter has {want}; the checkpoint is of another "
+                f"architecture — use a checkpoint of this run"
+            )
         state.setdefault(int(pid), {})[name] = t
     for pid, values in info.get("scalars", {}).items():
         state.setdefault(int(pid), {}).update(values)
@@ -256,9 +285,11 @@ def restore_rng(tensors: dict[str, Tensor], path: Path | None = None) -> None:
     want = torch.get_rng_state()
     got = tensors.get("rng.torch")
     if got is None or got.dtype != want.dtype or got.shape != want.shape:
-        raise CheckpointError(f"{path or 'the checkpoint'}: the random-number state 'rng.torch' "
-                              f"is missing or malformed; the file is damaged — use another "
-                              f"checkpoint")
+        raise CheckpointError(
+            f"{path or 'the checkpoint'}: the random-number state 'rng.torch' "
+            f"is missing or malformed; the file is damaged — use another "
+            f"checkpoint"
+        )
     torch.set_rng_state(got)
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
     if cuda and torch.cuda.is_available():
@@ -272,9 +303,11 @@ def step_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     inside_root = root.resolve()
-    found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / META_FILE).is_file()
-             and p.resolve().parent == inside_root]
+    found = [
+        (int(m.group(1)), p)
+        for p in root.iterdir()
+        if (m := _STEP_DIR.match(p.name)) and (p / META_FILE).is_file() and p.resolve().parent == inside_root
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -287,12 +320,15 @@ def _pointed(root: Path) -> Path | None:
     try:
         name = pointer.read_bytes().decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
-        raise CheckpointError(f"{pointer}: not a UTF-8 checkpoint name; delete it (fullrank "
-                              f"then takes the newest checkpoint)") from None
+        raise CheckpointError(
+            f"{pointer}: not a UTF-8 checkpoint name; delete it (fullrank then takes the newest checkpoint)"
+        ) from None
     target = root / name
     if not _STEP_DIR.match(name) or target.resolve().parent != root.resolve():
-        raise CheckpointError(f"{pointer}: names {name[:80]!r}, not a step-N checkpoint inside "
-                              f"{root}; delete it (fullrank then takes the newest checkpoint)")
+        raise CheckpointError(
+            f"{pointer}: names {name[:80]!r}, not a step-N checkpoint inside "
+            f"{root}; delete it (fullrank then takes the newest checkpoint)"
+        )
     return target
 
 
@@ -324,8 +360,7 @@ def newest_readable(root: Path) -> tuple[Path | None, list[str]]:
             continue
         return ckpt, notes
     if notes:
-        raise CheckpointError(f"{root}: no checkpoint can be resumed from (the newest: "
-                              f"{notes[0]})")
+        raise CheckpointError(f"{root}: no checkpoint can be resumed from (the newest: {notes[0]})")
     return None, notes
 
 
@@ -349,11 +384,17 @@ def remove_temporaries(root: Path) -> list[Path]:
     return stale
 
 
-def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
-                     tokenizer: Tokenizer | None, meta: dict[str, Any],
-                     optimizer: torch.optim.Optimizer | None = None, *,
-                     full: tuple[dict[str, Tensor], dict[str, Any]] | None = None,
-                     replace: bool = False) -> Path:
+def write_checkpoint(
+    path: Path,
+    model: nn.Module,
+    config: ModelConfig,
+    tokenizer: Tokenizer | None,
+    meta: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    full: tuple[dict[str, Tensor], dict[str, Any]] | None = None,
+    replace: bool = False,
+) -> Path:
     """Write a complete checkpoint directory at ``path`` atomically (temporary name, fsync,
     rename). ``meta`` is stored in ``meta.json`` with the model config and the size and SHA-256
     of every other file added. ``full``: the model and optimizer state dicts gathered from a
@@ -365,9 +406,14 @@ def write_checkpoint(path: Path, model: nn.Module, config: ModelConfig,
     """
     path = Path(path)
     if path.exists() and not (replace and (is_checkpoint_dir(path) or _STEP_DIR.match(path.name))):
-        raise CheckpointError(f"{path}: already exists" + (
-            " and is not a fullrank checkpoint; choose a new path" if replace else
-            "; choose a new path (fullrank does not replace it unasked)"))
+        raise CheckpointError(
+            f"{path}: already exists"
+            + (
+                " and is not a fullrank checkpoint; choose a new path"
+                if replace
+                else "; choose a new path (fullrank does not replace it unasked)"
+            )
+        )
     tmp = temporary_directory(path)
     save_weights(model, tmp / MODEL_FILE, full[0] if full is not None else None)
     full_meta = {"format": FORMAT, "model": config_to_dict(config), **meta}
@@ -417,11 +463,19 @@ def install_directory(tmp: Path, path: Path) -> None:
         shutil.rmtree(old)
 
 
-def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: ModelConfig,
-                             tokenizer: Tokenizer | None, optimizer: torch.optim.Optimizer,
-                             meta: dict[str, Any], keep_last: int,
-                             every: int | None = None, *,
-                             full: tuple[dict[str, Tensor], dict[str, Any]] | None = None) -> Path:
+def save_training_checkpoint(
+    root: Path,
+    step: int,
+    model: nn.Module,
+    config: ModelConfig,
+    tokenizer: Tokenizer | None,
+    optimizer: torch.optim.Optimizer,
+    meta: dict[str, Any],
+    keep_last: int,
+    every: int | None = None,
+    *,
+    full: tuple[dict[str, Tensor], dict[str, Any]] | None = None,
+) -> Path:
     """Save ``step-{step}`` under ``root``, then move ``latest`` to it, then prune to
     ``keep_last`` checkpoints.
 
@@ -435,14 +489,21 @@ def save_training_checkpoint(root: Path, step: int, model: nn.Module, config: Mo
     another ``save_every`` drops no checkpoint of the earlier interval beyond ``keep_last``."""
     root.mkdir(parents=True, exist_ok=True)
     remove_temporaries(root)
-    path = write_checkpoint(root / f"step-{step:08d}", model, config, tokenizer,
-                            {**meta, "step": step, "save_every": every}, optimizer, full=full,
-                            replace=True)
+    path = write_checkpoint(
+        root / f"step-{step:08d}",
+        model,
+        config,
+        tokenizer,
+        {**meta, "step": step, "save_every": every},
+        optimizer,
+        full=full,
+        replace=True,
+    )
     write_text_atomic(root / LATEST, path.name)
     older = [p for p in step_dirs(root) if p != path]
     stale = [p for p in older if _off_interval(p)]
     older = [p for p in older if p not in stale]
-    for old in stale + older[:max(len(older) - (keep_last - 1), 0)]:
+    for old in stale + older[: max(len(older) - (keep_last - 1), 0)]:
         shutil.rmtree(old, ignore_errors=True)
     return path
 
@@ -481,8 +542,10 @@ def resolve(path: str | Path) -> Path:
             return found
     if not p.exists():
         raise CheckpointError(f"{p}: no such checkpoint or run directory")
-    raise CheckpointError(f"{p}: no complete checkpoint found (expected {META_FILE} and "
-                          f"{MODEL_FILE}, or a run directory with checkpoints/)")
+    raise CheckpointError(
+        f"{p}: no complete checkpoint found (expected {META_FILE} and "
+        f"{MODEL_FILE}, or a run directory with checkpoints/)"
+    )
 
 
 def read_meta(ckpt: Path) -> dict[str, Any]:
@@ -518,13 +581,16 @@ def _model_config(ckpt: Path, meta: CheckpointMeta) -> ModelConfig:
         raise CheckpointError(f"{ckpt / META_FILE}: invalid model config ({e})") from None
     weights = verify_file(ckpt, meta, MODEL_FILE)
     if not weights.is_file():
-        raise CheckpointError(f"{weights}: no such file; the checkpoint is incomplete — use "
-                              f"another checkpoint")
+        raise CheckpointError(
+            f"{weights}: no such file; the checkpoint is incomplete — use another checkpoint"
+        )
     stored, described = stored_elements(weights), config.num_params()
     if described > stored:
-        raise CheckpointError(f"{ckpt / META_FILE}: the model config describes {described:,} "
-                              f"parameters but {MODEL_FILE} holds {stored:,} values; the metadata "
-                              f"does not belong to these weights — use another checkpoint")
+        raise CheckpointError(
+            f"{ckpt / META_FILE}: the model config describes {described:,} "
+            f"parameters but {MODEL_FILE} holds {stored:,} values; the metadata "
+            f"does not belong to these weights — use another checkpoint"
+        )
     _check_task(ckpt, meta, config)
     return config
 
@@ -538,16 +604,20 @@ def _check_task(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> None:
     if isinstance(meta, ClassifyMeta):
         classes = getattr(config, "n_classes", 0)
         if len(meta.labels) != classes:
-            raise CheckpointError(f"{where}: {len(meta.labels)} labels "
-                                  f"({', '.join(meta.labels)}) for a classifier of {classes} "
-                                  f"classes; {fix}")
+            raise CheckpointError(
+                f"{where}: {len(meta.labels)} labels "
+                f"({', '.join(meta.labels)}) for a classifier of {classes} "
+                f"classes; {fix}"
+            )
     if isinstance(meta, SquadMeta) and not getattr(config, "span_head", False):
         raise CheckpointError(f"{where}: task 'squad' but the model has no span head; {fix}")
     if isinstance(meta, ParseMeta):
         trees = Tokenizer.from_str(meta.tree_tokenizer, where=f"{where} (tree_tokenizer)")
         if trees.vocab_size != config.vocab_size:
-            raise CheckpointError(f"{where}: the tree vocabulary holds {trees.vocab_size} "
-                                  f"symbols but the decoder {config.vocab_size}; {fix}")
+            raise CheckpointError(
+                f"{where}: the tree vocabulary holds {trees.vocab_size} "
+                f"symbols but the decoder {config.vocab_size}; {fix}"
+            )
 
 
 def _check_tokenizer(path: Path, tokenizer: Tokenizer, config: ModelConfig) -> None:
@@ -555,9 +625,11 @@ def _check_tokenizer(path: Path, tokenizer: Tokenizer, config: ModelConfig) -> N
     with two vocabularies)."""
     expected = getattr(config, "src_vocab_size", None) or config.vocab_size
     if tokenizer.vocab_size != expected:
-        raise CheckpointError(f"{path}: {tokenizer.vocab_size} tokens but the model reads "
-                              f"{expected}; the tokenizer does not belong to these weights — "
-                              f"use another checkpoint")
+        raise CheckpointError(
+            f"{path}: {tokenizer.vocab_size} tokens but the model reads "
+            f"{expected}; the tokenizer does not belong to these weights — "
+            f"use another checkpoint"
+        )
 
 
 @dataclass
@@ -604,8 +676,9 @@ def _tokenizer(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> Tokeniz
     return tokenizer
 
 
-def read_training_state(ckpt: Path, optimizer: torch.optim.Optimizer
-                        ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Tensor]]:
+def read_training_state(
+    ckpt: Path, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Tensor]]:
     """The meta (its ``loop`` validated), the optimizer state dict and the RNG states of a
     training checkpoint, after verifying it: its metadata, the checksum of its optimizer file,
     and that the state fits ``optimizer`` (the same groups, each tensor of its parameter's
@@ -613,8 +686,7 @@ def read_training_state(ckpt: Path, optimizer: torch.optim.Optimizer
     raw, meta = _read_meta(ckpt)
     loop, optimizer_meta = _require_training_state(ckpt, meta)
     tensors, _ = read_safetensors(verify_file(ckpt, meta, STATE_FILE))
-    state = _optimizer_state_dict(tensors, optimizer_meta.model_dump(), optimizer,
-                                  ckpt / STATE_FILE)
+    state = _optimizer_state_dict(tensors, optimizer_meta.model_dump(), optimizer, ckpt / STATE_FILE)
     return {**raw, "loop": loop.model_dump()}, state, tensors
 
 
@@ -622,13 +694,14 @@ def _require_training_state(ckpt: Path, meta: CheckpointMeta) -> tuple[LoopMeta,
     """The loop position and optimizer metadata a resume needs, or one line saying they are
     missing."""
     if meta.loop is None or meta.optimizer is None:
-        raise CheckpointError(f"{ckpt}: not a training checkpoint (no optimizer state or loop "
-                              f"position); resume from a step-N checkpoint of a run")
+        raise CheckpointError(
+            f"{ckpt}: not a training checkpoint (no optimizer state or loop "
+            f"position); resume from a step-N checkpoint of a run"
+        )
     return meta.loop, meta.optimizer
 
 
-def load_training_state(ckpt: Path, model: nn.Module,
-                        optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_training_state(ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore weights, optimizer state and RNG states for an exact resume (one process), after
     verifying the checkpoint; returns the meta (its ``loop`` validated)."""
     load_weights(model, verified_weights(ckpt))
@@ -636,9 +709,11 @@ def load_training_state(ckpt: Path, model: nn.Module,
     try:
         optimizer.load_state_dict(state)
     except (ValueError, KeyError, RuntimeError) as e:
-        raise CheckpointError(f"{ckpt / STATE_FILE}: the optimizer state does not fit this "
-                              f"optimizer ({str(e).splitlines()[0]}); use a checkpoint of this "
-                              f"run") from None
+        raise CheckpointError(
+            f"{ckpt / STATE_FILE}: the optimizer state does not fit this "
+            f"optimizer ({str(e).splitlines()[0]}); use a checkpoint of this "
+            f"run"
+        ) from None
     restore_rng(tensors, ckpt / STATE_FILE)
     return meta
 
@@ -668,8 +743,10 @@ def check_pointer(root: Path) -> str:
     if target is None:
         return "no latest pointer (the newest checkpoint is used)"
     if not (target / META_FILE).is_file():
-        raise CheckpointError(f"{root / LATEST}: names {target.name}, which is missing or "
-                              f"incomplete; delete it (fullrank then takes the newest checkpoint)")
+        raise CheckpointError(
+            f"{root / LATEST}: names {target.name}, which is missing or "
+            f"incomplete; delete it (fullrank then takes the newest checkpoint)"
+        )
     return f"names {target.name}"
 
 

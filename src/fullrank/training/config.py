@@ -108,8 +108,12 @@ class TrainConfig:
         if self.schedule == "noam" and self.warmup == 0:
             raise ConfigError("train.warmup must be positive for the noam schedule ([V17] eq. 3)")
         if self.schedule == "cosine" and self.min_lr > self.lr:
-            raise ConfigError(f"train.min_lr = {self.min_lr} is above train.lr = {self.lr}: the "
-                              f"cosine schedule decays from lr down to min_lr; lower min_lr")
+            raise ConfigError(
+                f"train.min_lr = {self.min_lr} is above train.lr = {self.lr}: the "
+                f"cosine schedule decays from lr down to min_lr; lower min_lr"
+            )
         if self.weight_decay > 0 and self.optimizer == "adam":
-            raise ConfigError("train.weight_decay > 0 needs optimizer: adamw (decoupled weight "
-                              "decay); plain adam would couple it to the gradient")
+            raise ConfigError(
+                "train.weight_decay > 0 needs optimizer: adamw (decoupled weight "
+                "decay); plain adam would couple it to the gradient"
+            )

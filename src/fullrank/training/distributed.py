@@ -52,9 +52,11 @@ def pick_device(preference: str, local_rank: int = 0) -> torch.device:
     if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
         gpus = torch.cuda.device_count()
         if local_rank >= gpus:
-            raise ConfigError(f"train.device={preference}: process {local_rank} of this node has no "
-                              f"GPU (this machine has {gpus}); start torchrun with "
-                              f"--nproc_per_node={max(gpus, 1)} or set train.device=cpu")
+            raise ConfigError(
+                f"train.device={preference}: process {local_rank} of this node has no "
+                f"GPU (this machine has {gpus}); start torchrun with "
+                f"--nproc_per_node={max(gpus, 1)} or set train.device=cpu"
+            )
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
@@ -141,8 +143,9 @@ def _options(**kw: Any) -> Any:
     return StateDictOptions(full_state_dict=True, **kw)
 
 
-def full_state(model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo,
-               parallel: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+def full_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo, parallel: str
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
     """The full (unsharded) model and optimizer state dicts of a sharded run, on rank 0 (every
     rank must call this; the others get ``None``), the optimizer's keyed by position as
     ``optimizer.state_dict()`` of one process keys it. ``None`` for an unsharded run: its own
@@ -158,12 +161,13 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInf
     order = {name: i for i, name in enumerate(n for g in optim["param_groups"] for n in g["params"])}
     return typing.cast(dict[str, torch.Tensor], weights), {
         "state": {order[name]: s for name, s in optim["state"].items()},
-                     "param_groups": [{**g, "params": [order[n] for n in g["params"]]}
-                                      for g in optim["param_groups"]]}
+        "param_groups": [{**g, "params": [order[n] for n in g["params"]]} for g in optim["param_groups"]],
+    }
 
 
-def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer,
-                         state: dict[str, Any], info: DistInfo, parallel: str) -> None:
+def load_optimizer_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], info: DistInfo, parallel: str
+) -> None:
     """Load a full optimizer state dict (positions as keys, as :func:`full_state` and one
     process write it); a sharded run keeps its own shard of each tensor."""
     if not sharded(info, parallel):
@@ -173,9 +177,10 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer,
 
     names = {id(p): n for n, p in model.named_parameters()}
     order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
-    by_name = {"state": {order[int(i)]: s for i, s in state["state"].items()},
-               "param_groups": [{**g, "params": [order[i] for i in g["params"]]}
-                                for g in state["param_groups"]]}
+    by_name = {
+        "state": {order[int(i)]: s for i, s in state["state"].items()},
+        "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in state["param_groups"]],
+    }
     set_optimizer_state_dict(model, optimizer, typing.cast(Any, by_name), options=_options())
 
 

@@ -105,8 +105,10 @@ def _distinct(labels: list[str]) -> list[str]:
 
 def _one_field(label: str) -> str:
     if not label.strip() or any(c in label for c in "\t\n\r"):
-        raise ValueError(f"labels: {label!r} is not a label `fullrank classify` can print (one "
-                         f"TAB-separated field: not empty, no TAB or line break)")
+        raise ValueError(
+            f"labels: {label!r} is not a label `fullrank classify` can print (one "
+            f"TAB-separated field: not empty, no TAB or line break)"
+        )
     return label
 
 
@@ -149,7 +151,10 @@ class ParseMeta(CheckpointMeta):
 
 # the schema of each task's meta.json (the others' is CheckpointMeta)
 TASK_SCHEMAS: dict[str, type[CheckpointMeta]] = {
-    "classify": ClassifyMeta, "squad": SquadMeta, "parse": ParseMeta}
+    "classify": ClassifyMeta,
+    "squad": SquadMeta,
+    "parse": ParseMeta,
+}
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -162,28 +167,32 @@ def read_json(path: Path, what: str) -> Any:
     try:
         return loads_json(data.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise CheckpointError(f"{path}: not UTF-8 (byte 0x{data[e.start]:02x} at offset "
-                              f"{e.start}); {what}") from None
+        raise CheckpointError(
+            f"{path}: not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); {what}"
+        ) from None
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); "
-                              f"{what}") from None
+        raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); {what}") from None
 
 
 def parse_meta(data: Any, path: Path) -> CheckpointMeta:
     """Validate the decoded ``meta.json`` of ``path``; one line naming the first bad key."""
     if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: holds a JSON {type(data).__name__}, not an object; this "
-                              f"is not a fullrank checkpoint's metadata")
+        raise CheckpointError(
+            f"{path}: holds a JSON {type(data).__name__}, not an object; this "
+            f"is not a fullrank checkpoint's metadata"
+        )
     if data.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: format {data.get('format')!r} is not {FORMAT!r}; this "
-                              f"is not a fullrank checkpoint")
+        raise CheckpointError(
+            f"{path}: format {data.get('format')!r} is not {FORMAT!r}; this is not a fullrank checkpoint"
+        )
     task = data.get("task")
     schema = TASK_SCHEMAS.get(task, CheckpointMeta) if isinstance(task, str) else CheckpointMeta
     try:
         return schema.model_validate(data)
     except ValidationError as e:
-        raise CheckpointError(f"{path}: {describe(e)}; the metadata is damaged — use another "
-                              f"checkpoint") from None
+        raise CheckpointError(
+            f"{path}: {describe(e)}; the metadata is damaged — use another checkpoint"
+        ) from None
 
 
 def sha256_of(path: Path) -> str:
@@ -204,8 +213,10 @@ def inside(ckpt: Path, name: str) -> Path:
     """``ckpt / name``, refusing a path that leads out of ``ckpt`` (a link, ``..``)."""
     path = ckpt / name
     if path.resolve().parent != ckpt.resolve():
-        raise CheckpointError(f"{path}: leads outside its checkpoint directory (to "
-                              f"{path.resolve()}); a checkpoint's files must be its own")
+        raise CheckpointError(
+            f"{path}: leads outside its checkpoint directory (to "
+            f"{path.resolve()}); a checkpoint's files must be its own"
+        )
     return path
 
 
@@ -217,16 +228,23 @@ def verify_file(ckpt: Path, meta: CheckpointMeta, name: str) -> Path:
         return path  # written before checksums were recorded
     expected = meta.files.get(name)
     if expected is None:
-        raise CheckpointError(f"{path}: not recorded in {ckpt / 'meta.json'}; the file was not "
-                              f"written with this checkpoint — remove it or use another checkpoint")
+        raise CheckpointError(
+            f"{path}: not recorded in {ckpt / 'meta.json'}; the file was not "
+            f"written with this checkpoint — remove it or use another checkpoint"
+        )
     if not path.is_file():
-        raise CheckpointError(f"{path}: missing (meta.json records it); the checkpoint is "
-                              f"incomplete — use another checkpoint")
+        raise CheckpointError(
+            f"{path}: missing (meta.json records it); the checkpoint is incomplete — use another checkpoint"
+        )
     size = path.stat().st_size
     if size != expected.bytes:
-        raise CheckpointError(f"{path}: {size:,} bytes where {expected.bytes:,} were written; the "
-                              f"file is truncated or damaged — use another checkpoint")
+        raise CheckpointError(
+            f"{path}: {size:,} bytes where {expected.bytes:,} were written; the "
+            f"file is truncated or damaged — use another checkpoint"
+        )
     if sha256_of(path) != expected.sha256:
-        raise CheckpointError(f"{path}: SHA-256 does not match the one recorded when it was "
-                              f"written; the file is corrupt — use another checkpoint")
+        raise CheckpointError(
+            f"{path}: SHA-256 does not match the one recorded when it was "
+            f"written; the file is corrupt — use another checkpoint"
+        )
     return path

@@ -131,11 +131,20 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
     return contextlib.nullcontext()
 
 
-def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
-          dist: DistInfo, out: RunOutput | None = None,
-          evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
-          resume_from: Path | None = None, progress: bool = True,
-          stop_at: int | None = None, d_model: int | None = None) -> TrainResult:
+def train(
+    model: nn.Module,
+    task: Task,
+    data: BatchSource,
+    cfg: TrainConfig,
+    *,
+    dist: DistInfo,
+    out: RunOutput | None = None,
+    evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+    resume_from: Path | None = None,
+    progress: bool = True,
+    stop_at: int | None = None,
+    d_model: int | None = None,
+) -> TrainResult:
     """Train ``model`` for ``cfg.steps`` optimizer steps.
 
     The loop knows no model class and no speed setting: a caller that wants the CPU speed
@@ -185,8 +194,9 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         out.run_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out.run_dir / "config.yaml", out.config_yaml)
     metrics = MetricsLogger(out.run_dir, resume_step=state.step, enabled=writes) if out else None
-    bar = progress_bar(total=cfg.steps, initial=state.step, desc="train", unit="step",
-                       enabled=progress and dist.is_main)
+    bar = progress_bar(
+        total=cfg.steps, initial=state.step, desc="train", unit="step", enabled=progress and dist.is_main
+    )
     # training loss since the last log line, on this rank (a device tensor: no sync per step)
     window_nll, window_tokens, window_t0 = torch.zeros((), device=dist.device), 0, time.perf_counter()
     # the first step whose loss was not finite, on this rank (0: none; kept on the device and
@@ -210,11 +220,16 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         if metrics:
             metrics.close()
         latest = out.checkpoints / "latest" if out is not None else None
-        kept = (f"{latest} stays the last good checkpoint" if latest and latest.exists() else
-                "no checkpoint was written")
-        raise TrainingError(f"step {step}: {what} is not a finite number; stopped without "
-                            f"saving ({kept}) — lower train.lr, set train.clip_grad or check "
-                            f"the data")
+        kept = (
+            f"{latest} stays the last good checkpoint"
+            if latest and latest.exists()
+            else "no checkpoint was written"
+        )
+        raise TrainingError(
+            f"step {step}: {what} is not a finite number; stopped without "
+            f"saving ({kept}) — lower train.lr, set train.clip_grad or check "
+            f"the data"
+        )
 
     def save() -> Path | None:
         full = full_state(raw, optimizer, dist, cfg.parallel) if out is not None else None
@@ -223,9 +238,18 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         assert out is not None
         state.elapsed_s = time.perf_counter() - start
         meta = {**out.meta, "loop": dataclasses.asdict(state), "train": dataclasses.asdict(cfg)}
-        return save_training_checkpoint(out.checkpoints, state.step, raw, out.model_config,
-                                        out.tokenizer, optimizer, meta, cfg.keep_last,
-                                        every=cfg.save_every, full=full)
+        return save_training_checkpoint(
+            out.checkpoints,
+            state.step,
+            raw,
+            out.model_config,
+            out.tokenizer,
+            optimizer,
+            meta,
+            cfg.keep_last,
+            every=cfg.save_every,
+            full=full,
+        )
 
     def run_eval() -> dict[str, float] | None:
         # a sharded model runs only with every rank: each evaluates, rank 0 records
@@ -249,9 +273,10 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
             group["lr"] = lr
         # this rank's micro-batches for the step (token counts taken on the CPU, before the
         # copy to the device, so that counting never waits for the accelerator)
-        cpu_batches = [data.get(*state.next_batch(_epoch_length(data, state.epoch)),
-                                rank=dist.rank, world=dist.world)
-                       for _ in range(cfg.grad_accum)]
+        cpu_batches = [
+            data.get(*state.next_batch(_epoch_length(data, state.epoch)), rank=dist.rank, world=dist.world)
+            for _ in range(cfg.grad_accum)
+        ]
         n_local = sum(b.n_tokens for b in cpu_batches)
         n_global = float(all_reduce_sum(torch.tensor(float(n_local)), dist))
         # DDP averages gradients over ranks; scaling by world/n_global makes the result the
@@ -260,7 +285,7 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         for i, batch in enumerate(cpu_batches):
             batch = batch.to(dist.device)
             sync = i == len(cpu_batches) - 1 or not isinstance(net, DistributedDataParallel)
-            with (contextlib.nullcontext() if sync else net.no_sync()):  # type: ignore[operator]  # DDP
+            with contextlib.nullcontext() if sync else net.no_sync():  # type: ignore[operator]  # DDP
                 with _autocast(dist.device, cfg.precision):
                     result = task.loss(net, batch)
                 (result.loss * scale).backward()
@@ -289,17 +314,29 @@ def train(model: nn.Module, task: Task, data: BatchSource, cfg: TrainConfig, *,
         if logs:
             elapsed = time.perf_counter() - window_t0
             # every rank's batches: the mean over the same tokens as one process would see
-            nll_tokens = all_reduce_sum(torch.stack([window_nll.detach().double(),
-                                                     torch.tensor(float(window_tokens),
-                                                                  dtype=torch.float64,
-                                                                  device=dist.device)]), dist)
+            nll_tokens = all_reduce_sum(
+                torch.stack(
+                    [
+                        window_nll.detach().double(),
+                        torch.tensor(float(window_tokens), dtype=torch.float64, device=dist.device),
+                    ]
+                ),
+                dist,
+            )
             loss = float(nll_tokens[0]) / max(float(nll_tokens[1]), 1.0)
             tok_s = float(nll_tokens[1]) / max(elapsed, 1e-9)
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
             if metrics:
-                metrics.log(state.step, "train", loss=loss, ppl=math.exp(min(loss, 50.0)), lr=lr,
-                            tokens_per_s=tok_s, epoch=state.epoch,
-                            elapsed_s=time.perf_counter() - start)
+                metrics.log(
+                    state.step,
+                    "train",
+                    loss=loss,
+                    ppl=math.exp(min(loss, 50.0)),
+                    lr=lr,
+                    tokens_per_s=tok_s,
+                    epoch=state.epoch,
+                    elapsed_s=time.perf_counter() - start,
+                )
             window_nll, window_tokens, window_t0 = torch.zeros((), device=dist.device), 0, time.perf_counter()
         if evals:
             last_eval = run_eval() or last_eval

@@ -23,8 +23,9 @@ class TokenLoss:
     n_tokens: Tensor
 
 
-def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, *, epsilon: float = 0.0,
-                                 ignore_index: int | None = None) -> TokenLoss:
+def label_smoothed_cross_entropy(
+    logits: Tensor, target: Tensor, *, epsilon: float = 0.0, ignore_index: int | None = None
+) -> TokenLoss:
     """``logits (…, V)`` and ``target (…)`` → summed smoothed loss, summed NLL and token count.
 
     Positions where ``target == ignore_index`` contribute nothing.
@@ -57,8 +58,16 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
-                epsilon: float, ignore_index: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        ctx,
+        h: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        target: Tensor,
+        epsilon: float,
+        ignore_index: int,
+        chunk: int,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         n, v = h.shape[0], weight.shape[0]
         grad_h = torch.empty_like(h)
         grad_w = torch.empty_like(weight)  # the first chunk writes it, the others add to it
@@ -103,12 +112,21 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _nll: Tensor, _count: Tensor):
         if ctx.grads is None:
-            raise RuntimeError("the fused cross-entropy's gradients were already used: it "
-                               "supports one backward pass (no retain_graph=True)")
+            raise RuntimeError(
+                "the fused cross-entropy's gradients were already used: it "
+                "supports one backward pass (no retain_graph=True)"
+            )
         grad_h, grad_w, grad_b = ctx.grads
         ctx.grads = None  # handed over, scaled in place: no second (V, D) buffer
-        return (grad_h.mul_(grad_loss), grad_w.mul_(grad_loss),
-                None if grad_b is None else grad_b.mul_(grad_loss), None, None, None, None)
+        return (
+            grad_h.mul_(grad_loss),
+            grad_w.mul_(grad_loss),
+            None if grad_b is None else grad_b.mul_(grad_loss),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 # Each chunk adds its ``(V, D)`` weight gradient with a product over its rows; with fewer rows
@@ -117,10 +135,17 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 MIN_CHUNK_ROWS = 256
 
 
-def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, *, bias: Tensor | None = None,
-                         epsilon: float = 0.0, ignore_index: int | None = None,
-                         chunk_bytes: int = 8 << 20,
-                         min_chunk_rows: int = MIN_CHUNK_ROWS) -> TokenLoss:
+def linear_cross_entropy(
+    h: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    *,
+    bias: Tensor | None = None,
+    epsilon: float = 0.0,
+    ignore_index: int | None = None,
+    chunk_bytes: int = 8 << 20,
+    min_chunk_rows: int = MIN_CHUNK_ROWS,
+) -> TokenLoss:
     """:func:`label_smoothed_cross_entropy` of the logits ``h @ weightᵀ (+ bias)``, without
     building them.
 
@@ -131,14 +156,20 @@ def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, *, bias: Ten
     the plain path.
     """
     grad_needed = torch.is_grad_enabled() and (
-        h.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        h.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    )
     if not grad_needed or torch.is_autocast_enabled(h.device.type) or h.dtype != weight.dtype:
         logits = h @ weight.T if bias is None else h @ weight.T + bias
-        return label_smoothed_cross_entropy(logits, target, epsilon=epsilon,
-                                            ignore_index=ignore_index)
+        return label_smoothed_cross_entropy(logits, target, epsilon=epsilon, ignore_index=ignore_index)
     flat_h = h.reshape(-1, h.shape[-1])
     chunk = max(min_chunk_rows, chunk_bytes // (weight.shape[0] * weight.element_size()))
     loss, nll, count = _ChunkedLinearCrossEntropy.apply(
-        flat_h, weight, bias, target.reshape(-1), epsilon,
-        -100 if ignore_index is None else ignore_index, chunk)
+        flat_h,
+        weight,
+        bias,
+        target.reshape(-1),
+        epsilon,
+        -100 if ignore_index is None else ignore_index,
+        chunk,
+    )
     return TokenLoss(loss=loss, nll=nll, n_tokens=count)

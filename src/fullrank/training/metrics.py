@@ -32,8 +32,11 @@ class MetricsLogger:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            kept = [line for line in self.path.read_text(encoding="utf-8", errors="replace")
-                    .splitlines() if _step_of(line) <= resume_step]
+            kept = [
+                line
+                for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+                if _step_of(line) <= resume_step
+            ]
             self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
 
     def log(self, step: int, split: str, **values: Any) -> None:
@@ -45,8 +48,9 @@ class MetricsLogger:
         if self._tb is None:
             from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
 
-            self._tb = SummaryWriter(str(self.run_dir / "tb"),
-                                     purge_step=self.resume_step + 1 if self.resume_step else None)
+            self._tb = SummaryWriter(
+                str(self.run_dir / "tb"), purge_step=self.resume_step + 1 if self.resume_step else None
+            )
         for k, v in values.items():
             if isinstance(v, (int, float)) and math.isfinite(v):
                 self._tb.add_scalar(f"{split}/{k}", v, step)
@@ -79,8 +83,9 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
         except ValueError:
             record = None
         if not isinstance(record, dict) or "step" not in record or "split" not in record:
-            raise DataError(f"{path}:{i}: not a metrics record (a line torn by a killed run?); "
-                            f"delete the line")
+            raise DataError(
+                f"{path}:{i}: not a metrics record (a line torn by a killed run?); delete the line"
+            )
         records.append(record)
     return records
 
@@ -95,8 +100,13 @@ def plain_log_ticks(axis: Any) -> None:
 
 
 # validation scores in percent that a run may log (BERT pre-training, classification, SQuAD)
-SCORES = {"mlm_acc": "MLM accuracy", "nsp_acc": "NSP accuracy", "accuracy": "accuracy",
-          "em": "exact match", "f1": "F1"}
+SCORES = {
+    "mlm_acc": "MLM accuracy",
+    "nsp_acc": "NSP accuracy",
+    "accuracy": "accuracy",
+    "em": "exact match",
+    "f1": "F1",
+}
 
 
 def read_final(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
@@ -112,15 +122,17 @@ def read_final(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
     return int(results.get("steps", 0)), valid
 
 
-def plot_run(run_dir: Path, out: Path | None = None, *,
-             final: tuple[int, dict[str, Any]] | None = None) -> Path:
+def plot_run(
+    run_dir: Path, out: Path | None = None, *, final: tuple[int, dict[str, Any]] | None = None
+) -> Path:
     """Loss (train and validation), validation perplexity and, where logged, validation scores
     against step, as a PNG (default ``RUN_DIR/curves.png``); see :func:`curves_figure`.
     ``final`` defaults to the figure in the run's ``results.json`` (:func:`read_final`)."""
     import matplotlib.pyplot as plt
 
-    fig = curves_figure(read_metrics(run_dir), final or read_final(run_dir),
-                        title=Path(run_dir).resolve().name)
+    fig = curves_figure(
+        read_metrics(run_dir), final or read_final(run_dir), title=Path(run_dir).resolve().name
+    )
     out = out or Path(run_dir) / "curves.png"
     with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=110)
@@ -128,8 +140,9 @@ def plot_run(run_dir: Path, out: Path | None = None, *,
     return out
 
 
-def curves_figure(records: list[dict[str, Any]], final: tuple[int, dict[str, Any]] | None, *,
-                  title: str = "") -> Any:
+def curves_figure(
+    records: list[dict[str, Any]], final: tuple[int, dict[str, Any]] | None, *, title: str = ""
+) -> Any:
     """The matplotlib figure of :func:`plot_run`: loss, validation perplexity (``ppl``, or
     ``mlm_ppl`` for BERT pre-training) and, where logged, validation scores in percent
     (:data:`SCORES`).
@@ -151,37 +164,78 @@ def curves_figure(records: list[dict[str, Any]], final: tuple[int, dict[str, Any
     ax_loss, ax_ppl = axes[0], axes[1]
     train = [r for r in records if r["split"] == "train" and "loss" in r]
     if train:
-        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], "-",
-                     label="train loss (mean since the previous point)")
+        ax_loss.plot(
+            [r["step"] for r in train],
+            [r["loss"] for r in train],
+            "-",
+            label="train loss (mean since the previous point)",
+        )
     periodic = [r for r in valid if "loss" in r]
     if periodic:
         tokens = periodic[-1].get("tokens")
         whole = final is not None and tokens == final[1].get("tokens")
-        where = ("on the whole validation text" if whole else
-                 f"on the first {tokens:,} validation tokens" if tokens else "on validation data")
-        ax_loss.plot([r["step"] for r in periodic], [r["loss"] for r in periodic], "o-",
-                     color="C1", markersize=3, label=f"valid loss, periodic, {where}")
+        where = (
+            "on the whole validation text"
+            if whole
+            else f"on the first {tokens:,} validation tokens"
+            if tokens
+            else "on validation data"
+        )
+        ax_loss.plot(
+            [r["step"] for r in periodic],
+            [r["loss"] for r in periodic],
+            "o-",
+            color="C1",
+            markersize=3,
+            label=f"valid loss, periodic, {where}",
+        )
         rows = [r for r in periodic if ppl_key in r]
         what = "MLM perplexity, periodic" if ppl_key == "mlm_ppl" else "periodic"
-        ax_ppl.plot([r["step"] for r in rows], [r[ppl_key] for r in rows], "o-", color="C1",
-                    markersize=3, label=f"{what}, {where}")
+        ax_ppl.plot(
+            [r["step"] for r in rows],
+            [r[ppl_key] for r in rows],
+            "o-",
+            color="C1",
+            markersize=3,
+            label=f"{what}, {where}",
+        )
     if final is not None:
         step, v = final
         over = f"{v['tokens']:,} tokens" if "tokens" in v else "the whole validation text"
         for ax, key, digits in ((ax_loss, "loss", 3), (ax_ppl, ppl_key, 2)):
             if key in v:
-                ax.plot([step], [v[key]], "*", color="C3", markersize=13, zorder=5,
-                        label=f"final, exact: {v[key]:.{digits}f} over {over}")
-                ax.annotate(f"{v[key]:.{digits}f}", (step, v[key]), textcoords="offset points",
-                            xytext=(-8, 9), ha="right", color="C3", fontsize=9)
+                ax.plot(
+                    [step],
+                    [v[key]],
+                    "*",
+                    color="C3",
+                    markersize=13,
+                    zorder=5,
+                    label=f"final, exact: {v[key]:.{digits}f} over {over}",
+                )
+                ax.annotate(
+                    f"{v[key]:.{digits}f}",
+                    (step, v[key]),
+                    textcoords="offset points",
+                    xytext=(-8, 9),
+                    ha="right",
+                    color="C3",
+                    fontsize=9,
+                )
     ax_loss.set(xlabel="step", ylabel="loss (nats per token)", title="loss")
     ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
     plain_log_ticks(ax_ppl.yaxis)
     if scores:
         for i, key in enumerate(scores):
             rows = [r for r in valid if key in r]
-            axes[2].plot([r["step"] for r in rows], [r[key] for r in rows], "o-",
-                         color=f"C{i + 2}", label=f"valid {SCORES[key]}", markersize=3)
+            axes[2].plot(
+                [r["step"] for r in rows],
+                [r[key] for r in rows],
+                "o-",
+                color=f"C{i + 2}",
+                label=f"valid {SCORES[key]}",
+                markersize=3,
+            )
         axes[2].set(xlabel="step", ylabel="percent", title="validation scores")
     for ax in axes:
         ax.grid(alpha=0.3)

@@ -20,8 +20,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
                 no_decay_ids.add(id(p))
     decay = [p for p in model.parameters() if p.requires_grad and id(p) not in no_decay_ids]
     no_decay = [p for p in model.parameters() if p.requires_grad and id(p) in no_decay_ids]
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, *, fused: bool = False) -> torch.optim.Optimizer:

@@ -52,14 +52,14 @@ def make_schedule(cfg: TrainConfig, d_model: int | None = None) -> Callable[[int
     model width, is what ``noam`` scales by (the other schedules need none)."""
     if cfg.schedule == "noam":
         if d_model is None:
-            raise ConfigError("the noam schedule ([V17] eq. 3) needs the model width: pass "
-                              "d_model (train(…, d_model=…))")
+            raise ConfigError(
+                "the noam schedule ([V17] eq. 3) needs the model width: pass d_model (train(…, d_model=…))"
+            )
         return lambda s: noam(s, d_model=d_model, warmup=cfg.warmup, scale=cfg.lr)
     if cfg.schedule == "rsqrt":
         return lambda s: rsqrt(s, peak=cfg.lr, warmup=cfg.warmup)
     if cfg.schedule == "linear":
         return lambda s: linear(s, peak=cfg.lr, warmup=cfg.warmup, total=cfg.steps)
     if cfg.schedule == "cosine":
-        return lambda s: cosine(s, peak=cfg.lr, warmup=cfg.warmup, total=cfg.steps,
-                                floor=cfg.min_lr)
+        return lambda s: cosine(s, peak=cfg.lr, warmup=cfg.warmup, total=cfg.steps, floor=cfg.min_lr)
     return lambda s: constant(s, peak=cfg.lr, warmup=cfg.warmup)

@@ -55,8 +55,9 @@ def perplexity_report(nll_sum: float, n_tokens: int) -> dict[str, float]:
 
 
 @torch.no_grad()
-def evaluate(task: Task, model: nn.Module, batches: Iterable[Any], device: torch.device,
-             limit: int | None = None) -> dict[str, float]:
+def evaluate(
+    task: Task, model: nn.Module, batches: Iterable[Any], device: torch.device, limit: int | None = None
+) -> dict[str, float]:
     """Per-token NLL (the unsmoothed part of ``task.loss``) and perplexity over at most
     ``limit`` of ``batches``."""
     nll, n = 0.0, 0
@@ -65,8 +66,10 @@ def evaluate(task: Task, model: nn.Module, batches: Iterable[Any], device: torch
         nll += float(out.nll)
         n += int(out.n_tokens)
     if n == 0:  # a loss of 0 and a perplexity of 1 would be recorded as results
-        raise DataError("evaluation found no target tokens in the validation data; give it "
-                        "text (or pairs within data.max_sentence_len)")
+        raise DataError(
+            "evaluation found no target tokens in the validation data; give it "
+            "text (or pairs within data.max_sentence_len)"
+        )
     return perplexity_report(nll, n)
 
 
@@ -78,11 +81,13 @@ class LanguageModeling:
 
     def loss(self, model: nn.Module, batch: LMBatch) -> TokenLoss:
         h = model(batch.tokens[:, :-1], hidden_only=True)  # (B, T, D)
-        return linear_cross_entropy(h, unwrap(model).output_weight, batch.tokens[:, 1:],
-                                    epsilon=self.label_smoothing)
+        return linear_cross_entropy(
+            h, unwrap(model).output_weight, batch.tokens[:, 1:], epsilon=self.label_smoothing
+        )
 
-    def evaluate(self, model: nn.Module, batches: Iterable[LMBatch], device: torch.device,
-                 limit: int | None = None) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, batches: Iterable[LMBatch], device: torch.device, limit: int | None = None
+    ) -> dict[str, float]:
         """Exact per-token NLL and perplexity over ``batches`` (no smoothing)."""
         return evaluate(self, model, batches, device, limit)
 
@@ -96,15 +101,26 @@ class Translation:
         self.pad_id, self.label_smoothing = pad_id, label_smoothing
 
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> TokenLoss:
-        h = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask,
-                  hidden_only=True)  # (B, T, D)
+        h = model(
+            batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask, hidden_only=True
+        )  # (B, T, D)
         raw = unwrap(model)
-        return linear_cross_entropy(h, raw.output_weight, batch.tgt_out,
-                                    bias=getattr(raw, "output_bias", None),
-                                    epsilon=self.label_smoothing, ignore_index=self.pad_id)
+        return linear_cross_entropy(
+            h,
+            raw.output_weight,
+            batch.tgt_out,
+            bias=getattr(raw, "output_bias", None),
+            epsilon=self.label_smoothing,
+            ignore_index=self.pad_id,
+        )
 
-    def evaluate(self, model: nn.Module, batches: Iterable[Seq2SeqBatch], device: torch.device,
-                 limit: int | None = None) -> dict[str, float]:
+    def evaluate(
+        self,
+        model: nn.Module,
+        batches: Iterable[Seq2SeqBatch],
+        device: torch.device,
+        limit: int | None = None,
+    ) -> dict[str, float]:
         """Per-token NLL and perplexity of the references (no smoothing)."""
         return evaluate(self, model, batches, device, limit)
 
@@ -131,18 +147,23 @@ class MaskedLMWithNSP:
         raw = unwrap(model)
         h = encode(model, batch.inputs)  # (B, T, D)
         picked = h.reshape(-1, h.shape[-1]).index_select(0, batch.mlm_index)  # (N, D)
-        mlm = linear_cross_entropy(raw.mlm_hidden(picked), raw.mlm.output_weight,
-                                   batch.mlm_labels, bias=raw.mlm.bias)
+        mlm = linear_cross_entropy(
+            raw.mlm_hidden(picked), raw.mlm.output_weight, batch.mlm_labels, bias=raw.mlm.bias
+        )
         if batch.nsp_labels is None:
             return mlm
         nsp = F.cross_entropy(raw.nsp_logits(h).float(), batch.nsp_labels, reduction="sum")
         w = batch.nsp_weight
-        return TokenLoss(loss=mlm.loss + w * nsp, nll=mlm.nll + w * nsp.detach(),
-                         n_tokens=mlm.n_tokens)
+        return TokenLoss(loss=mlm.loss + w * nsp, nll=mlm.nll + w * nsp.detach(), n_tokens=mlm.n_tokens)
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, batches: Iterable[PretrainingBatch], device: torch.device,
-                 limit: int | None = None) -> dict[str, float]:
+    def evaluate(
+        self,
+        model: nn.Module,
+        batches: Iterable[PretrainingBatch],
+        device: torch.device,
+        limit: int | None = None,
+    ) -> dict[str, float]:
         """``mlm_loss``, ``mlm_ppl`` (exp of the per-prediction loss), ``mlm_acc`` (%),
         ``nsp_loss``, ``nsp_acc`` (%) and ``loss`` (their sum, BERT's objective)."""
         mlm_nll = nsp_nll = 0.0
@@ -152,8 +173,9 @@ class MaskedLMWithNSP:
             h = encode(model, batch.inputs)
             picked = h.reshape(-1, h.shape[-1]).index_select(0, batch.mlm_index)
             raw = unwrap(model)
-            logits = F.linear(raw.mlm_hidden(picked), raw.mlm.output_weight,
-                              raw.mlm.bias).float()  # (N, V): the chosen positions only
+            logits = F.linear(
+                raw.mlm_hidden(picked), raw.mlm.output_weight, raw.mlm.bias
+            ).float()  # (N, V): the chosen positions only
             mlm_nll += float(F.cross_entropy(logits, batch.mlm_labels, reduction="sum"))
             mlm_right += int((logits.argmax(-1) == batch.mlm_labels).sum())
             n_mlm += len(batch.mlm_labels)
@@ -164,11 +186,17 @@ class MaskedLMWithNSP:
             nsp_right += int((nsp.argmax(-1) == batch.nsp_labels).sum())
             n_nsp += len(batch.nsp_labels)
         mlm_loss = mlm_nll / max(n_mlm, 1)
-        out = {"loss": mlm_loss, "mlm_loss": mlm_loss, "mlm_ppl": math.exp(min(mlm_loss, 50.0)),
-               "mlm_acc": 100.0 * mlm_right / max(n_mlm, 1), "predictions": n_mlm}
+        out = {
+            "loss": mlm_loss,
+            "mlm_loss": mlm_loss,
+            "mlm_ppl": math.exp(min(mlm_loss, 50.0)),
+            "mlm_acc": 100.0 * mlm_right / max(n_mlm, 1),
+            "predictions": n_mlm,
+        }
         if n_nsp:
-            out.update(loss=mlm_loss + nsp_nll / n_nsp, nsp_loss=nsp_nll / n_nsp,
-                       nsp_acc=100.0 * nsp_right / n_nsp)
+            out.update(
+                loss=mlm_loss + nsp_nll / n_nsp, nsp_loss=nsp_nll / n_nsp, nsp_acc=100.0 * nsp_right / n_nsp
+            )
         return out
 
 
@@ -182,24 +210,33 @@ class SequenceClassification:
         return TokenLoss(loss=nll, nll=nll.detach(), n_tokens=batch.labels.new_tensor(len(batch.labels)))
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, batches: Iterable[ClassificationBatch],
-                device: torch.device) -> tuple[Tensor, Tensor]:
+    def predict(
+        self, model: nn.Module, batches: Iterable[ClassificationBatch], device: torch.device
+    ) -> tuple[Tensor, Tensor]:
         """Class probabilities ``(n, C)`` and gold labels ``(n,)`` over ``batches``, in order."""
         probs, labels = [], []
         for batch in batches:
             batch = batch.to(device)
-            logits = unwrap(model).class_logits(encode(model, batch.inputs))      # (B, C)
+            logits = unwrap(model).class_logits(encode(model, batch.inputs))  # (B, C)
             probs.append(logits.float().softmax(-1).cpu())
             labels.append(batch.labels.cpu())
         return torch.cat(probs), torch.cat(labels)
 
-    def evaluate(self, model: nn.Module, batches: Iterable[ClassificationBatch],
-                 device: torch.device, limit: int | None = None) -> dict[str, float]:
+    def evaluate(
+        self,
+        model: nn.Module,
+        batches: Iterable[ClassificationBatch],
+        device: torch.device,
+        limit: int | None = None,
+    ) -> dict[str, float]:
         """``loss`` (mean cross-entropy) and ``accuracy`` (%) over at most ``limit`` batches."""
         probs, labels = self.predict(model, itertools.islice(batches, limit), device)
         loss = float(F.nll_loss(probs.clamp_min(1e-30).log(), labels))
-        return {"loss": loss, "accuracy": 100.0 * float((probs.argmax(-1) == labels).float().mean()),
-                "examples": len(labels)}
+        return {
+            "loss": loss,
+            "accuracy": 100.0 * float((probs.argmax(-1) == labels).float().mean()),
+            "examples": len(labels),
+        }
 
 
 def span_log_probs(logits: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
