@@ -1,4 +1,4 @@
-"""Helpers shared by tests. Tests use odd, decoupled sizes (STYLE.md §3.8) so that hidden
+"""Helpers shared by tests. Tests use odd, decoupled sizes (docs/correctness.md) so that hidden
 divisibility assumptions and wrong transposes crash."""
 
 from __future__ import annotations

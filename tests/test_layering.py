@@ -1,5 +1,5 @@
 """Dependencies point one way: layers ← blocks ← models ← training/inference ← recipes ← sweeps
-← cli (STYLE.md §2), and the speed engine (``fast``) stands apart from the model's code. Walks
+← cli (docs/design.md), and the speed engine (``fast``) stands apart from the model's code. Walks
 the package with ``ast`` and fails on an upward or forbidden import."""
 
 from __future__ import annotations

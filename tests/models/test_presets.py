@@ -1,4 +1,4 @@
-"""Every parameter figure of [B20] Tables 1, 2A, 2B, 3A and [V17] Table 3 (SPEC.md 1.5, 2.4)."""
+"""Every parameter figure of [B20] Tables 1, 2A, 2B, 3A and [V17] Table 3 ([V17] §6.2, [B20] §4)."""
 
 from __future__ import annotations
 

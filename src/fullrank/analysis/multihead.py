@@ -3,7 +3,7 @@
 **Convention: the paper's columns.** Inputs ``X`` are ``(N, d, n)`` — ``N`` examples of ``n``
 tokens held in columns — and every head's attention is column-stochastic. A layer is
 :class:`HeadWeights`: per head ``W_q^i, W_k^i ∈ R^{d_k×d}``, ``W_v^i ∈ R^{d_v×d}`` and the output
-``W_o ∈ R^{d×h·d_v}``, computing (SPEC.md §2.2–2.3, eq. 8 without the residual and LayerNorm)
+``W_o ∈ R^{d×h·d_v}``, computing ([B20] §2–3, eq. 8 without the residual and LayerNorm)
 
     ``W_o · Concat_i[ W_v^i X softmax((W_k^i X)ᵀ(W_q^i X)/√d_k) ]``   ``(N, d, n)``.
 

@@ -8,7 +8,7 @@ so ``P[i, j]`` is the weight of key ``i`` for query ``j`` and every column of ``
 
 Everything here computes in float64.
 
-- :func:`theorem1_construction` — the paper's proof (SPEC.md §2.1): ``X⁺ = (XᵀX)⁻¹Xᵀ``,
+- :func:`theorem1_construction` — the paper's proof ([B20] §2, Theorem 1): ``X⁺ = (XᵀX)⁻¹Xᵀ``,
   ``Ŵ_kq = √d · log(P D_0)``, ``W_k = Ŵ_k X⁺``, ``W_q = Ŵ_q X⁺``.
 - :func:`low_rank_construction` — the same construction with the choice of ``D_0`` that makes
   ``log(P D_0)`` column-centred: its rank is then at most ``n − 1``, so a head of size

@@ -5,7 +5,7 @@ hold tokens in columns; attention is column-stochastic. We compare attention out
 ``V_o·FixedMultiHead(X)`` and ``W_o·MultiHead(X)`` — the layer without ``LN(X + ·)``, which is the
 same map applied to both (see the multihead module).
 
-The theorem (SPEC.md §2.3): for ``n ≥ 2``, ``d ≥ d_p`` and ``h > d/d_p``, a FixedMultiHead layer
+The theorem ([B20] §3, Theorem 2): for ``n ≥ 2``, ``d ≥ d_p`` and ``h > d/d_p``, a FixedMultiHead layer
 ``g_V`` with ``V_o = [V_v^1; …; V_v^h]ᵀ`` of full rank and ``(V_k^i)ᵀV_q^i = U`` for every head,
 ``rank U = d_p``, differs from every standard MultiHead layer ``f_W`` (``h`` heads of size
 ``d/h``) on some input. :func:`witness` builds such a ``g_V`` (one shared ``V_q, V_k`` pair gives

@@ -1,7 +1,7 @@
 """Decoder state adapters: what the search functions call instead of a model.
 
 The search functions (:mod:`fullrank.inference.search`, :mod:`fullrank.inference.sampling`) know
-nothing of model classes (STYLE.md §3.11). They drive a :class:`Decoder` — an object that turns
+nothing of model classes (docs/design.md). They drive a :class:`Decoder` — an object that turns
 new tokens into next-token logits, advancing its own state, and that can reorder or prune the
 rows of that state when beam search reorders hypotheses or drops finished sentences. Adapters
 wrap a model's ``encode``/``decode``/``init_cache``/``logits`` methods by duck typing:

@@ -40,7 +40,7 @@ SEQ_LEN = 256
 
 @config_dataclass
 class TransformerConfig:
-    """Fields shared by all families. Names follow STYLE.md: ``d_model``, ``n_heads``, ``d_head``…
+    """Fields shared by all families. Names follow the papers: ``d_model``, ``n_heads``, ``d_head``…
 
     Attributes:
         vocab_size: vocabulary size ``V`` (the target/shared vocabulary for translation).

@@ -1,6 +1,6 @@
 """Experiment files: YAML or TOML → validated configs, with ``dotted.key=value`` overrides.
 
-Flow (STYLE.md §3.5): config defaults → file → overrides. Each task has its own experiment class
+Flow (docs/design.md): config defaults → file → overrides. Each task has its own experiment class
 — :class:`LMExperiment`, :class:`MTExperiment`, :class:`ParseExperiment`,
 :class:`PretrainExperiment`, :class:`ClassifyExperiment`, :class:`SquadExperiment`, told apart by
 ``task`` (:data:`Experiment`, a discriminated union) — with its own ``data`` section. Every
