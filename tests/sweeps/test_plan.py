@@ -224,3 +224,28 @@ def test_output_folder_that_is_not_this_sweeps_is_refused(tmp_path, capsys):
     with pytest.raises(ConfigError, match="holds sweep 'toy'"):
         claim_output(other, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["sweep"] == "toy"
+
+
+def test_a_point_starts_from_the_upstream_point_at_its_own_coordinates(tmp_path):
+    # a tied axis whose first entry sets nothing: {} agrees with every point, so each
+    # fine-tuning point must take the upstream point that sets the most of its keys
+    text = """
+name: tied
+base: tiny.yaml
+seeds: [0]
+axes:
+  model:
+    - {}
+    - {model.n_heads: 4, model.d_ff: 40}
+    - {model.n_heads: 4, model.d_model: 32, model.d_ff: 64}
+arms:
+  pre: {}
+  tune: {init_from: pre}
+"""
+    points = plan(load_sweep(toy_sweep(tmp_path, text)), tmp_path / "out").points
+    tuned = {p.name: p.after for p in points if p.arm == "tune"}
+    assert tuned == {
+        "tune-s0": "pre-s0",
+        "tune-n_heads4-d_ff40-s0": "pre-n_heads4-d_ff40-s0",
+        "tune-n_heads4-d_model32-d_ff64-s0": "pre-n_heads4-d_model32-d_ff64-s0",
+    }

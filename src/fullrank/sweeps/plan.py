@@ -495,14 +495,14 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
         """The coordinates of the ``init_from`` arm's point that ``arm``'s point at ``coords``
         starts from."""
         assert arm.init_from is not None
-        found = next(
-            (
-                c
-                for c in sweep.coordinates(arm.init_from)
-                if all(k in coords and coords[k] == v for k, v in c.items())
-            ),
-            None,
-        )
+        # the most specific point that agrees: a tied axis's entry {} (no keys) agrees with
+        # every point, so a point takes the upstream point that sets the most of its keys
+        agree = [
+            c
+            for c in sweep.coordinates(arm.init_from)
+            if all(k in coords and coords[k] == v for k, v in c.items())
+        ]
+        found = max(agree, key=len, default=None)
         if found is None:
             raise _fail(
                 sweep.path,
