@@ -195,3 +195,5 @@ reference:
     assert "takes a sweep file" in capsys.readouterr().err
     assert main(["grid", str(tmp_path / "grid.yaml"), "--rows", "Z", "--out", str(out)]) == 2
     assert "no arm 'Z'" in capsys.readouterr().err
+    assert main(["sweep", str(tmp_path / "grid.yaml"), "--out", str(out), "--arms", "A", "train.lr=0.1"]) == 2
+    assert "'train.lr=0.1' is an override; put KEY=VALUE overrides before --arms" in capsys.readouterr().err

@@ -106,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
     if args.arms:
         chosen = []
         for w in args.arms:
+            if "=" in w:  # --arms takes every word after it
+                raise ConfigError(
+                    f"--arms takes arm names, and '{w}' is an override; put KEY=VALUE overrides "
+                    "before --arms"
+                )
             found = [a for a in sweep.arms if a == w or a.startswith(f"{w}_")]
             if not found:
                 raise ConfigError(
