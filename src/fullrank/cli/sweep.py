@@ -108,8 +108,7 @@ def run(args: argparse.Namespace) -> int:
         for w in args.arms:
             if "=" in w:  # --arms takes every word after it
                 raise ConfigError(
-                    f"--arms takes arm names, and '{w}' is an override; put KEY=VALUE overrides "
-                    "before --arms"
+                    f"--arms takes arm names, and '{w}' is an override; put KEY=VALUE overrides before --arms"
                 )
             found = [a for a in sweep.arms if a == w or a.startswith(f"{w}_")]
             if not found:
