@@ -85,6 +85,15 @@ STARTS = [
         r"train\.init_from: .*2 labels \(yes, no\) for a classifier of 3 classes",
     ),
     Case(
+        "init_from beside data.tokenizer_file",
+        lambda sb: [
+            "train",
+            s(classify_config(sb, sb.classify)),
+            f"data.tokenizer_file={sb.classify / TOKENIZER}",
+        ],
+        r"data\.tokenizer_file and train\.init_from both give a tokenizer; drop data\.tokenizer_file",
+    ),
+    Case(
         "init_from a truncated tokenizer",
         fine_tune(lambda sb: (sb.classify / TOKENIZER).write_bytes(b"{")),
         r"train\.init_from: .*tokenizer\.json: [\d,]+ bytes where [\d,]+ were written",

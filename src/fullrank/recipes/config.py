@@ -427,6 +427,11 @@ class _EncoderExperiment(_Experiment):
             raise ConfigError(
                 "train.init_weights=false takes the architecture of train.init_from, which is not set"
             )
+        if self.train.init_from and getattr(self, "data").tokenizer_file:
+            raise ConfigError(
+                "data.tokenizer_file and train.init_from both give a tokenizer; "
+                "drop data.tokenizer_file (the checkpoint's tokenizer is used)"
+            )
 
 
 @config_dataclass

@@ -176,15 +176,10 @@ def prepare_tokenizer(
     saved = run_dir / "tokenizer.json"
     if resuming and saved.is_file():
         return Tokenizer.load(saved)
-    if start is not None:
-        if data.tokenizer_file:
-            raise ConfigError(
-                "data.tokenizer_file and train.init_from both give a tokenizer; "
-                "drop data.tokenizer_file (the checkpoint's tokenizer is used)"
-            )
-    elif data.tokenizer_file:
+    # with a start, its tokenizer: the experiment refuses data.tokenizer_file beside it
+    if start is None and data.tokenizer_file:
         return Tokenizer.load(data.path(data.tokenizer_file))
-    elif files is None:
+    if start is None and files is None:
         raise ConfigError(
             f"task '{task}' fine-tunes a model: set train.init_from (a "
             f"pre-trained checkpoint, which brings its tokenizer) or "
