@@ -105,14 +105,21 @@ def report(out: Path, results: Path, plot: Path, tokens_per_step: int,
         else:
             last = f"stopped at step {steps[-1]} | – | –"
         rows.append(f"| {name} | {what} | {marks} | {last} |")
-    ax.axhline(15, color="grey", lw=0.8, ls="--")
     ax.text(0.1, 15.4, "unigram plateau (~15%)", color="grey", fontsize=8)
     ax.set_xlabel("tokens seen (millions; steps × 32 × 128)")
-    ax.set_ylabel("validation MLM accuracy % (15% masking, fixed masks)")
     ax.set_title("Leaving the plateau: probes and the recipe on the Wikipedia corpus")
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
+    save_report(fig, ax, rows, plot, results)
+
+
+def save_report(fig, ax, rows: list[str], plot: Path, results: Path) -> None:
+    """Finish an MLM-accuracy plot (the plateau line, the y label, a grid), save it and the
+    markdown ``rows``, and print the table."""
+    ax.axhline(15, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("validation MLM accuracy % (15% masking, fixed masks)")
+    ax.grid(alpha=0.3)
     fig.tight_layout()
+    plot.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(plot, dpi=120)
     results.write_text("\n".join(rows) + "\n", encoding="utf-8")
     print("\n".join(rows))
