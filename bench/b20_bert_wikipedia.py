@@ -15,7 +15,6 @@ shows its last evaluation. The report is ``--results`` (markdown) and ``--plot``
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from bert_probes import curve, save_report
+from bert_probes import curve, finished, save_report
 
 ROOT = Path(__file__).resolve().parents[1]
 # sweep → (sequence length, sweep group without the arm → (row label, heads × d_head, d_ff, d_model))
@@ -60,11 +59,6 @@ def mean_std(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.2f} (1 seed)"
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)} seeds)"
-
-
-def finished(run_dir: Path) -> dict | None:
-    path = run_dir / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def fine_tuning(out: Path, group: str) -> tuple[str, str, str]:
@@ -110,8 +104,6 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     for group, (label, heads, d_ff, d_model) in models.items():
         run_dir = Path(elsewhere.get(label, args.out / point("pre", group, 0)))
-        if not (run_dir / "metrics.jsonl").is_file():
-            continue
         points, final = curve(run_dir)
         if not points:
             continue

@@ -66,16 +66,22 @@ def _run(name: str, overrides: list[str], out: Path, extra: list[str]) -> tuple[
     return name, rc, time.perf_counter() - start
 
 
+def finished(run_dir: Path) -> dict | None:
+    """A run's ``results.json``, or None while it has not finished."""
+    path = run_dir / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def curve(run_dir: Path) -> tuple[list[tuple[int, float, float]], dict | None]:
-    """``(step, MLM accuracy %, MLM perplexity)`` of each validation line, and the final
-    full-validation scores (``results.json``) when the run has finished."""
+    """``(step, MLM accuracy %, MLM perplexity)`` of each validation line (none for a run that
+    has not started), and the final full-validation scores when the run has finished."""
+    metrics = run_dir / "metrics.jsonl"
     points = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
         d = json.loads(line)
         if d.get("split") == "valid" and "mlm_acc" in d:
             points.append((d["step"], d["mlm_acc"], d["mlm_ppl"]))
-    results = run_dir / "results.json"
-    return points, (json.loads(results.read_text()) if results.is_file() else None)
+    return points, finished(run_dir)
 
 
 def report(out: Path, results: Path, plot: Path, tokens_per_step: int,
@@ -88,8 +94,6 @@ def report(out: Path, results: Path, plot: Path, tokens_per_step: int,
     if recipe_run is not None:
         runs.append((*RECIPE, recipe_run))
     for name, what, run_dir in runs:
-        if not (run_dir / "metrics.jsonl").is_file():
-            continue
         points, final = curve(run_dir)
         if not points:
             continue
