@@ -1,0 +1,83 @@
+"""Does SQuAD fine-tuning underfit or overfit? EM and F1 of fine-tuned ``task: squad`` runs on a
+sample of their own training questions beside the same number of test questions (the run's own
+split: ``data.test_every`` of its config). A run that scores the same on both has not fit its
+training questions; one far ahead on them has memorised what it does not generalise.
+
+    python bench/squad_fit.py RUN [RUN ...] [--questions 1000] [--out bench/results/squad_fit.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from fullrank.recipes.encoder_data import SquadData
+from fullrank.recipes.squad import evaluate_questions, squad_parts
+from fullrank.training.checkpoints import load_checkpoint
+
+
+def score(run: Path, n: int, seed: int) -> dict[str, float | str]:
+    """EM/F1 on ``n`` training and ``n`` test questions drawn with ``seed`` from ``run``'s split."""
+    exp = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    root = Path(exp["data"]["root"])
+    if not root.is_absolute():
+        root = Path.cwd() / root
+    fields = ("train", "test", "test_every", "doc_stride", "max_answer_len", "n_best")
+    data = SquadData(root=str(root), **{k: exp["data"][k] for k in fields if k in exp["data"]})
+    train_q, test_q = squad_parts(data)
+    rng = random.Random(seed)
+    train_q, test_q = rng.sample(train_q, min(n, len(train_q))), rng.sample(test_q, min(n, len(test_q)))
+    ckpt = load_checkpoint(run)
+    cpu = torch.device("cpu")
+    seq_len = ckpt.config.seq_len
+    fit, _ = evaluate_questions(ckpt.model, train_q, ckpt.tokenizer, data, seq_len, cpu, 64)
+    test, _ = evaluate_questions(ckpt.model, test_q, ckpt.tokenizer, data, seq_len, cpu, 64)
+    steps = exp["train"]["steps"]
+    return {
+        "run": str(run),
+        "steps": steps,
+        "lr": exp["train"]["lr"],
+        "dropout": exp["model"].get("dropout", 0.0),
+        "train_em": fit["em"],
+        "train_f1": fit["f1"],
+        "test_em": test["em"],
+        "test_f1": test["f1"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run directories of `task: squad` runs")
+    ap.add_argument("--questions", type=int, default=1000, help="questions drawn from each part")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    lines = [
+        f"{args.questions} training and {args.questions} test questions per run (seed {args.seed}), "
+        f"{time.strftime('%Y-%m-%d %H:%M')}",
+        "",
+        "| run | steps | lr | dropout | train EM | train F1 | test EM | test F1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    for run in args.runs:
+        r = score(run, args.questions, args.seed)
+        row = (
+            f"| {r['run']} | {r['steps']} | {r['lr']} | {r['dropout']} | {r['train_em']:.2f} | "
+            f"{r['train_f1']:.2f} | {r['test_em']:.2f} | {r['test_f1']:.2f} |"
+        )
+        lines.append(row)
+        print(row, flush=True)
+    if args.out:
+        args.out.write_text("# SQuAD: fit on training questions against test\n\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
