@@ -1,7 +1,10 @@
 """Does SQuAD fine-tuning underfit or overfit? EM and F1 of fine-tuned ``task: squad`` runs on a
 sample of their own training questions beside the same number of test questions (the run's own
 split: ``data.test_every`` of its config). A run that scores the same on both has not fit its
-training questions; one far ahead on them has memorised what it does not generalise.
+training questions; one far ahead on them has memorised what it does not generalise. Beside
+them, from the run's ``predictions.json`` (the whole test part): the share of test questions
+whose predicted answer is the one predicted most often for their paragraph — a model that ignores
+the question scores near 100%; the gold answers' share is printed once.
 
     python bench/squad_fit.py RUN [RUN ...] [--questions 1000] [--out bench/results/squad_fit.md]
 """
@@ -9,6 +12,8 @@ training questions; one far ahead on them has memorised what it does not general
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import random
 import time
 from pathlib import Path
@@ -21,6 +26,15 @@ from fullrank.recipes.squad import evaluate_questions, squad_parts
 from fullrank.training.checkpoints import load_checkpoint
 
 
+def paragraph_share(answers: dict[str, str], contexts: dict[str, str]) -> float:
+    """% of the questions in ``answers`` (id → text) whose answer is their paragraph's most common."""
+    by_paragraph: dict[str, list[str]] = collections.defaultdict(list)
+    for qid, text in answers.items():
+        by_paragraph[contexts[qid]].append(text)
+    common = sum(collections.Counter(a).most_common(1)[0][1] for a in by_paragraph.values())
+    return 100 * common / len(answers)
+
+
 def score(run: Path, n: int, seed: int) -> dict[str, float | str]:
     """EM/F1 on ``n`` training and ``n`` test questions drawn with ``seed`` from ``run``'s split."""
     exp = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
@@ -29,15 +43,21 @@ def score(run: Path, n: int, seed: int) -> dict[str, float | str]:
         root = Path.cwd() / root
     fields = ("train", "test", "test_every", "doc_stride", "max_answer_len", "n_best")
     data = SquadData(root=str(root), **{k: exp["data"][k] for k in fields if k in exp["data"]})
-    train_q, test_q = squad_parts(data)
+    train_all, test_all = squad_parts(data)
     rng = random.Random(seed)
-    train_q, test_q = rng.sample(train_q, min(n, len(train_q))), rng.sample(test_q, min(n, len(test_q)))
+    train_q, test_q = (
+        rng.sample(train_all, min(n, len(train_all))),
+        rng.sample(test_all, min(n, len(test_all))),
+    )
     ckpt = load_checkpoint(run)
     cpu = torch.device("cpu")
     seq_len = ckpt.config.seq_len
     fit, _ = evaluate_questions(ckpt.model, train_q, ckpt.tokenizer, data, seq_len, cpu, 64)
     test, _ = evaluate_questions(ckpt.model, test_q, ckpt.tokenizer, data, seq_len, cpu, 64)
     steps = exp["train"]["steps"]
+    predicted = json.loads((run / "predictions.json").read_text(encoding="utf-8"))
+    contexts = {q.id: q.context for q in test_all}
+    gold = {q.id: q.answers[0][0] for q in test_all}
     return {
         "run": str(run),
         "steps": steps,
@@ -47,6 +67,8 @@ def score(run: Path, n: int, seed: int) -> dict[str, float | str]:
         "train_f1": fit["f1"],
         "test_em": test["em"],
         "test_f1": test["f1"],
+        "same": paragraph_share(predicted, contexts),
+        "gold_same": paragraph_share(gold, contexts),
     }
 
 
@@ -63,18 +85,22 @@ def main() -> None:
         f"{args.questions} training and {args.questions} test questions per run (seed {args.seed}), "
         f"{time.strftime('%Y-%m-%d %H:%M')}",
         "",
-        "| run | steps | lr | dropout | train EM | train F1 | test EM | test F1 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | steps | lr | dropout | train EM | train F1 | test EM | test F1 | paragraph's answer % |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for run in args.runs:
         r = score(run, args.questions, args.seed)
         row = (
             f"| {r['run']} | {r['steps']} | {r['lr']} | {r['dropout']} | {r['train_em']:.2f} | "
-            f"{r['train_f1']:.2f} | {r['test_em']:.2f} | {r['test_f1']:.2f} |"
+            f"{r['train_f1']:.2f} | {r['test_em']:.2f} | {r['test_f1']:.2f} | {r['same']:.1f} |"
         )
+        gold_share = r["gold_same"]
         lines.append(row)
         print(row, flush=True)
+    note = f"\nThe gold answers: {gold_share:.1f}% are their paragraph's most common answer."
+    lines.append(note)
+    print(note, flush=True)
     if args.out:
         args.out.write_text("# SQuAD: fit on training questions against test\n\n" + "\n".join(lines) + "\n")
 
