@@ -15,13 +15,13 @@ import argparse
 import collections
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
 import torch
-import yaml
 
-from fullrank.recipes.encoder_data import SquadData
+from fullrank.recipes.config import SquadExperiment, load_experiment
 from fullrank.recipes.squad import evaluate_questions, squad_parts
 from fullrank.training.checkpoints import load_checkpoint
 
@@ -37,12 +37,10 @@ def paragraph_share(answers: dict[str, str], contexts: dict[str, str]) -> float:
 
 def score(run: Path, n: int, seed: int) -> dict[str, float | str]:
     """EM/F1 on ``n`` training and ``n`` test questions drawn with ``seed`` from ``run``'s split."""
-    exp = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
-    root = Path(exp["data"]["root"])
-    if not root.is_absolute():
-        root = Path.cwd() / root
-    fields = ("train", "test", "test_every", "doc_stride", "max_answer_len", "n_best")
-    data = SquadData(root=str(root), **{k: exp["data"][k] for k in fields if k in exp["data"]})
+    exp = load_experiment(run / "config.yaml")
+    if not isinstance(exp, SquadExperiment):
+        sys.exit(f"{run}: not a `task: squad` run")
+    data = exp.data
     train_all, test_all = squad_parts(data)
     rng = random.Random(seed)
     train_q, test_q = (
@@ -54,15 +52,14 @@ def score(run: Path, n: int, seed: int) -> dict[str, float | str]:
     seq_len = ckpt.config.seq_len
     fit, _ = evaluate_questions(ckpt.model, train_q, ckpt.tokenizer, data, seq_len, cpu, 64)
     test, _ = evaluate_questions(ckpt.model, test_q, ckpt.tokenizer, data, seq_len, cpu, 64)
-    steps = exp["train"]["steps"]
     predicted = json.loads((run / "predictions.json").read_text(encoding="utf-8"))
     contexts = {q.id: q.context for q in test_all}
     gold = {q.id: q.answers[0][0] for q in test_all}
     return {
         "run": str(run),
-        "steps": steps,
-        "lr": exp["train"]["lr"],
-        "dropout": exp["model"].get("dropout", 0.0),
+        "steps": exp.train.steps,
+        "lr": exp.train.lr,
+        "dropout": exp.model.get("dropout", 0.0),
         "train_em": fit["em"],
         "train_f1": fit["f1"],
         "test_em": test["em"],
