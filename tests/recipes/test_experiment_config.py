@@ -252,6 +252,8 @@ def test_missing_file_and_bad_yaml(tmp_path):
         ("train.label_smoothing=1", r"train\.label_smoothing = 1: should be less than 1"),
         ("train.eval_batches=0", r"train\.eval_batches = 0: should be greater than 0"),
         ("train.max_minutes=-5", r"train\.max_minutes = -5: should be greater than 0"),
+        ("train.stop_after=0", r"train\.stop_after = 0: should be greater than 0"),
+        ("train.stop_after=10000000", r"train\.stop_after = 10000000 is beyond train\.steps"),
         ("train.steps=true", r"train\.steps = True: should be a valid integer"),
         ("train.seed=-1", r"train\.seed = -1: should be greater than or equal to 0"),
         ("model.dropout=.nan", r"model\.dropout = nan: should be a finite number"),

@@ -193,6 +193,23 @@ def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tm
     assert [p.name for p in sorted(split.checkpoints.glob("step-*"))] == names
 
 
+def test_stop_after_runs_the_first_steps_of_the_schedule_and_resume_finishes_it(tmp_path):
+    # train.stop_after stops at that step with the learning rate of the whole schedule; the
+    # resumed run (without it) ends with the weights of the run that never stopped
+    cfg = dict(steps=6, batch_size=4, lr=1e-3, schedule="linear", warmup=2, save_every=3, log_every=1)
+    straight = make_model()
+    run(straight, TrainConfig(**cfg, optimizer="adamw"))
+    out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
+    first = run(make_model(), TrainConfig(**cfg, optimizer="adamw", stop_after=4), out=out)
+    assert first.state.step == 4
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in logged if "lr" in r][-1] == pytest.approx(1e-3 * 2 / 4)  # linear, 6 steps
+    model = make_model()
+    run(model, TrainConfig(**cfg, optimizer="adamw"), out=out, resume_from=latest_checkpoint(out.checkpoints))
+    for name, w in weights(model).items():
+        torch.testing.assert_close(w, weights(straight)[name], rtol=0, atol=0)
+
+
 def test_more_processes_than_gpus_is_a_config_error(monkeypatch):
     """torchrun --nproc_per_node=2 on a one-GPU machine: a one-line ConfigError, not CUDA's."""
     from fullrank.errors import ConfigError

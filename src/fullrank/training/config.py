@@ -52,6 +52,9 @@ class TrainConfig:
         max_minutes: stop (evaluate, save) after this much wall time, counted across resumes
             (a resumed run whose time is spent takes no step); the schedule still follows
             ``steps``. ``None`` = no limit.
+        stop_after: stop (evaluate, save) after this step, with the schedule still following
+            ``steps``: the first part of a longer run, which ``--resume`` continues exactly
+            (a probe of the first 1,500 steps of a 5,000-step schedule). ``None`` = run to ``steps``.
         init_from: start from the weights of this checkpoint (a checkpoint or run directory):
             weights only — a fresh optimiser and schedule. The architecture and tokenizer are the
             checkpoint's, with the fields the ``model`` section states on top; heads the task
@@ -97,6 +100,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: NonNegativeInt = 0
     max_minutes: PositiveFloat | None = None
+    stop_after: PositiveInt | None = None
     init_from: Str | None = None
     init_weights: Bool = True
     fast_matmul: Bool = True
@@ -105,6 +109,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """What relates several fields (each field's type and range are pydantic's)."""
+        if self.stop_after is not None and self.stop_after > self.steps:
+            raise ConfigError(
+                f"train.stop_after = {self.stop_after} is beyond train.steps = {self.steps}; "
+                f"lower it or leave it out"
+            )
         if self.schedule == "noam" and self.warmup == 0:
             raise ConfigError("train.warmup must be positive for the noam schedule ([V17] eq. 3)")
         if self.schedule == "cosine" and self.min_lr > self.lr:

@@ -301,7 +301,7 @@ def train(
         state.tokens += int(n_global)
         bar.update(1)
 
-        out_of_time = state.step == stop_at
+        out_of_time = state.step in (stop_at, cfg.stop_after)
         if time_limit is not None:  # every rank must stop at the same step: agree on it
             late = torch.tensor(float(time.perf_counter() - start > time_limit))
             out_of_time = out_of_time or float(all_reduce_sum(late, dist)) > 0
