@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from fullrank.errors import DataError
-from fullrank.layers.embeddings import sinusoidal_table
+from fullrank.errors import ConfigError, DataError
+from fullrank.layers.embeddings import sinusoid_shift, sinusoidal_table
 from fullrank.models import (
     DecoderLM,
     DecoderLMConfig,
@@ -95,6 +95,18 @@ def test_sinusoidal_table_follows_the_paper_formula():
     pos, i = 13, 2
     assert table[pos, 2 * i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / 7)), abs=1e-6)
     assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / 7)), abs=1e-6)
+
+
+@pytest.mark.parametrize("d", [24, 7])
+def test_sinusoid_shift_moves_the_table_by_its_offset(d):
+    table = sinusoidal_table(60, d).double()
+    paired = slice(0, d - d % 2)  # an odd width's last sine has no cosine to turn with
+    for offset in (-3, -1, 1, 2):
+        a = sinusoid_shift(d, offset).double()
+        moved = table[10:40] @ a.T  # rows A · PE(j)
+        torch.testing.assert_close(moved[:, paired], table[10 - offset : 40 - offset, paired])
+        assert torch.equal((table[10:40] @ a @ table.T).argmax(-1), torch.arange(10, 40) + offset)
+    torch.testing.assert_close(sinusoid_shift(d, 0), torch.eye(d))
 
 
 def test_sinusoidal_halves_hold_the_same_columns_sines_first():
@@ -237,6 +249,41 @@ def test_cache_reorder_follows_the_index():
 def test_float64_models_run():
     model = DecoderLM(replace(lm_config(), dropout=0.0)).double().eval()
     assert model(torch.randint(0, V, (2, 5))).dtype == torch.float64
+
+
+def test_encoder_attn_init_local_starts_each_head_on_its_offset():
+    torch.manual_seed(0)
+    config = enc_config(
+        d_model=64,
+        n_heads=4,
+        d_head=16,
+        d_value=16,
+        max_len=64,
+        seq_len=64,
+        positions="sinusoidal",
+        scale_embeddings=False,
+        attn_init="local",
+        dropout=0.0,
+        attn_dropout=0.0,
+        norm_first=True,
+    )
+    model = Encoder(config).eval()
+    for layer in model.layers:  # W_k = W_q · shift, head by head
+        q, k, _ = layer.self_attn._qkv_weights()
+        for h, offset in enumerate((-1, 1, -2, 2)):
+            rows = slice(16 * h, 16 * (h + 1))
+            torch.testing.assert_close(k[rows], q[rows] @ sinusoid_shift(64, offset))
+    from fullrank.analysis.capture import capture_attention
+
+    with torch.no_grad(), capture_attention(model) as rec:
+        model(torch.randint(0, V, (4, 64)))
+    first = rec.records[0].probs  # (B, H, T, T)
+    for h, offset in enumerate((-1, 1, -2, 2)):
+        on_offset = torch.diagonal(first[:, h], offset=offset, dim1=-2, dim2=-1).mean()
+        on_self = torch.diagonal(first[:, h], dim1=-2, dim2=-1).mean()
+        assert on_offset > 5 / 64 and on_offset > on_self, (h, on_offset, on_self)  # uniform: 1/64
+    with pytest.raises(ConfigError, match="attn_init 'local'.*positions 'sinusoidal'"):
+        enc_config(attn_init="local", positions="learned")
 
 
 def test_encoder_attn_init_mimetic_sets_every_layers_queries_to_its_keys():

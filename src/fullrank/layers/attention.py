@@ -16,7 +16,7 @@ Masks follow :mod:`fullrank.layers.masks`: boolean, ``True`` = may attend, broad
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -294,14 +294,26 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(lin.bias)
 
     @torch.no_grad()
-    def mimetic_init_(self, scale: float = 1.0) -> None:
-        """Start each head's queries and keys equal, ``W_q = W_k ~ N(0, scale²/Dh)``, so that
-        ``E[W_qᵀ W_k] = scale² · I`` per head: every token starts attending to the tokens and
-        positions most like its own (after Trockman & Kolter 2023, *Mimetic initialization of
-        self-attention layers*). Values and the output projection keep their initialisation."""
+    def mimetic_init_(self, scale: float = 1.0, relations: Sequence[Tensor] | None = None) -> None:
+        """Start each head's queries and keys alike, ``W_q ~ N(0, scale²/Dh)`` and ``W_k = W_q``,
+        so that ``E[W_qᵀ W_k] = scale² · I`` per head: every token starts attending to the tokens
+        and positions most like its own (after Trockman & Kolter 2023, *Mimetic initialization
+        of self-attention layers*). With ``relations``, one ``(D, D)`` matrix ``M_h`` per head,
+        head ``h`` takes ``W_k = W_q M_h`` instead, so ``E[W_qᵀ W_k] = scale² · M_h``: the logit
+        of ``x`` with ``y`` starts near ``scale² · x·M_h·y``. Values and the output projection
+        keep their initialisation."""
         q, k, _ = self._qkv_weights()
         nn.init.normal_(q, std=scale / math.sqrt(self.d_head))
-        k.copy_(q)
+        if relations is None:
+            k.copy_(q)
+            return
+        if len(relations) != self.n_heads:
+            raise ValueError(
+                f"mimetic_init_ takes one relation per head ({self.n_heads}), got {len(relations)}"
+            )
+        for h, m in enumerate(relations):
+            rows = slice(h * self.d_head, (h + 1) * self.d_head)
+            k[rows] = q[rows] @ m.to(q)
 
     def _qkv_weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """Views ``(H·Dh, D)``, ``(H·Dh, D)``, ``(H·Dv, D)`` of the fused weight."""

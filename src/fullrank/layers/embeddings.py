@@ -41,6 +41,22 @@ def sinusoidal_table(max_len: int, d_model: int, *, halves: bool = False) -> Ten
     return table.float()
 
 
+def sinusoid_shift(d_model: int, offset: int) -> Tensor:
+    """The ``(D, D)`` matrix ``A`` that moves the interleaved sinusoid table by ``offset``
+    positions, ``A · PE(j) = PE(j - offset)``: a rotation by ``offset · ω_i`` of every
+    ``(sin, cos)`` pair (the last sine of an odd ``D`` is left as it is). So
+    ``PE(i) · A · PE(j) = Σ_i cos((i - j + offset) ω_i)`` is largest at ``j = i + offset``."""
+    i2 = torch.arange(0, d_model - 1, 2, dtype=torch.float64)  # pairs with both a sine and a cosine
+    angle = offset / torch.pow(10000.0, i2 / d_model)
+    c, s = torch.cos(angle), torch.sin(angle)
+    a = torch.eye(d_model, dtype=torch.float64)
+    sin_i, cos_i = i2.long(), i2.long() + 1
+    # sin((j-o)ω) = c·sin(jω) - s·cos(jω); cos((j-o)ω) = s·sin(jω) + c·cos(jω)
+    a[sin_i, sin_i], a[sin_i, cos_i] = c, -s
+    a[cos_i, sin_i], a[cos_i, cos_i] = s, c
+    return a.float()
+
+
 class TokenEmbedding(nn.Module):
     """Token embedding ``(B, T) → (B, T, D)``, optionally scaled by ``√D`` ([V17] §3.4).
 

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from fullrank.blocks import EncoderBlock
 from fullrank.errors import ConfigError
-from fullrank.layers.embeddings import InputEmbedding, PositionKind, TokenEmbedding
+from fullrank.layers.embeddings import InputEmbedding, PositionKind, TokenEmbedding, sinusoid_shift
 from fullrank.layers.feedforward import Activation
 from fullrank.layers.masks import padding_mask
 from fullrank.models.config import TransformerConfig, norm_params
@@ -56,7 +56,11 @@ class EncoderConfig(TransformerConfig):
             ``mimetic``: each head's queries and keys start equal with ``W_qᵀW_k ≈ I``
             (:meth:`~fullrank.layers.attention.MultiHeadAttention.mimetic_init_`), so attention
             starts on similar tokens and, with sinusoidal positions, on nearby ones — what lets
-            a small BERT leave the unigram plateau early (docs/bert-results.md).
+            a small BERT leave the unigram plateau early (docs/bert-results.md); or ``local``
+            (sinusoidal positions only): mimetic with each head's ``W_qᵀW_k`` the shift of the
+            sinusoid table by one offset (:func:`~fullrank.layers.embeddings.sinusoid_shift`),
+            head ``h`` of every layer by ``-1, +1, -2, +2, …``, so each head starts attending to
+            the token that many places away instead of to tokens like its own.
     """
 
     activation: Activation = "gelu"
@@ -73,12 +77,17 @@ class EncoderConfig(TransformerConfig):
     span_head: Bool = False
     pooler: Bool = False
     init_std: PositiveFloat = 0.02
-    attn_init: Literal["normal", "mimetic"] = "normal"
+    attn_init: Literal["normal", "mimetic", "local"] = "normal"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.n_classes == 1:
             raise ConfigError("EncoderConfig.n_classes must be 0 (no classifier) or at least 2, got 1")
+        if self.attn_init == "local" and self.positions != "sinusoidal":
+            raise ConfigError(
+                f"EncoderConfig.attn_init 'local' shifts the sinusoid table; it needs positions "
+                f"'sinusoidal', got {self.positions!r}"
+            )
 
     @property
     def has_nsp_head(self) -> bool:
@@ -190,16 +199,20 @@ class Encoder(nn.Module):
 
     def _init_bert_weights(self) -> None:
         """BERT's initialisation: every linear weight ``N(0, init_std)``, zero biases; then,
-        with ``attn_init: mimetic``, the queries and keys of every self-attention."""
+        with ``attn_init: mimetic`` or ``local``, the queries and keys of every self-attention."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=self.config.init_std)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-        if self.config.attn_init == "mimetic":
-            for block in self.modules():
-                if isinstance(block, EncoderBlock):
-                    block.self_attn.mimetic_init_()
+        c = self.config
+        if c.attn_init == "normal":
+            return
+        offsets = [(h // 2 + 1) * (1 if h % 2 else -1) for h in range(c.n_heads)]  # -1, +1, -2, +2, …
+        relations = [sinusoid_shift(c.d_model, o) for o in offsets] if c.attn_init == "local" else None
+        for block in self.modules():
+            if isinstance(block, EncoderBlock):
+                block.self_attn.mimetic_init_(relations=relations)
 
     def forward(
         self, tokens: Tensor, *, segments: Tensor | None = None, mask: Tensor | None = None
