@@ -4,7 +4,6 @@ errors."""
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 from pathlib import Path
@@ -129,21 +128,16 @@ def final_weights(run: Path) -> dict:
 
 
 @pytest.mark.parametrize("task", ["bert", "classify"])
-def test_a_stopped_run_resumes_bitwise(pipeline, task, monkeypatch, capsys):
-    from fullrank.recipes import run as recipe  # every task trains through it
-    from fullrank.training import loop
-
+def test_a_stopped_run_resumes_bitwise(pipeline, task, capsys):
     tmp, cfgs = pipeline
     over = ["train.steps=6", "train.save_every=2", "model.dropout=0.3"]
     if task == "bert":  # one vocabulary for both (WordPiece training may break ties differently)
         over.append(f"data.tokenizer_file={tmp / 'runs' / 'pre' / 'tokenizer.json'}")
     assert main(["train", str(cfgs[task]), "--quiet", f"name={task}_straight", *over]) == 0
-    monkeypatch.setattr(recipe, "train", functools.partial(loop.train, stop_at=3))
-    assert main(["train", str(cfgs[task]), "--quiet", f"name={task}_split", *over]) == 0
+    assert main(["train", str(cfgs[task]), "--quiet", f"name={task}_split", *over, "train.stop_after=3"]) == 0
     split = tmp / "runs" / f"{task}_split"
     shutil.rmtree(split / "checkpoints" / "step-00000003")  # as if killed after step 3: redo it
     (split / "checkpoints" / "latest").write_text("step-00000002")
-    monkeypatch.setattr(recipe, "train", loop.train)
     torch.manual_seed(1234)
     assert main(["train", str(cfgs[task]), "--quiet", f"name={task}_split", *over, "--resume"]) == 0
     a, b = final_weights(tmp / "runs" / f"{task}_straight"), final_weights(split)

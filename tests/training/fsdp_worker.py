@@ -50,6 +50,7 @@ def main(argv: list[str]) -> None:
         log_every=1,
         eval_every=100,
         parallel=parallel,
+        stop_after=stop_at,
     )
     data = LMBlocks(ids, seq_len=12, batch_size=4, seed=0)
     run = RunOutput(out, CONFIG, None, {"task": "lm"})
@@ -63,7 +64,6 @@ def main(argv: list[str]) -> None:
         out=run,
         progress=False,
         resume_from=resume,
-        stop_at=stop_at,
         evaluate=lambda m: LanguageModeling().evaluate(m, data.eval_batches(2), dist.device, limit=2),
     )
     assert result.optimizer is not None

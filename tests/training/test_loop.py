@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -98,7 +99,7 @@ def test_resume_continues_bitwise_identically(tmp_path):
     torch.manual_seed(1)
     # stop after step 4 (checkpoint at step 3 and at the stop), then restart from step 3:
     # steps 4.. are redone and must come out the same
-    run(first, cfg, out=out, stop_at=4)
+    run(first, dataclasses.replace(cfg, stop_after=4), out=out)
     (out.checkpoints / "step-00000004").rename(out.checkpoints / "discarded")
     ckpt = latest_checkpoint(out.checkpoints)
     assert ckpt is not None and ckpt.name == "step-00000003"
@@ -144,7 +145,7 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     )
     out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
     first = make_model()
-    run(first, cfg, out=out, stop_at=2)
+    run(first, dataclasses.replace(cfg, stop_after=2), out=out)
     ckpt = latest_checkpoint(out.checkpoints)
     meta_path = ckpt / "meta.json"
     meta = json.loads(meta_path.read_text())
@@ -160,7 +161,7 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
 
     meta["loop"]["elapsed_s"] = 30.0  # half of it used up
     meta_path.write_text(json.dumps(meta))
-    result = run(make_model(), cfg, out=out, resume_from=ckpt, stop_at=3)
+    result = run(make_model(), dataclasses.replace(cfg, stop_after=3), out=out, resume_from=ckpt)
     assert result.state.step == 3
     assert result.state.elapsed_s > 30.0
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -185,7 +186,7 @@ def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tm
     straight = RunOutput(tmp_path / "straight", make_model().config, None, {"task": "lm"})
     run(make_model(), cfg, out=straight)
     split = RunOutput(tmp_path / "split", make_model().config, None, {"task": "lm"})
-    run(make_model(), cfg, out=split, stop_at=7)
+    run(make_model(), dataclasses.replace(cfg, stop_after=7), out=split)
     assert latest_checkpoint(split.checkpoints).name == "step-00000007"
     run(make_model(), cfg, out=split, resume_from=latest_checkpoint(split.checkpoints))
     names = [p.name for p in sorted(straight.checkpoints.glob("step-*"))]

@@ -142,7 +142,6 @@ def train(
     evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
     resume_from: Path | None = None,
     progress: bool = True,
-    stop_at: int | None = None,
     d_model: int | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``cfg.steps`` optimizer steps.
@@ -166,8 +165,6 @@ def train(
             RNG, data position).
         progress: show progress (rank 0; :func:`fullrank.output.progress`: a bar on a
             terminal, log lines otherwise).
-        stop_at: stop (evaluate and save) after this step, as a pre-empted job would; the
-            schedule still follows ``cfg.steps``, so resuming continues the same run.
         d_model: the model width, which the ``noam`` schedule scales by ([V17] eq. 3).
     """
     schedule = make_schedule(cfg, d_model)
@@ -301,7 +298,7 @@ def train(
         state.tokens += int(n_global)
         bar.update(1)
 
-        out_of_time = state.step in (stop_at, cfg.stop_after)
+        out_of_time = state.step == cfg.stop_after
         if time_limit is not None:  # every rank must stop at the same step: agree on it
             late = torch.tensor(float(time.perf_counter() - start > time_limit))
             out_of_time = out_of_time or float(all_reduce_sum(late, dist)) > 0
