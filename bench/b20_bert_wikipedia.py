@@ -7,9 +7,13 @@ started from them (SQuAD EM/F1 and MNLI accuracy, mean ± std over the seeds tha
     python bench/b20_bert_wikipedia.py                      # runs/sweeps/b20_bert_wikipedia
     python bench/b20_bert_wikipedia.py --sweep n128         # runs/sweeps/b20_bert_wikipedia_n128
     python bench/b20_bert_wikipedia.py --run NAME=RUN_DIR   # a pre-training run found elsewhere
+    python bench/b20_bert_wikipedia.py --sweep n128 --seeds 1 2 --out DIR   # two pre-training seeds
 
-Rows are the sweep's points by group name (:data:`SWEEPS`); a model whose run has not finished
-shows its last evaluation. The report is ``--results`` (markdown) and ``--plot`` (PNG).
+Rows are the sweep's points by group name (:data:`SWEEPS`), one per pre-training seed: the run
+``pre-GROUP-sP`` and the fine-tuning runs ``ARM-GROUP-pP-sF`` (for the first seed also the
+sweep's own ``ARM-GROUP-sF``); with several seeds a second table gives each model's mean ± std
+over them. A model whose run has not finished shows its last evaluation. The report is
+``--results`` (markdown) and ``--plot`` (PNG).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ SWEEPS = {
             "": ("fixed_h2_n128", "2 × 128", 256, 128),
             "d_headnone-d_ff512": ("standard_h2_n128", "2 × 64", 512, 128),
             "n_heads4-d_headnone-d_ff512": ("recipe", "4 × 32", 512, 128),
+            "d_model96-n_heads3-d_ff512": ("fixed_d96_h3_n128", "3 × 128", 512, 96),
         },
     ),
 }
@@ -53,25 +58,34 @@ def point(arm: str, group: str, seed: int) -> str:
     return "-".join(p for p in (arm, group, f"s{seed}") if p)
 
 
-def mean_std(values: list[float]) -> str:
+def mean_std(values: list[float], unit: str = "seed") -> str:
     if not values:
         return "–"
     if len(values) == 1:
-        return f"{values[0]:.2f} (1 seed)"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)} seeds)"
+        return f"{values[0]:.2f} (1 {unit})"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)} {unit}s)"
 
 
-def fine_tuning(out: Path, group: str) -> tuple[str, str, str]:
+def fine_tuning(out: Path, group: str, pre_seed: int, first: bool) -> tuple[list, list, list]:
+    """SQuAD EM, F1 and MNLI accuracy of the finished fine-tuning runs from ``pre_seed``'s run."""
     em, f1, acc = [], [], []
-    for seed in range(3):
-        squad = finished(out / point("squad", group, seed))
+
+    def runs(arm: str) -> list[Path]:
+        found = sorted(out.glob(point(arm, group, pre_seed).replace(f"-s{pre_seed}", f"-p{pre_seed}-s*")))
+        if not found and first:
+            found = [out / point(arm, group, seed) for seed in range(3)]
+        return found
+
+    for run in runs("squad"):
+        squad = finished(run)
         if squad and squad.get("test"):
             em.append(squad["test"]["em"])
             f1.append(squad["test"]["f1"])
-        mnli = finished(out / point("mnli", group, seed))
+    for run in runs("mnli"):
+        mnli = finished(run)
         if mnli and mnli.get("valid"):
             acc.append(mnli["valid"]["accuracy"])
-    return mean_std(em), mean_std(f1), mean_std(acc)
+    return em, f1, acc
 
 
 def main() -> None:
@@ -85,6 +99,7 @@ def main() -> None:
         metavar="NAME=RUN_DIR",
         help="a model's pre-training run outside --out (NAME from the table)",
     )
+    ap.add_argument("--seeds", nargs="*", type=int, default=[0], help="pre-training seeds to read")
     ap.add_argument("--results", type=Path, help="default: bench/results/NAME.md")
     ap.add_argument("--plot", type=Path, help="default: docs/img/NAME.png")
     args = ap.parse_args()
@@ -95,36 +110,61 @@ def main() -> None:
     args.plot = args.plot or ROOT / "docs" / "img" / f"{name}.png"
     elsewhere = dict(item.split("=", 1) for item in args.run)
 
-    rows = [
-        "| model | d_model | heads × d_head | d_ff | params | MLM acc % at "
+    header = (
+        "| model | d_model | heads × d_head | d_ff | params |"
+        + (" pre-training seed |" if len(args.seeds) > 1 else "")
+        + " MLM acc % at "
         + " / ".join(f"{m:,}" for m in MARKS)
-        + " steps | final MLM acc % | final MLM ppl | pre-training min | SQuAD EM | SQuAD F1 | MNLI dev |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        + " steps | final MLM acc % | final MLM ppl | pre-training min | SQuAD EM | SQuAD F1 | MNLI dev |"
+    )
+    rows = [header, "|" + "---|" * (header.count("|") - 1)]
+    summary = [
+        "| model | heads × d_head | params | pre-training seeds | final MLM acc % | final MLM ppl | "
+        "SQuAD F1 | MNLI dev (all fine-tuning runs) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     fig, ax = plt.subplots(figsize=(8, 5))
-    for group, (label, heads, d_ff, d_model) in models.items():
-        run_dir = Path(elsewhere.get(label, args.out / point("pre", group, 0)))
-        points, final = curve(run_dir)
-        if not points:
-            continue
-        steps, acc, _ = zip(*points)
-        ax.plot(
-            steps,
-            acc,
-            marker="o",
-            ms=3,
-            ls="-" if label.startswith("fixed") else "--",
-            label=f"{label} ({heads})",
-        )
-        at = {s: a for s, a, _ in points}
-        marks = " / ".join(f"{at[s]:.1f}" if s in at else "–" for s in MARKS)
-        v = (final or {}).get("valid") or {}
-        scores = f"{v['mlm_acc']:.2f} | {v['mlm_ppl']:.1f}" if v else f"stopped at step {steps[-1]} | –"
-        minutes = f"{final['seconds'] / 60:.1f}" if final else "–"
-        params = f"{final['params']:,}" if final else "–"
-        em, f1, mnli = fine_tuning(args.out, group)
-        cells = [label, d_model, heads, d_ff, params, marks, scores, minutes, em, f1, mnli]
-        rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for i, (group, (label, heads, d_ff, d_model)) in enumerate(models.items()):
+        accs, ppls, all_f1, all_mnli, params = [], [], [], [], "–"
+        for seed in args.seeds:
+            default = args.out / point("pre", group, seed)
+            run_dir = Path(elsewhere[label]) if label in elsewhere and seed == args.seeds[0] else default
+            points, final = curve(run_dir)
+            if not points:
+                continue
+            steps, acc, _ = zip(*points)
+            ax.plot(
+                steps,
+                acc,
+                marker="os^"[args.seeds.index(seed) % 3],
+                ms=3,
+                color=f"C{i}",
+                ls="-" if label.startswith("fixed") else "--",
+                label=f"{label} ({heads})" + (f", seed {seed}" if len(args.seeds) > 1 else ""),
+            )
+            at = {s: a for s, a, _ in points}
+            marks = " / ".join(f"{at[s]:.1f}" if s in at else "–" for s in MARKS)
+            v = (final or {}).get("valid") or {}
+            scores = f"{v['mlm_acc']:.2f} | {v['mlm_ppl']:.1f}" if v else f"stopped at step {steps[-1]} | –"
+            if v:
+                accs.append(v["mlm_acc"])
+                ppls.append(v["mlm_ppl"])
+            minutes = f"{final['seconds'] / 60:.1f}" if final else "–"
+            params = f"{final['params']:,}" if final else params
+            em, f1, mnli = fine_tuning(args.out, group, seed, seed == args.seeds[0])
+            all_f1 += f1
+            all_mnli += mnli
+            cells = [label, d_model, heads, d_ff, params]
+            cells += [seed] if len(args.seeds) > 1 else []
+            cells += [marks, scores, minutes, mean_std(em), mean_std(f1), mean_std(mnli)]
+            rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+        if accs:
+            seeds_done = f"{len(accs)}"
+            cells = [label, heads, params, seeds_done, mean_std(accs), mean_std(ppls)]
+            cells += [mean_std(all_f1, "run"), mean_std(all_mnli, "run")]
+            summary.append("| " + " | ".join(str(c) for c in cells) + " |")
+    if len(args.seeds) > 1:
+        rows += ["", *summary]
     ax.text(250, 15.2, "unigram plateau (~15%)", color="grey", fontsize=8)
     ax.set_xlabel(f"pre-training step (batch 32 × n = {n} tokens)")
     ax.set_title("[B20] on the Wikipedia recipe: fixed (solid) against standard heads (dashed)")

@@ -4,6 +4,7 @@ an output folder that is never someone else's."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,44 @@ arms:
         "tune-n_heads4-d_ff40-s0": "pre-n_heads4-d_ff40-s0",
         "tune-n_heads4-d_model32-d_ff64-s0": "pre-n_heads4-d_model32-d_ff64-s0",
     }
+
+
+def test_init_seeds_all_starts_every_seed_from_every_upstream_seed(tmp_path):
+    text = """
+name: crossed
+base: tiny.yaml
+arms:
+  pre: {seeds: [1, 2]}
+  tune: {init_from: pre, init_seeds: all, seeds: [0, 1]}
+  same: {init_from: pre, seeds: [0, 1]}
+"""
+    the_plan = plan(load_sweep(toy_sweep(tmp_path, text)), tmp_path / "out")
+    tuned = {p.name: (p.after, p.seed) for p in the_plan.points if p.arm == "tune"}
+    assert tuned == {
+        "tune-p1-s0": ("pre-s1", 0),
+        "tune-p1-s1": ("pre-s1", 1),
+        "tune-p2-s0": ("pre-s2", 0),
+        "tune-p2-s1": ("pre-s2", 1),
+    }
+    by = {p.name: p for p in the_plan.points}
+    assert "train.seed=0" in by["tune-p2-s0"].overrides
+    assert str(tmp_path / "out" / "pre-s2") in by["tune-p2-s0"].overrides[-1]
+    # the default pairs seed with seed where the upstream arm has it, else its first seed
+    assert {p.name: p.after for p in the_plan.points if p.arm == "same"} == {
+        "same-s0": "pre-s1",
+        "same-s1": "pre-s1",
+    }
+    assert len(the_plan.groups()["tune"]) == 4  # one row averages every pair
+
+
+@pytest.mark.parametrize(
+    ("arm", "message"),
+    [
+        ("{init_seeds: all}", "init_seeds: all needs init_from"),
+        ("{init_from: pre, init_seeds: every}", "init_seeds must be 'same' or 'all', got 'every'"),
+    ],
+)
+def test_init_seeds_is_checked(tmp_path, arm, message):
+    text = f"name: bad\nbase: tiny.yaml\narms:\n  pre: {{}}\n  tune: {arm}\n"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_sweep(toy_sweep(tmp_path, text))

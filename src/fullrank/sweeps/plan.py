@@ -8,6 +8,8 @@ A sweep file (``configs/sweeps/*.yaml``) names
   ``axes`` (added to, or replacing, the sweep's), its own ``base`` experiment file and ``seeds``,
   and ``init_from: ARM``: each of its points starts from the checkpoint of ARM's point at the same
   coordinates (and seed, or ARM's first seed), trained first — pre-training, then fine-tuning;
+  with ``init_seeds: all`` each of its seeds starts from each of ARM's seeds instead (points
+  ``ARM2-…-pP-sS``: fine-tuning seed S from pre-training seed P), and a row averages them all;
 - ``seeds`` (``train.seed`` of each repetition), ``steps`` (``train.steps`` of every point) and
   ``set`` (overrides of every point);
 - ``match``: hold each point's parameter count to a ``target`` (an arm's count at the same
@@ -72,7 +74,7 @@ FORMAT = "fullrank-sweep-v1"
 # keys a sweep sets itself: a point's run directory is OUT/POINT
 RESERVED = ("name", "out_dir")
 # keys of an arm that are not overrides
-ARM_KEYS = ("axes", "base", "seeds", "init_from")
+ARM_KEYS = ("axes", "base", "seeds", "init_from", "init_seeds")
 
 
 # ------------------------------------------------------------------------------- the file
@@ -141,6 +143,7 @@ class Arm:
     axes: dict[str, list[Any]]
     seeds: tuple[int, ...]
     init_from: str | None = None
+    init_seeds: Literal["same", "all"] = "same"
 
 
 @dataclass(frozen=True)
@@ -328,6 +331,11 @@ def _arm(path: Path, spec: SweepFile, name: str, body: dict[str, Any], before: d
     seeds = body.pop("seeds", None)
     base_name = body.pop("base", spec.base)
     init_from = body.pop("init_from", None)
+    init_seeds = body.pop("init_seeds", "same")
+    if init_seeds not in ("same", "all"):
+        raise _fail(path, f"arms.{name}.init_seeds must be 'same' or 'all', got {init_seeds!r}")
+    if init_seeds == "all" and init_from is None:
+        raise _fail(path, f"arms.{name}.init_seeds: all needs init_from (the arm whose seeds it crosses)")
     if not isinstance(axes, dict) or not all(isinstance(v, list) for v in axes.values()):
         raise _fail(path, f"arms.{name}.axes must map dotted keys to lists of values")
     _check_axes(path, f"arms.{name}.axes", axes)
@@ -356,6 +364,7 @@ def _arm(path: Path, spec: SweepFile, name: str, body: dict[str, Any], before: d
         axes={**spec.axes, **axes},
         seeds=tuple(seeds or spec.seeds),
         init_from=init_from,
+        init_seeds=init_seeds,
     )
 
 
@@ -410,8 +419,12 @@ def _short(key: str, keys: list[str]) -> str:
     return key.replace(".", "_") if clash else last
 
 
-def point_name(arm: str, coords: dict[str, Any], seed: int | None, keys: list[str]) -> str:
+def point_name(
+    arm: str, coords: dict[str, Any], seed: int | None, keys: list[str], pre_seed: int | None = None
+) -> str:
     parts = [arm, *(f"{_short(k, keys)}{'none' if v is None else v}" for k, v in coords.items())]
+    if pre_seed is not None:
+        parts.append(f"p{pre_seed}")
     if seed is not None:
         parts.append(f"s{seed}")
     return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(str(p) for p in parts))
@@ -512,11 +525,20 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
         return found
 
     def upstream_name(arm: Arm, coords: dict[str, Any], seed: int) -> str:
+        """The point that ``arm``'s point at ``coords`` starts from: of the ``init_from`` arm's
+        ``seed`` (``init_seeds: all``: the pre-training seed), else its first seed."""
         assert arm.init_from is not None
         source = sweep.arms[arm.init_from]
         return point_name(
             source.name, upstream(arm, coords), seed if seed in source.seeds else source.seeds[0], keys
         )
+
+    def seed_pairs(arm: Arm) -> list[tuple[int | None, int]]:
+        """(pre-training seed or None, seed) of each of ``arm``'s points at one coordinate."""
+        if arm.init_seeds == "all":
+            assert arm.init_from is not None
+            return [(p, s) for p in sweep.arms[arm.init_from].seeds for s in arm.seeds]
+        return [(None, s) for s in arm.seeds]
 
     def base_overrides(arm: Arm, coords: dict[str, Any]) -> list[str]:
         items = {**sweep.common, **arm.set, **coords}
@@ -558,10 +580,10 @@ def plan(sweep: Sweep, out: Path | None = None) -> Plan:
                 status = "target"
             elif rule is not None and arm.name in rule.arms:
                 model, overrides, status, ok = _match(sweep, rule, arm.name, coords, model, overrides, count)
-            for seed in arm.seeds:
-                name = point_name(arm.name, coords, seed, keys)
+            for pre_seed, seed in seed_pairs(arm):
+                name = point_name(arm.name, coords, seed, keys, pre_seed)
                 point_overrides = [*overrides, f"train.seed={seed}"]
-                source = upstream_name(arm, coords, seed) if after else None
+                source = upstream_name(arm, coords, seed if pre_seed is None else pre_seed) if after else None
                 if source is not None:
                     point_overrides.append(f"train.init_from={out / source}")
                 exp = _experiment(sweep, arm.base, point_overrides, _label(arm.name, coords))

@@ -88,7 +88,7 @@ class Row:
 
     group: str
     points: list[Point]
-    results: dict[int, dict[str, Any]]  # seed → results.json
+    results: dict[str, dict[str, Any]]  # point name → results.json
     ensembles: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -136,7 +136,7 @@ def collect(plan: Plan, out: Path) -> list[Row]:
         for p in points:
             f = out / p.name / "results.json"
             if f.is_file():
-                results[p.seed] = json.loads(f.read_text(encoding="utf-8"))
+                results[p.name] = json.loads(f.read_text(encoding="utf-8"))
         ensembles = {
             k: json.loads(ensemble_file(out, group, k).read_text(encoding="utf-8"))
             for k in ensemble_sizes(plan, points)
