@@ -54,8 +54,10 @@ SWEEPS = {
 MARKS = (1000, 2000, 3000, 4000, 5000)
 
 
-def point(arm: str, group: str, seed: int) -> str:
-    return "-".join(p for p in (arm, group, f"s{seed}") if p)
+def point(arm: str, group: str, seed: int | str, pre_seed: int | None = None) -> str:
+    """A sweep point's name (``fullrank.sweeps.plan.point_name``): ARM-GROUP[-pP]-sS."""
+    pre = f"p{pre_seed}" if pre_seed is not None else ""
+    return "-".join(p for p in (arm, group, pre, f"s{seed}") if p)
 
 
 def mean_std(values: list[float], unit: str = "seed") -> str:
@@ -71,7 +73,7 @@ def fine_tuning(out: Path, group: str, pre_seed: int, first: bool) -> tuple[list
     em, f1, acc = [], [], []
 
     def runs(arm: str) -> list[Path]:
-        found = sorted(out.glob(point(arm, group, pre_seed).replace(f"-s{pre_seed}", f"-p{pre_seed}-s*")))
+        found = sorted(out.glob(point(arm, group, "*", pre_seed)))
         if not found and first:
             found = [out / point(arm, group, seed) for seed in range(3)]
         return found

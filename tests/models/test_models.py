@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from fullrank.analysis.capture import capture_attention
 from fullrank.errors import ConfigError, DataError
 from fullrank.layers.embeddings import sinusoid_shift, sinusoidal_table
 from fullrank.models import (
@@ -273,8 +274,6 @@ def test_encoder_attn_init_local_starts_each_head_on_its_offset():
         for h, offset in enumerate((-1, 1, -2, 2)):
             rows = slice(16 * h, 16 * (h + 1))
             torch.testing.assert_close(k[rows], q[rows] @ sinusoid_shift(64, offset))
-    from fullrank.analysis.capture import capture_attention
-
     with torch.no_grad(), capture_attention(model) as rec:
         model(torch.randint(0, V, (4, 64)))
     first = rec.records[0].probs  # (B, H, T, T)

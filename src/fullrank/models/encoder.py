@@ -208,8 +208,10 @@ class Encoder(nn.Module):
         c = self.config
         if c.attn_init == "normal":
             return
-        offsets = [(h // 2 + 1) * (1 if h % 2 else -1) for h in range(c.n_heads)]  # -1, +1, -2, +2, …
-        relations = [sinusoid_shift(c.d_model, o) for o in offsets] if c.attn_init == "local" else None
+        relations = None
+        if c.attn_init == "local":
+            offsets = [(h // 2 + 1) * (1 if h % 2 else -1) for h in range(c.n_heads)]  # -1, +1, -2, +2, …
+            relations = [sinusoid_shift(c.d_model, o) for o in offsets]
         for block in self.modules():
             if isinstance(block, EncoderBlock):
                 block.self_attn.mimetic_init_(relations=relations)

@@ -480,7 +480,7 @@ def save_training_checkpoint(
     ``keep_last`` checkpoints.
 
     With ``every`` (the run's save interval), a checkpoint off the interval — written because a
-    session stopped (a time budget, ``train.stop_after``) — is kept only while it is the newest: once the
+    run stopped early (a time budget, ``train.stop_after``) — is kept only while it is the newest: once the
     resumed run saves again it is superseded, and it takes no place among the ``keep_last``.
     A run stopped and resumed thus leaves the same checkpoints as one that ran straight
     through, and ``fullrank average RUN --last K`` averages evenly spaced checkpoints
