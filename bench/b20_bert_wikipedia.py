@@ -1,13 +1,16 @@
 """[B20]'s fixed against standard heads on the Wikipedia recipe: a table and a plot of the
 pre-training runs of ``configs/sweeps/b20_bert_wikipedia.yaml`` (n = 64) or
-``configs/sweeps/b20_bert_wikipedia_n128.yaml`` (n = 128) — masked-LM accuracy against steps,
-final accuracy and perplexity on all of ``valid.txt.xz`` — and of the fine-tuning runs that
-started from them (SQuAD EM/F1 and MNLI accuracy, mean ± std over the seeds that finished).
+``configs/sweeps/b20_bert_wikipedia_n128.yaml`` (n = 128) or
+``configs/sweeps/b20_bert_wikipedia_h8_seeds.yaml`` (the 8-head pair at n = 64) —
+masked-LM accuracy against steps, final accuracy and perplexity on all of ``valid.txt.xz`` — and
+of the fine-tuning runs that started from them (SQuAD EM/F1 and MNLI accuracy, mean ± std over the seeds
+that finished).
 
     python bench/b20_bert_wikipedia.py                      # runs/sweeps/b20_bert_wikipedia
     python bench/b20_bert_wikipedia.py --sweep n128         # runs/sweeps/b20_bert_wikipedia_n128
     python bench/b20_bert_wikipedia.py --run NAME=RUN_DIR   # a pre-training run found elsewhere
     python bench/b20_bert_wikipedia.py --sweep n128 --seeds 1 2 --out DIR   # two pre-training seeds
+    python bench/b20_bert_wikipedia.py --sweep h8 --seeds 1 2   # runs/sweeps/b20_bert_wikipedia_h8_seeds
 
 Rows are the sweep's points by group name (:data:`SWEEPS`), one per pre-training seed: the run
 ``pre-GROUP-sP`` and the fine-tuning runs ``ARM-GROUP-pP-sF`` (for the first seed also the
@@ -31,6 +34,13 @@ from bert_probes import curve, finished, save_report
 ROOT = Path(__file__).resolve().parents[1]
 # sweep → (sequence length, sweep group without the arm → (row label, heads × d_head, d_ff, d_model))
 SWEEPS = {
+    "h8": (
+        64,
+        {
+            "": ("fixed_h8", "8 × 64", 512, 128),
+            "d_headnone-d_ff1280": ("standard_h8_wide", "8 × 16", 1280, 128),
+        },
+    ),
     "n64": (
         64,
         {
@@ -106,7 +116,11 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, help="default: docs/img/NAME.png")
     args = ap.parse_args()
     n, models = SWEEPS[args.sweep]
-    name = "b20_bert_wikipedia" + ("" if args.sweep == "n64" else f"_{args.sweep}")
+    name = {
+        "n64": "b20_bert_wikipedia",
+        "n128": "b20_bert_wikipedia_n128",
+        "h8": "b20_bert_wikipedia_h8_seeds",
+    }[args.sweep]
     args.out = args.out or ROOT / "runs" / "sweeps" / name
     args.results = args.results or ROOT / "bench" / "results" / f"{name}.md"
     args.plot = args.plot or ROOT / "docs" / "img" / f"{name}.png"

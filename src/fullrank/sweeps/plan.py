@@ -495,12 +495,14 @@ def _label(arm: str, coords: dict[str, Any]) -> str:
     return f"{arm} ({', '.join(f'{k}={value_text(v)}' for k, v in coords.items()) or 'no axes'})"
 
 
-def plan(sweep: Sweep, out: Path | None = None) -> Plan:
+def plan(sweep: Sweep, out: Path | None = None, cache: dict[str, Any] | None = None) -> Plan:
     """Every point of ``sweep`` with its overrides and counts, parameters matched where the sweep
     says so. A point whose config is invalid raises one line naming it and its coordinates; a
-    point that cannot be matched is kept with ``matched=False`` and the reason."""
+    point that cannot be matched is kept with ``matched=False`` and the reason. ``cache`` holds
+    what counting prepares (tokenizers trained on a corpus, vocabulary sizes), keyed by the data
+    settings: pass one dict to several plans of the same data to prepare each once."""
     out = (out or sweep.default_out()).resolve()
-    cache: dict[str, Any] = {}
+    cache = {} if cache is None else cache
     keys = sweep.coordinate_keys()
     counted: dict[tuple[str, tuple[Any, ...]], tuple[ModelConfig, list[str], str | None]] = {}
 
