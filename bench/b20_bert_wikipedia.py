@@ -32,9 +32,11 @@ import matplotlib.pyplot as plt
 from bert_probes import curve, finished, save_report
 
 ROOT = Path(__file__).resolve().parents[1]
-# sweep → (sequence length, sweep group without the arm → (row label, heads × d_head, d_ff, d_model))
+# sweep → (sweep file's name, sequence length,
+#           sweep group without the arm → (row label, heads × d_head, d_ff, d_model))
 SWEEPS = {
     "h8": (
+        "b20_bert_wikipedia_h8_seeds",
         64,
         {
             "": ("fixed_h8", "8 × 64", 512, 128),
@@ -42,6 +44,7 @@ SWEEPS = {
         },
     ),
     "n64": (
+        "b20_bert_wikipedia",
         64,
         {
             "": ("fixed_h8", "8 × 64", 512, 128),
@@ -52,6 +55,7 @@ SWEEPS = {
         },
     ),
     "n128": (
+        "b20_bert_wikipedia_n128",
         128,
         {
             "": ("fixed_h2_n128", "2 × 128", 256, 128),
@@ -115,12 +119,7 @@ def main() -> None:
     ap.add_argument("--results", type=Path, help="default: bench/results/NAME.md")
     ap.add_argument("--plot", type=Path, help="default: docs/img/NAME.png")
     args = ap.parse_args()
-    n, models = SWEEPS[args.sweep]
-    name = {
-        "n64": "b20_bert_wikipedia",
-        "n128": "b20_bert_wikipedia_n128",
-        "h8": "b20_bert_wikipedia_h8_seeds",
-    }[args.sweep]
+    name, n, models = SWEEPS[args.sweep]
     args.out = args.out or ROOT / "runs" / "sweeps" / name
     args.results = args.results or ROOT / "bench" / "results" / f"{name}.md"
     args.plot = args.plot or ROOT / "docs" / "img" / f"{name}.png"

@@ -142,6 +142,13 @@ def test_shipped_sweeps_count_the_models_they_build(path, monkeypatch):
     sweep = load_sweep(path)
     the_plan = plan(sweep, REPO / "runs" / "sweeps" / sweep.name, cache=SHIPPED_CACHE)
     assert not the_plan.unmatched, the_plan.unmatched[0].match
+    named = {
+        Path(o.split("=", 1)[1]).name
+        for p in the_plan.points
+        for o in p.overrides
+        if o.startswith("data.tokenizer_file=")
+    }
+    assert set(the_plan.tokenizers) == named  # what it saves under OUT: its own, not the cache's
     seen = set()
     for p in the_plan.points:
         if p.group in seen:

@@ -480,8 +480,15 @@ class Plan:
 
     @property
     def tokenizers(self) -> dict[str, Tokenizer]:
-        """The tokenizers the points load (file name under OUT → tokenizer)."""
-        return {k: v for k, v in self.cache.items() if isinstance(v, Tokenizer)}
+        """The tokenizers the points load (file name under OUT → tokenizer); a cache shared with
+        other plans may hold more."""
+        loaded = {
+            Path(o.split("=", 1)[1]).name
+            for p in self.points
+            for o in p.overrides
+            if o.startswith("data.tokenizer_file=")
+        }
+        return {k: v for k, v in self.cache.items() if isinstance(v, Tokenizer) and k in loaded}
 
 
 def _experiment(sweep: Sweep, base: Path, overrides: list[str], label: str) -> Experiment:
