@@ -215,18 +215,26 @@ train: {{steps: 4, batch_size: 8, eval_every: 2, eval_batches: 2, save_every: 4,
 """)
     assert main(["train", str(cfg), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "tokenized in" in out and "single segments (no next-sentence prediction)" in out
+    assert "trained in" in out and "tokenized in" in out
+    assert "single segments (no next-sentence prediction)" in out
     results = json.loads((tmp_path / "runs" / "wiki" / "results.json").read_text())
     assert "mlm_acc" in results["valid"] and "nsp_acc" not in results["valid"]
     assert "nsp.weight" not in final_weights(tmp_path / "runs" / "wiki")
-    # a second run with the same vocabulary reads the cache; a changed corpus is tokenized
-    # again, never read stale
-    vocab = f"data.tokenizer_file={tmp_path / 'runs' / 'wiki' / 'tokenizer.json'}"
-    assert main(["train", str(cfg), "--quiet", "name=wiki2", vocab]) == 0
-    assert "cached in" in capsys.readouterr().out
+    # a second run reads its vocabulary and the tokenized corpus from the cache: the same
+    # tokenizer.json, byte for byte
+    assert main(["train", str(cfg), "--quiet", "name=wiki2"]) == 0
+    out = capsys.readouterr().out
+    assert "kept in" in out and "trained in" not in out and "cached in" in out
+    vocab = tmp_path / "runs" / "wiki" / "tokenizer.json"
+    assert (tmp_path / "runs" / "wiki2" / "tokenizer.json").read_bytes() == vocab.read_bytes()
+    # a changed corpus is tokenized again with the same vocabulary, and gets a new vocabulary
+    # without one given: never read stale
     (tmp_path / "wiki" / "train_1.txt.xz").write_bytes(lzma.compress(article(3).encode() * 2))
-    assert main(["train", str(cfg), "--quiet", "name=wiki3", vocab]) == 0
+    assert main(["train", str(cfg), "--quiet", "name=wiki3", f"data.tokenizer_file={vocab}"]) == 0
     assert "tokenized in" in capsys.readouterr().out
+    assert main(["train", str(cfg), "--quiet", "name=wiki4"]) == 0
+    out = capsys.readouterr().out
+    assert "trained in" in out and "kept in" in out and "tokenized in" in out
     # broken corpora: one line each, nothing written
     good = (tmp_path / "wiki" / "train_0.txt.xz").read_bytes()
     cases = [

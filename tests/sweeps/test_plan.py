@@ -133,13 +133,19 @@ def test_table3_sweep_carries_the_papers_figures():
         assert ref.get("paper_params_M") == row.paper_params
 
 
+@pytest.fixture(scope="module")
+def vocabularies(tmp_path_factory):
+    """Where the shipped sweeps' planned vocabularies are kept (not the repository's cache)."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_shipped_sweeps_count_the_models_they_build(path, monkeypatch):
+def test_shipped_sweeps_count_the_models_they_build(path, monkeypatch, vocabularies):
     """Every point of every shipped sweep: closed form = sum(p.numel()) of the built model, and
     matched points within the stated tolerance."""
     shared_data()
     monkeypatch.chdir(REPO)  # the experiment files' data.root is relative to the repository
-    sweep = load_sweep(path)
+    sweep = load_sweep(path).with_overrides({"data.cache_dir": str(vocabularies)})
     the_plan = plan(sweep, REPO / "runs" / "sweeps" / sweep.name, cache=SHIPPED_CACHE)
     assert not the_plan.unmatched, the_plan.unmatched[0].match
     named = {

@@ -158,14 +158,25 @@ def tokenize_documents(
     return TokenizedCorpus(ids, sents, docs_, writer.skipped)
 
 
-def cache_key(digest: list[dict[str, object]], corpus_format: str, tok: Tokenizer, skip_short: bool) -> str:
+def _hash(parts: Sequence[str]) -> str:
     h = hashlib.sha256()
-    parts = [_FORMAT, corpus_format, tok.fingerprint(), "skip" if skip_short else "error"]
-    parts += [str(d["sha256"]) for d in digest]
     for part in parts:
         b = part.encode()
         h.update(len(b).to_bytes(8, "little") + b)
     return h.hexdigest()
+
+
+def cache_key(digest: list[dict[str, object]], corpus_format: str, tok: Tokenizer, skip_short: bool) -> str:
+    parts = [_FORMAT, corpus_format, tok.fingerprint(), "skip" if skip_short else "error"]
+    return _hash(parts + [str(d["sha256"]) for d in digest])
+
+
+def corpus_key(spec: str | Path, corpus_format: CorpusFormat, *rules: str) -> str:
+    """What identifies the text read from the corpus ``spec``: a hash of its files' SHA-256 (of
+    their bytes as stored), its format, the reader's version and ``rules`` (e.g. how the
+    documents are sampled). A changed file changes the key."""
+    digest = files_digest(corpus_files(spec))
+    return _hash([_FORMAT, corpus_format, *rules] + [str(d["sha256"]) for d in digest])
 
 
 def _open(folder: Path, dtype: np.dtype) -> TokenizedCorpus | None:

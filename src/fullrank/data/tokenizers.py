@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
-from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, __version__, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 from fullrank.data.text import decode_utf8, read_bytes, read_text, split_lines
@@ -63,6 +63,7 @@ IMPORTED_SPECIALS: tuple[tuple[str, ...], ...] = (
 _CHAR_PATTERN = r"[\s\S]"  # any single character, newlines included
 _UNLIMITED = 2**31 - 1  # "no limit" for WordLevel's vocab_size
 _TRAIN_CHUNK = 1 << 16  # characters per piece fed to the char counter
+TRAINER = f"tokenizers {__version__}"  # what trains a vocabulary: part of a kept one's key
 
 
 def _hf_pipeline(kind: str, *, lowercase: bool) -> HFTokenizer:

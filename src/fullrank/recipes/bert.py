@@ -29,14 +29,14 @@ from fullrank.data.bert_pretraining import (
     make_segments,
     masking_rule,
 )
-from fullrank.data.document_cache import cached_documents, sample_documents
+from fullrank.data.document_cache import cached_documents, corpus_key, sample_documents
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.models import ModelConfig
 from fullrank.models.encoder import EncoderConfig
 from fullrank.recipes.config import PretrainExperiment
 from fullrank.recipes.encoder_data import PretrainData
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup
+from fullrank.recipes.run import Recipe, Run, RunReport, Setup, trained_tokenizer
 from fullrank.training.tasks import MaskedLMWithNSP
 
 VALID_MLM_PROB = 0.15  # BERT's rate: validation is scored alike whatever a run trains with
@@ -52,13 +52,29 @@ def write_sentences(data: PretrainData, out: Path) -> Path:
     return out
 
 
-def train_wordpiece(data: PretrainData, out: Path) -> Tokenizer:
-    """Train the WordPiece vocabulary of ``data`` (lowercased unless ``data.lowercase`` is
-    false) and save it to ``out``: what a pre-training run does, done once so that several runs
-    can share one vocabulary (``data.tokenizer_file``)."""
+def sentences_key(data: PretrainData) -> str:
+    """What identifies the text :func:`write_sentences` writes: the training corpus's files
+    (their checksums), format and the sampled share."""
+    return corpus_key(data.path(data.train), data.corpus_format, f"tokenizer_sample={data.tokenizer_sample}")
+
+
+def wordpiece(data: PretrainData, say: Callable[[str], None] | None = None) -> Tokenizer:
+    """The WordPiece vocabulary of ``data`` (lowercased unless ``data.lowercase`` is false), as
+    a pre-training run trains it: kept in ``data.cache_dir`` and trained only the first time
+    (:func:`~fullrank.recipes.run.trained_tokenizer`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        text = write_sentences(data, Path(tmp) / "sentences.txt")
-        tok = Tokenizer.train("wordpiece", [text], data.vocab_size, lowercase=data.lowercase)
+        return trained_tokenizer(
+            data,
+            lambda: [write_sentences(data, Path(tmp) / "sentences.txt")],
+            lambda: sentences_key(data),
+            say,
+        )
+
+
+def train_wordpiece(data: PretrainData, out: Path) -> Tokenizer:
+    """:func:`wordpiece`, saved to ``out`` too, so that several runs can share one vocabulary
+    (``data.tokenizer_file``)."""
+    tok = wordpiece(data)
     tok.save(out)
     return tok
 
@@ -76,7 +92,9 @@ class PretrainingRecipe(Recipe):
         exp: PretrainExperiment = run.exp
         data, cfg = exp.data, exp.train
         with tempfile.TemporaryDirectory() as tmp:  # the tokenizer's text, if one is trained
-            tok = run.tokenizer(lambda: [write_sentences(data, Path(tmp) / "sentences.txt")])
+            tok = run.tokenizer(
+                lambda: [write_sentences(data, Path(tmp) / "sentences.txt")], lambda: sentences_key(data)
+            )
         model_cfg = run.model_config(tok)
         assert isinstance(model_cfg, EncoderConfig)
 
@@ -192,10 +210,6 @@ class PretrainingRecipe(Recipe):
         name = "wordpiece-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
         if name not in cache:
             saved = out / name
-            if saved.is_file():
-                cache[name] = Tokenizer.load(saved)
-            else:
-                with tempfile.TemporaryDirectory() as tmp:
-                    cache[name] = train_wordpiece(data, Path(tmp) / name)
+            cache[name] = Tokenizer.load(saved) if saved.is_file() else wordpiece(data)
         tok = cache[name]
         return planned_config(exp, tok.vocab_size, None), [f"data.tokenizer_file={(out / name).resolve()}"]

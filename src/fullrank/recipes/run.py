@@ -35,8 +35,8 @@ from rich.console import Console
 from torch import nn
 
 from fullrank import fast
-from fullrank.data.tokenizers import Tokenizer, TokenizerKind, ensure_vocab_matches
-from fullrank.errors import ConfigError
+from fullrank.data.tokenizers import TRAINER, Tokenizer, TokenizerKind, ensure_vocab_matches
+from fullrank.errors import ConfigError, FullrankError
 from fullrank.fast.workers import num_threads
 from fullrank.models import ModelConfig
 from fullrank.models.budget import count_params
@@ -149,15 +149,77 @@ def find_resume_point(
 
 
 class TokenizerSettings(Protocol):
-    """The tokenizer fields every ``data`` section has."""
+    """The tokenizer fields every ``data`` section has (read-only: the sections are frozen)."""
 
-    tokenizer: TokenizerKind
-    vocab_size: int | None
-    min_frequency: int
-    tokenizer_file: str | None
-    lowercase: bool | None
+    @property
+    def tokenizer(self) -> TokenizerKind: ...
+    @property
+    def vocab_size(self) -> int | None: ...
+    @property
+    def min_frequency(self) -> int: ...
+    @property
+    def tokenizer_file(self) -> str | None: ...
+    @property
+    def lowercase(self) -> bool | None: ...
+    @property
+    def cache_dir(self) -> str: ...
 
     def path(self, name: str) -> Path: ...
+
+
+def trained_tokenizer(
+    data: TokenizerSettings,
+    files: Callable[[], Sequence[Path]],
+    text_key: Callable[[], str] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Tokenizer:
+    """A tokenizer trained with ``data``'s settings on ``files()``.
+
+    With ``text_key`` (what identifies the text ``files()`` would give: e.g. the corpus files'
+    SHA-256 and how they are sampled) the vocabulary is trained once and kept as
+    ``{data.cache_dir}/tokenizer-{key}.json``, ``key`` hashing the text's key, the tokenizer
+    settings and the ``tokenizers`` version; a later run with the same key loads it instead of
+    reading and training again. Training is deterministic, so the kept vocabulary is the one a
+    new training would give. A kept file that cannot be read is trained again and replaced."""
+
+    def train() -> Tokenizer:
+        return Tokenizer.train(
+            data.tokenizer,
+            list(files()),
+            data.vocab_size,
+            min_frequency=data.min_frequency,
+            lowercase=data.lowercase,
+        )
+
+    if text_key is None:
+        return train()
+    tell = say or (lambda _: None)
+    parts = [
+        text_key(),
+        data.tokenizer,
+        str(data.vocab_size),
+        str(data.min_frequency),
+        str(data.lowercase),
+        TRAINER,
+    ]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    kept = Path(data.cache_dir) / f"tokenizer-{key[:24]}.json"
+    if kept.is_file():
+        try:
+            tok = Tokenizer.load(kept)
+        except FullrankError as e:
+            tell(f"{kept}: cannot be used ({e}); training the vocabulary again")
+        else:
+            tell(f"vocabulary: {tok.kind}, {tok.vocab_size:,} pieces, kept in {kept}")
+            return tok
+    start = time.perf_counter()
+    tok = train()
+    tok.save(kept)
+    tell(
+        f"vocabulary: {tok.kind}, {tok.vocab_size:,} pieces, "
+        f"trained in {time.perf_counter() - start:.0f} s, kept in {kept}"
+    )
+    return tok
 
 
 def prepare_tokenizer(
@@ -168,11 +230,14 @@ def prepare_tokenizer(
     resuming: bool,
     start: Tokenizer | None = None,
     task: str = "",
+    text_key: Callable[[], str] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Tokenizer:
     """The run's tokenizer: its own when resuming, the ``train.init_from`` checkpoint's
     (``start``), ``data.tokenizer_file``, or one trained on ``files()`` (rank 0 trains and
-    saves; the others wait and load). ``files`` is called only when a tokenizer is trained;
-    ``None``: the task cannot train one (fine-tuning)."""
+    saves; the others wait and load; :func:`trained_tokenizer`, kept for later runs when the
+    task gives ``text_key``). ``files`` is called only when a tokenizer is trained; ``None``:
+    the task cannot train one (fine-tuning)."""
     saved = run_dir / "tokenizer.json"
     if resuming and saved.is_file():
         return Tokenizer.load(saved)
@@ -190,13 +255,7 @@ def prepare_tokenizer(
             tok = start
         else:
             assert files is not None
-            tok = Tokenizer.train(
-                data.tokenizer,
-                list(files()),
-                data.vocab_size,
-                min_frequency=data.min_frequency,
-                lowercase=data.lowercase,
-            )
+            tok = trained_tokenizer(data, files, text_key, say)
         run_dir.mkdir(parents=True, exist_ok=True)
         tok.save(saved)
     barrier(dist)
@@ -224,17 +283,8 @@ def planned_tokenizer(
     name = "tokenizer-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
     if name not in cache:
         saved = out / name
-        cache[name] = (
-            Tokenizer.load(saved)
-            if saved.is_file()
-            else Tokenizer.train(
-                data.tokenizer,
-                [Path(p) for p in paths],
-                data.vocab_size,
-                min_frequency=data.min_frequency,
-                lowercase=data.lowercase,
-            )
-        )
+        texts = [Path(p) for p in paths]
+        cache[name] = Tokenizer.load(saved) if saved.is_file() else trained_tokenizer(data, lambda: texts)
     return cache[name], [f"data.tokenizer_file={(out / name).resolve()}"]
 
 
@@ -279,7 +329,9 @@ class Run:
         if self.dist.is_main:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    def tokenizer(self, files: Callable[[], Sequence[Path]] | None) -> Tokenizer:
+    def tokenizer(
+        self, files: Callable[[], Sequence[Path]] | None, text_key: Callable[[], str] | None = None
+    ) -> Tokenizer:
         """The run's tokenizer (:func:`prepare_tokenizer`)."""
         return prepare_tokenizer(
             self.exp.data,
@@ -289,6 +341,8 @@ class Run:
             resuming=self.resume_from is not None,
             start=self.start.tokenizer if self.start else None,
             task=self.exp.task,
+            text_key=text_key,
+            say=self.say,
         )
 
     def model_config(self, tokenizer: Tokenizer, **fields: Any) -> ModelConfig:
