@@ -249,6 +249,10 @@ train: {{steps: 4, batch_size: 8, eval_every: 2, eval_batches: 2, save_every: 4,
         assert main(["train", str(cfg), "--quiet", "name=broken"]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, err
+    (tmp_path / "a_file").write_text("")
+    assert main(["train", str(cfg), "--quiet", "name=broken", f"data.cache_dir={tmp_path / 'a_file'}/c"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "data.cache_dir" in err and "is a file, not a folder" in err and "\n" not in err
     assert main(["train", str(cfg), "--quiet", "name=broken", "data.train=nowhere/*.xz"]) == 2
     err = capsys.readouterr().err.strip()
     assert "nowhere/*.xz: no file matches this pattern" in err and "\n" not in err

@@ -399,6 +399,16 @@ OUTPUT_PATHS = [
         r"run directory .*new: cannot write in",
     ),
     Case(
+        "train data.cache_dir under a file",
+        lambda sb: ["train", s(sb.config), "name=new", f"data.cache_dir={a_file(sb)}/cache"],
+        r"data.cache_dir .*out.txt/cache: .*out.txt is a file, not a folder",
+    ),
+    Case(
+        "train data.cache_dir inside a checkpoint",
+        lambda sb: ["train", s(sb.config), "name=new", f"data.cache_dir={sb.mt}/cache"],
+        r"data.cache_dir .*mt/cache: is inside the checkpoint",
+    ),
+    Case(
         "train out_dir inside a checkpoint",
         lambda sb: ["train", s(sb.config), "name=new", f"out_dir={sb.mt}"],
         r"run directory .*mt/new: is inside the checkpoint",
