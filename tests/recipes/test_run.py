@@ -11,14 +11,20 @@ from fullrank.training.distributed import DistInfo
 ONE = DistInfo(rank=0, world=1, local_rank=0, device=torch.device("cpu"))
 
 
-def test_data_lowercase_reaches_the_tokenizer(tmp_path):
+def bpe_lm(tmp_path):
+    """A tiny LM experiment with a BPE vocabulary of 60 trained on ``train.txt``; its file."""
     (tmp_path / "train.txt").write_text("Ein Mann fährt Rad.\nZwei Hunde spielen im Schnee.\n" * 5)
     cfg = tmp_path / "lm.yaml"
     cfg.write_text(
         f"name: lc\ntask: lm\nmodel: {{d_model: 8, n_heads: 2, d_ff: 16, n_layers: 1,"
         f" seq_len: 4}}\ndata: {{root: {tmp_path}, train: train.txt, tokenizer: bpe,"
-        f" vocab_size: 60}}\n"
+        f" vocab_size: 60, cache_dir: {tmp_path / 'cache'}}}\n"
     )
+    return cfg
+
+
+def test_data_lowercase_reaches_the_tokenizer(tmp_path):
+    cfg = bpe_lm(tmp_path)
     for lowercase, expected in ((None, "Ein Mann"), (True, "ein mann")):
         exp = load_experiment(cfg, [f"data.lowercase={'null' if lowercase is None else 'true'}"])
         run = tmp_path / f"run_{lowercase}"
@@ -28,13 +34,7 @@ def test_data_lowercase_reaches_the_tokenizer(tmp_path):
 
 
 def test_a_kept_vocabulary_is_the_trained_one_and_is_retrained_when_its_key_or_file_changes(tmp_path):
-    (tmp_path / "train.txt").write_text("Ein Mann fährt Rad.\nZwei Hunde spielen im Schnee.\n" * 5)
-    cfg = tmp_path / "lm.yaml"
-    cfg.write_text(
-        f"name: kept\ntask: lm\nmodel: {{d_model: 8, n_heads: 2, d_ff: 16, n_layers: 1,"
-        f" seq_len: 4}}\ndata: {{root: {tmp_path}, train: train.txt, tokenizer: bpe,"
-        f" vocab_size: 60, cache_dir: {tmp_path / 'cache'}}}\n"
-    )
+    cfg = bpe_lm(tmp_path)
     data = load_experiment(cfg).data
     reads: list[str] = []
     said: list[str] = []
