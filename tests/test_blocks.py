@@ -165,3 +165,27 @@ def test_evaluation_calls_no_dropout_module_and_training_calls_them_all():
     assert calls == []
     model.train()(src, tgt)
     assert {id(m) for m in calls} == {id(m) for m in dropouts}
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_block_at_some_positions_gives_the_full_outputs_rows_and_gradients(norm_first):
+    torch.manual_seed(0)
+    block = EncoderBlock(spec(24, 4, 37, norm_first, dropout=0.0)).double()
+    perturb_norms(block)
+    x = torch.randn(3, 7, 24, dtype=torch.float64, requires_grad=True)
+    keep = torch.arange(7)[None, :] < torch.tensor([[7], [4], [6]])
+    at = torch.tensor([[0, 6], [3, 0], [2, 2]])
+    full = block(x, mask=padding_mask(keep))
+    expected = full.gather(1, at[..., None].expand(-1, -1, 24))
+    got = block(x, mask=padding_mask(keep), at=at)
+    torch.testing.assert_close(got, expected)
+    w = torch.randn_like(got)
+    (g_full,) = torch.autograd.grad((expected * w).sum(), x)
+    (g_at,) = torch.autograd.grad((got * w).sum(), x)
+    torch.testing.assert_close(g_at, g_full)
+
+
+def test_encoder_block_at_refuses_causal_attention():
+    block = EncoderBlock(spec(24, 4, 37, False))
+    with pytest.raises(ValueError, match="bidirectional"):
+        block(torch.randn(1, 3, 24), is_causal=True, at=torch.zeros(1, 1, dtype=torch.long))

@@ -69,6 +69,13 @@ def active(dropout: nn.Dropout) -> Callable[[Tensor], Tensor]:
     return dropout if dropout.training and dropout.p > 0 else _unchanged
 
 
+def rows(x: Tensor, at: Tensor | None) -> Tensor:
+    """The positions ``at (B, K)`` of ``x (B, T, D)``: ``(B, K, D)``; all of ``x`` for ``None``."""
+    if at is None:
+        return x
+    return x.gather(1, at[..., None].expand(-1, -1, x.shape[-1]))
+
+
 class EncoderBlock(nn.Module):
     """Self-attention then feed-forward. Serves the [V17] encoder, BERT, and — with causal
     self-attention — the decoder-only language model."""
@@ -83,14 +90,35 @@ class EncoderBlock(nn.Module):
         self.dropout = nn.Dropout(spec.dropout)
 
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False, cache: KVCache | None = None
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        at: Tensor | None = None,
     ) -> Tensor:
-        """``x (B, T, D) → (B, T, D)``; ``mask`` broadcastable to ``(B, H, T, T)``."""
+        """``x (B, T, D) → (B, T, D)``; ``mask`` broadcastable to ``(B, H, T, T)``.
+
+        ``at (B, K)`` (positions, bidirectional attention only): the output at those positions
+        alone, ``(B, K, D)``. They attend to every position of ``x`` as before, so the result
+        is the full output's rows, without the other rows' attention and feed-forward — what
+        an encoder read at a few positions (the classifier's first token) needs of its last
+        block. ``mask`` then broadcasts to ``(B, H, K, T)``.
+        """
         drop = active(self.dropout)
+        if at is not None and (is_causal or cache is not None):
+            raise ValueError("EncoderBlock: `at` is for bidirectional attention without a cache")
+
+        def attend(h: Tensor) -> Tensor:  # the rows of h at `at` attending to all of h
+            return self.self_attn(
+                rows(h, at), None if at is None else h, mask=mask, is_causal=is_causal, cache=cache
+            )
+
         if self.norm_first:
-            x = x + drop(self.self_attn(self.attn_norm(x), mask=mask, is_causal=is_causal, cache=cache))
+            x = rows(x, at) + drop(attend(self.attn_norm(x)))
             return x + drop(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x + drop(self.self_attn(x, mask=mask, is_causal=is_causal, cache=cache)))
+        x = self.attn_norm(rows(x, at) + drop(attend(x)))
         return self.ffn_norm(x + drop(self.ffn(x)))
 
 

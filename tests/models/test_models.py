@@ -193,6 +193,17 @@ def test_encoder_ignores_padded_positions(fused):
     torch.testing.assert_close(a[keep], b[keep])
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_at_some_positions_equals_the_full_hidden_states_there(norm_first):
+    model = Encoder(enc_config(norm_first=norm_first)).eval()
+    tokens, keep = padded([9, 5, 1, 7], 9)
+    at = torch.tensor([[0], [4], [0], [8]])
+    full = model(tokens, mask=keep)
+    got = model(tokens, mask=keep, at=at)
+    assert got.shape == (4, 1, model.config.d_model)
+    torch.testing.assert_close(got, full.gather(1, at[..., None].expand(-1, -1, full.shape[-1])))
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_cross_attention_ignores_padded_source(fused):
     model = EncoderDecoder(ed_config(fused_attention=fused)).eval()

@@ -161,3 +161,46 @@ def test_pretraining_loss_matches_hugging_face_on_the_same_masked_batch():
         rtol=1e-4,
     )
     torch.testing.assert_close(ours.mlm.bias.grad, hf.cls.predictions.bias.grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.reference
+def test_classification_loss_and_gradients_match_hugging_face():
+    """The classification loss reads the first position alone (the last block computed there
+    only): its value and every gradient equal Hugging Face's full computation."""
+    from fullrank.data.batch import ClassificationBatch, EncoderInputs
+    from fullrank.training.tasks import SequenceClassification
+
+    hf_cfg = _tiny_hf_config(num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    hf = transformers.BertForSequenceClassification(hf_cfg).eval()
+    _perturb(hf)
+    ours = _converted(hf, hf_cfg)
+    tokens, segments, keep = _batch()
+    labels = torch.tensor([0, 2, 1, 1, 0])
+    ref = hf(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long(), labels=labels).loss
+    out = SequenceClassification().loss(
+        ours, ClassificationBatch(EncoderInputs(tokens, segments, keep), labels)
+    )
+    got = out.loss / out.n_tokens
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    got.backward()
+    ref.backward()
+    last = ours.layers[-1]
+    hf_last = hf.bert.encoder.layer[-1]
+    pairs = {
+        "token embeddings (rows 1…)": (
+            ours.embed.token.weight.grad[1:],
+            hf.bert.embeddings.word_embeddings.weight.grad[1:],
+        ),
+        "last block's second feed-forward": (last.ffn.fc2.weight.grad, hf_last.output.dense.weight.grad),
+        "last block's output projection": (
+            last.self_attn.out_proj.weight.grad,
+            hf_last.attention.output.dense.weight.grad,
+        ),
+        "last block's key weights": (
+            last.self_attn.qkv_proj.weight.grad[24:48],
+            hf_last.attention.self.key.weight.grad,
+        ),
+        "classifier": (ours.classifier.weight.grad, hf.classifier.weight.grad),
+    }
+    for name, (a, b) in pairs.items():
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")

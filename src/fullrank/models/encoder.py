@@ -217,14 +217,26 @@ class Encoder(nn.Module):
                 block.self_attn.mimetic_init_(relations=relations)
 
     def forward(
-        self, tokens: Tensor, *, segments: Tensor | None = None, mask: Tensor | None = None
+        self,
+        tokens: Tensor,
+        *,
+        segments: Tensor | None = None,
+        mask: Tensor | None = None,
+        at: Tensor | None = None,
     ) -> Tensor:
         """``tokens (B, T)``, ``segments (B, T)`` (0/1), ``mask (B, T)`` bool (``True`` = real
-        token) → hidden states ``(B, T, D)``."""
+        token) → hidden states ``(B, T, D)``.
+
+        ``at (B, K)``: the hidden states at those positions only, ``(B, K, D)`` — the same
+        numbers, with the last block computed at those positions alone (a classifier reads
+        the first token: ``at`` of zeros ``(B, 1)``).
+        """
         x = self.embed(tokens, segments=segments)
         key_mask = padding_mask(mask) if mask is not None else None
-        for layer in self.layers:
+        *inner, last = self.layers
+        for layer in inner:
             x = layer(x, mask=key_mask)
+        x = last(x, mask=key_mask, at=at)
         return self.final_norm(x) if self.final_norm is not None else x
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:

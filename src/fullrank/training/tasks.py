@@ -130,6 +130,13 @@ def encode(model: nn.Module, inputs: EncoderInputs) -> Tensor:
     return model(inputs.tokens, segments=inputs.segments, mask=inputs.mask)
 
 
+def encode_first(model: nn.Module, inputs: EncoderInputs) -> Tensor:
+    """The hidden state of the first ([CLS]) position alone, ``(B, 1, D)``: what the pooler
+    reads, with the encoder's last block computed at that position only."""
+    first = inputs.tokens.new_zeros(inputs.tokens.shape[0], 1)
+    return model(inputs.tokens, segments=inputs.segments, mask=inputs.mask, at=first)
+
+
 class MaskedLMWithNSP:
     """BERT pre-training: masked-LM cross-entropy on the chosen positions only, plus next-sentence
     prediction — BERT's loss, ``mean MLM + mean NSP`` (``mean MLM`` alone for batches of single
@@ -205,7 +212,7 @@ class SequenceClassification:
     examples (``n_tokens`` = examples)."""
 
     def loss(self, model: nn.Module, batch: ClassificationBatch) -> TokenLoss:
-        logits = unwrap(model).class_logits(encode(model, batch.inputs)).float()
+        logits = unwrap(model).class_logits(encode_first(model, batch.inputs)).float()
         nll = F.cross_entropy(logits, batch.labels, reduction="sum")
         return TokenLoss(loss=nll, nll=nll.detach(), n_tokens=batch.labels.new_tensor(len(batch.labels)))
 
@@ -217,7 +224,7 @@ class SequenceClassification:
         probs, labels = [], []
         for batch in batches:
             batch = batch.to(device)
-            logits = unwrap(model).class_logits(encode(model, batch.inputs))  # (B, C)
+            logits = unwrap(model).class_logits(encode_first(model, batch.inputs))  # (B, C)
             probs.append(logits.float().softmax(-1).cpu())
             labels.append(batch.labels.cpu())
         return torch.cat(probs), torch.cat(labels)
