@@ -8,10 +8,11 @@ so both sides compute the same numbers, AdamW, warm-up steps untimed), on one BE
 d_model 256, 4 heads, d_ff 1024, vocabulary 8,000, sequences of 128 tokens, batch 16:
 
 - ``pretrain`` — masked LM (20 predictions per sequence, BERT's cap at 128) + NSP.
-  fullrank: :class:`~fullrank.training.tasks.MaskedLMWithNSP` (gathers the 20 positions, fused
-  output cross-entropy); Hugging Face: ``BertForPreTraining`` with ``labels`` (-100 elsewhere)
-  and ``next_sentence_label`` (logits for every position).
-- ``classify`` — ``BertForSequenceClassification`` (3 classes) against the classifier head.
+  fullrank: :class:`~fullrank.training.tasks.MaskedLMWithNSP` (the last block at [CLS] and the
+  20 positions only, fused output cross-entropy); Hugging Face: ``BertForPreTraining`` with
+  ``labels`` (-100 elsewhere) and ``next_sentence_label`` (logits for every position).
+- ``classify`` — ``BertForSequenceClassification`` (3 classes) against the classifier head (the
+  last block at [CLS] only on fullrank's side; the loss and gradients are Hugging Face's).
 - ``qa`` — ``BertForQuestionAnswering`` against the span head.
 - ``classify_dropout`` — ``classify`` with BERT's dropout, as fine-tuning runs it (0.1 on the
   embeddings, the attention probabilities, every sublayer's output and the pooled output, on
@@ -149,15 +150,16 @@ def job(spec: dict[str, Any]) -> dict[str, Any]:
 
     with engine(spec, model):  # fullrank's speed engine, as `fullrank train` enters it
         times = timed(step, spec)
-    # model FLOPs: 6 × (encoder matrices) per token, the attention scores, and the output
-    # projection where it is computed (20 positions for fullrank, every position for HF)
+    # the FLOPs of the whole computation, as Hugging Face runs it (every position through every
+    # block and, in pre-training, the output projection): 6 × (encoder matrices) per token, the
+    # attention scores, the output projection. fullrank skips the rows no loss reads (the last
+    # block outside [CLS] and the predicted positions), so its GFLOP/s is the rate of the same work.
     tokens = s["batch"] * s["seq"]
     matrices = s["layers"] * (4 * s["d"] ** 2 + 2 * s["d"] * s["d_ff"])
     attention = 6 * 2 * s["layers"] * s["batch"] * s["seq"] ** 2 * s["d"]
     out = 0
     if task_of(spec["workload"]) == "pretrain":
-        rows = s["batch"] * (s["predictions"] if spec["impl"] != "hf" else s["seq"])
-        out = 6 * rows * (s["d"] ** 2 + s["vocab"] * s["d"])
+        out = 6 * tokens * (s["d"] ** 2 + s["vocab"] * s["d"])
     return result(spec, model, times, s["batch"], "sequences/s", 6 * matrices * tokens + attention + out)
 
 

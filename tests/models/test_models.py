@@ -204,6 +204,24 @@ def test_encoder_at_some_positions_equals_the_full_hidden_states_there(norm_firs
     torch.testing.assert_close(got, full.gather(1, at[..., None].expand(-1, -1, full.shape[-1])))
 
 
+def test_read_positions_finds_every_chosen_position_and_the_first_in_the_last_blocks_rows():
+    from fullrank.data.batch import EncoderInputs
+    from fullrank.training.tasks import encode, read_positions
+
+    model = Encoder(enc_config(norm_first=True)).eval()
+    tokens, keep = padded([9, 5, 1, 7], 9)
+    chosen = torch.tensor([3, 1, 8, 3 * 9 + 6, 3 * 9 + 2, 3 * 9 + 4])  # unordered; rows 1 and 2: none
+    at, index = read_positions(chosen, 4, 9)
+    assert at.shape == (4, 4) and (at[:, 0] == 0).all() and (at[1:3] == 0).all()
+    inputs = EncoderInputs(tokens, torch.zeros_like(tokens), keep)
+    full = model(tokens, mask=keep)
+    got = encode(model, inputs, at)
+    torch.testing.assert_close(
+        got.reshape(-1, full.shape[-1])[index], full.reshape(-1, full.shape[-1])[chosen]
+    )
+    torch.testing.assert_close(got[:, 0], full[:, 0])
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_cross_attention_ignores_padded_source(fused):
     model = EncoderDecoder(ed_config(fused_attention=fused)).eval()
