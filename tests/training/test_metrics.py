@@ -46,6 +46,17 @@ def test_periodic_points_over_the_whole_text_say_so():
     assert "periodic, on the whole validation text" in labels(fig)[1]
 
 
+def test_masked_lm_points_count_predictions_and_a_share_is_not_called_the_whole_text():
+    bert = [
+        {"step": 250, "split": "valid", "loss": 6.8, "mlm_ppl": 873.6, "mlm_acc": 4.3, "predictions": 11_420}
+    ]
+    final = {"loss": 6.7, "mlm_ppl": 810.0, "mlm_acc": 4.25, "predictions": 165_316}
+    loss, ppl, scores = labels(curves_figure(bert, (250, final)))
+    assert "valid loss, periodic, on the first 11,420 validation predictions" in loss
+    assert "final, exact: 810.00 over 165,316 predictions" in ppl
+    assert scores == ["valid MLM accuracy", "final MLM accuracy, exact: 4.25"]
+
+
 def test_the_final_figure_comes_from_results_json(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records()))
     assert read_final(tmp_path) is None

@@ -140,6 +140,15 @@ def plot_run(
     return out
 
 
+def _scored(record: dict[str, Any]) -> tuple[int, str] | None:
+    """How much of the validation data a record scored: ``(count, unit)`` — tokens, or the
+    predicted positions of masked-LM pre-training — or ``None`` where it does not say."""
+    for unit in ("tokens", "predictions"):
+        if record.get(unit) is not None:
+            return int(record[unit]), unit
+    return None
+
+
 def curves_figure(
     records: list[dict[str, Any]], final: tuple[int, dict[str, Any]] | None, *, title: str = ""
 ) -> Any:
@@ -172,13 +181,13 @@ def curves_figure(
         )
     periodic = [r for r in valid if "loss" in r]
     if periodic:
-        tokens = periodic[-1].get("tokens")
-        whole = final is not None and tokens == final[1].get("tokens")
+        count = _scored(periodic[-1])
+        whole = final is not None and count is not None and count == _scored(final[1])
         where = (
             "on the whole validation text"
             if whole
-            else f"on the first {tokens:,} validation tokens"
-            if tokens
+            else f"on the first {count[0]:,} validation {count[1]}"
+            if count
             else "on validation data"
         )
         ax_loss.plot(
@@ -201,7 +210,8 @@ def curves_figure(
         )
     if final is not None:
         step, v = final
-        over = f"{v['tokens']:,} tokens" if "tokens" in v else "the whole validation text"
+        scored = _scored(v)
+        over = f"{scored[0]:,} {scored[1]}" if scored else "the whole validation text"
         for ax, key, digits in ((ax_loss, "loss", 3), (ax_ppl, ppl_key, 2)):
             if key in v:
                 ax.plot(
@@ -236,6 +246,17 @@ def curves_figure(
                 label=f"valid {SCORES[key]}",
                 markersize=3,
             )
+            if final is not None and key in final[1]:
+                step, v = final
+                axes[2].plot(
+                    [step],
+                    [v[key]],
+                    "*",
+                    color=f"C{i + 2}",
+                    markersize=13,
+                    zorder=5,
+                    label=f"final {SCORES[key]}, exact: {v[key]:.2f}",
+                )
         axes[2].set(xlabel="step", ylabel="percent", title="validation scores")
     for ax in axes:
         ax.grid(alpha=0.3)
