@@ -227,9 +227,9 @@ class Encoder(nn.Module):
         """``tokens (B, T)``, ``segments (B, T)`` (0/1), ``mask (B, T)`` bool (``True`` = real
         token) → hidden states ``(B, T, D)``.
 
-        ``at (B, K)``: the hidden states at those positions only, ``(B, K, D)`` — the same
-        numbers, with the last block computed at those positions alone (a classifier reads
-        the first token: ``at`` of zeros ``(B, 1)``).
+        ``at (B, K)``: the hidden states at those positions only, ``(B, K, D)`` — the full
+        output's rows up to float rounding, with the last block computed at those positions
+        alone (a classifier reads the first token: ``at`` of zeros ``(B, 1)``).
         """
         x = self.embed(tokens, segments=segments)
         key_mask = padding_mask(mask) if mask is not None else None
