@@ -247,15 +247,14 @@ def curves_figure(
                 markersize=3,
             )
             if final is not None and key in final[1]:
-                step, v = final
                 axes[2].plot(
-                    [step],
-                    [v[key]],
+                    [final[0]],
+                    [final[1][key]],
                     "*",
                     color=f"C{i + 2}",
                     markersize=13,
                     zorder=5,
-                    label=f"final {SCORES[key]}, exact: {v[key]:.2f}",
+                    label=f"final {SCORES[key]}, exact: {final[1][key]:.2f}",
                 )
         axes[2].set(xlabel="step", ylabel="percent", title="validation scores")
     for ax in axes:
