@@ -174,3 +174,16 @@ def test_ranks_share_the_global_batch():
     assert {p.nsp_weight for p in parts} == {whole.nsp_weight}  # N/B of the global batch
     rows = sorted(tuple(t[m].tolist()) for p in parts for t, m in zip(p.inputs.tokens, p.inputs.mask))
     assert rows == sorted(tuple(t[m].tolist()) for t, m in zip(whole.inputs.tokens, whole.inputs.mask))
+
+
+def test_a_batch_carries_where_the_loss_reads_it_to_any_device():
+    instances = make_instances(corpus(), max_seq_len=40, seed=0)
+    b = batches(instances).get(0, 1)
+    at, index = b.reads
+    width = b.inputs.tokens.shape[1]
+    # each predicted position is found through (at, index): row r's slot holds its column
+    rows = b.mlm_index // width
+    assert at.reshape(-1)[index].tolist() == (b.mlm_index - rows * width).tolist()
+    assert (at[:, 0] == 0).all()  # [CLS] first in every row
+    moved = b.to("cpu")
+    assert moved.reads[0].equal(at) and moved.reads[1].equal(index)

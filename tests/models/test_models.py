@@ -205,8 +205,8 @@ def test_encoder_at_some_positions_equals_the_full_hidden_states_there(norm_firs
 
 
 def test_read_positions_finds_every_chosen_position_and_the_first_in_the_last_blocks_rows():
-    from fullrank.data.batch import EncoderInputs
-    from fullrank.training.tasks import encode, read_positions
+    from fullrank.data.batch import EncoderInputs, read_positions
+    from fullrank.training.tasks import encode
 
     model = Encoder(enc_config(norm_first=True)).eval()
     tokens, keep = padded([9, 5, 1, 7], 9)

@@ -163,6 +163,24 @@ class EncoderInputs:
         )
 
 
+def read_positions(mlm_index: Tensor, batch: int, width: int) -> tuple[Tensor, Tensor]:
+    """Where pre-training reads the encoder of a ``(B, T)`` batch whose chosen positions are
+    ``mlm_index (N,)`` (into the flattened ``B·T``): ``at (B, 1 + K)`` — each row's first
+    ([CLS]) position, then its chosen positions, padded with the first up to the most any row
+    has, ``K`` — and ``index (N,)``, where each chosen position sits in the flattened
+    ``B·(1 + K)`` rows of the encoder's output at ``at``."""
+    row = torch.div(mlm_index, width, rounding_mode="floor")
+    counts = torch.bincount(row, minlength=batch)  # (B,)
+    k = int(counts.max()) if len(row) else 0
+    order = torch.argsort(mlm_index, stable=True)  # rows contiguous, in order
+    first = torch.cumsum(counts, 0) - counts  # where each row starts in that order
+    slot = torch.empty_like(row)
+    slot[order] = 1 + torch.arange(len(row), device=row.device) - first[row[order]]
+    at = row.new_zeros(batch, 1 + k)
+    at[row, slot] = mlm_index - row * width
+    return at, row * (1 + k) + slot
+
+
 @dataclass
 class PretrainingBatch:
     """A BERT pre-training batch: masked inputs, the positions to predict and the NSP labels.
@@ -175,6 +193,9 @@ class PretrainingBatch:
     ``nsp_weight`` makes the summed loss ``Σ mlm + nsp_weight · Σ nsp`` equal to ``N·(mean MLM
     + mean NSP)`` over the *global* batch this one is a share of (``N/B`` of the global batch),
     so that data-parallel shares add up to BERT's loss.
+    ``read_at`` ``(B, 1 + K)`` and ``read_index`` ``(N,)`` are :func:`read_positions` of
+    ``mlm_index``, computed once where the batch is built (on the host, before it moves to a
+    device) and carried by :meth:`to`.
     """
 
     inputs: EncoderInputs
@@ -182,6 +203,18 @@ class PretrainingBatch:
     mlm_labels: Tensor
     nsp_labels: Tensor | None
     nsp_weight: float
+    read_at: Tensor | None = None
+    read_index: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.read_at is None or self.read_index is None:
+            self.read_at, self.read_index = read_positions(self.mlm_index, *self.inputs.tokens.shape)
+
+    @property
+    def reads(self) -> tuple[Tensor, Tensor]:
+        """``(read_at, read_index)``: where the loss reads the encoder (:func:`read_positions`)."""
+        assert self.read_at is not None and self.read_index is not None  # set by __post_init__
+        return self.read_at, self.read_index
 
     @property
     def n_tokens(self) -> int:
@@ -189,13 +222,11 @@ class PretrainingBatch:
         return int(self.mlm_index.shape[0])
 
     def to(self, device: torch.device | str) -> PretrainingBatch:
-        return PretrainingBatch(
-            self.inputs.to(device),
-            self.mlm_index.to(device, non_blocking=True),
-            self.mlm_labels.to(device, non_blocking=True),
-            None if self.nsp_labels is None else self.nsp_labels.to(device, non_blocking=True),
-            self.nsp_weight,
+        index, labels, at, read = (
+            t.to(device, non_blocking=True) for t in (self.mlm_index, self.mlm_labels, *self.reads)
         )
+        nsp = None if self.nsp_labels is None else self.nsp_labels.to(device, non_blocking=True)
+        return PretrainingBatch(self.inputs.to(device), index, labels, nsp, self.nsp_weight, at, read)
 
 
 @dataclass

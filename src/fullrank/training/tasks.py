@@ -137,41 +137,23 @@ def encode_first(model: nn.Module, inputs: EncoderInputs) -> Tensor:
     return encode(model, inputs, at=inputs.tokens.new_zeros(inputs.tokens.shape[0], 1))
 
 
-def read_positions(mlm_index: Tensor, batch: int, width: int) -> tuple[Tensor, Tensor]:
-    """Where pre-training reads the encoder of a ``(B, T)`` batch whose chosen positions are
-    ``mlm_index (N,)`` (into the flattened ``B·T``): ``at (B, 1 + K)`` — each row's first
-    ([CLS]) position, then its chosen positions, padded with the first up to the most any row
-    has, ``K`` — and ``index (N,)``, where each chosen position sits in the flattened
-    ``B·(1 + K)`` rows of ``encode(…, at=at)``."""
-    row = torch.div(mlm_index, width, rounding_mode="floor")
-    counts = torch.bincount(row, minlength=batch)  # (B,)
-    k = int(counts.max()) if len(row) else 0
-    order = torch.argsort(mlm_index, stable=True)  # rows contiguous, in order
-    first = torch.cumsum(counts, 0) - counts  # where each row starts in that order
-    slot = torch.empty_like(row)
-    slot[order] = 1 + torch.arange(len(row), device=row.device) - first[row[order]]
-    at = row.new_zeros(batch, 1 + k)
-    at[row, slot] = mlm_index - row * width
-    return at, row * (1 + k) + slot
-
-
 class MaskedLMWithNSP:
     """BERT pre-training: masked-LM cross-entropy on the chosen positions only, plus next-sentence
     prediction — BERT's loss, ``mean MLM + mean NSP`` (``mean MLM`` alone for batches of single
     segments, whose ``nsp_labels`` are ``None``).
 
     The encoder's last block runs at the first position (for NSP) and the ``N`` chosen
-    positions only (:func:`read_positions`), and their hidden states go to the MLM transform
-    and the vocabulary projection, whose cross-entropy is fused
-    (:func:`~fullrank.training.losses.linear_cross_entropy` with the output bias): no ``(B, T, V)``
-    nor even ``(N, V)`` logits tensor is built while training. The summed loss is
+    positions only (the batch's ``reads``, :func:`~fullrank.data.batch.read_positions`), and
+    their hidden states go to the MLM transform and the vocabulary projection, whose
+    cross-entropy is fused (:func:`~fullrank.training.losses.linear_cross_entropy` with the
+    output bias): no ``(B, T, V)`` nor even ``(N, V)`` logits tensor is built while training. The summed loss is
     ``Σ mlm + nsp_weight · Σ nsp`` with ``n_tokens = N``, so the loop's division by ``N`` gives
     ``mean MLM + mean NSP`` (see :class:`~fullrank.data.batch.PretrainingBatch`).
     """
 
     def loss(self, model: nn.Module, batch: PretrainingBatch) -> TokenLoss:
         raw = unwrap(model)
-        at, index = read_positions(batch.mlm_index, *batch.inputs.tokens.shape)
+        at, index = batch.reads
         h = encode(model, batch.inputs, at)  # (B, 1 + K, D): [CLS], then the chosen positions
         picked = h.reshape(-1, h.shape[-1]).index_select(0, index)  # (N, D)
         mlm = linear_cross_entropy(
@@ -197,7 +179,7 @@ class MaskedLMWithNSP:
         mlm_right = nsp_right = n_mlm = n_nsp = 0
         for batch in itertools.islice(batches, limit):
             batch = batch.to(device)
-            at, index = read_positions(batch.mlm_index, *batch.inputs.tokens.shape)
+            at, index = batch.reads
             h = encode(model, batch.inputs, at)
             picked = h.reshape(-1, h.shape[-1]).index_select(0, index)
             raw = unwrap(model)
