@@ -146,9 +146,9 @@ class MaskedLMWithNSP:
     positions only (the batch's ``reads``, :func:`~fullrank.data.batch.read_positions`), and
     their hidden states go to the MLM transform and the vocabulary projection, whose
     cross-entropy is fused (:func:`~fullrank.training.losses.linear_cross_entropy` with the
-    output bias): no ``(B, T, V)`` nor even ``(N, V)`` logits tensor is built while training. The summed loss is
-    ``Σ mlm + nsp_weight · Σ nsp`` with ``n_tokens = N``, so the loop's division by ``N`` gives
-    ``mean MLM + mean NSP`` (see :class:`~fullrank.data.batch.PretrainingBatch`).
+    output bias): no ``(B, T, V)`` nor even ``(N, V)`` logits tensor is built while training.
+    The summed loss is ``Σ mlm + nsp_weight · Σ nsp`` with ``n_tokens = N``, so the loop's
+    division by ``N`` gives ``mean MLM + mean NSP`` (see :class:`~fullrank.data.batch.PretrainingBatch`).
     """
 
     def loss(self, model: nn.Module, batch: PretrainingBatch) -> TokenLoss:
