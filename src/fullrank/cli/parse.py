@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fullrank.cli.arguments import finite_float
+from fullrank.cli.arguments import decode_option, finite_float
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,10 +60,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
 
 
-def _option(setting: str) -> str:
-    return {"a": "--max-len-a", "b": "--max-len-b"}.get(setting, "--" + setting.replace("_", "-"))
-
-
 def run(args: argparse.Namespace) -> int:
     from collections import Counter
 
@@ -82,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         b=args.max_len_b,
         workers=args.workers,
         alpha=args.alpha,
-        name=_option,
+        name=decode_option,
     )
     if args.output:
         check_output_files(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fullrank.cli.arguments import finite_float
+from fullrank.cli.arguments import decode_option, finite_float
 from fullrank.errors import CheckpointError
 
 
@@ -69,11 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _option(setting: str) -> str:
-    """The command-line option that sets ``setting`` (for :func:`check_settings`' messages)."""
-    return {"a": "--max-len-a", "b": "--max-len-b"}.get(setting, "--" + setting.replace("_", "-"))
-
-
 def run(args: argparse.Namespace) -> int:
     from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.inference.translate import check_settings, translate
@@ -89,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         b=args.max_len_b,
         workers=args.workers,
         alpha=args.alpha,
-        name=_option,
+        name=decode_option,
     )
     if args.output:
         check_output_files(
