@@ -60,3 +60,32 @@ def test_a_kept_vocabulary_is_the_trained_one_and_is_retrained_when_its_key_or_f
     assert vocabulary("corpus A").to_str() == first.to_str()
     assert len(reads) == 5 and "cannot be used" in said[-2] and "trained in" in said[-1]
     assert kept.read_text() != "{not json"
+
+
+def test_a_run_keeps_the_vocabulary_it_trains_under_its_files_checksums(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from fullrank.recipes.run import Run, files_key
+
+    cfg = bpe_lm(tmp_path)
+    text = tmp_path / "train.txt"
+    key = files_key(lambda: [text])
+    assert key == files_key(lambda: [tmp_path / "." / "train.txt"])  # the bytes, not the name
+    out = io.StringIO()
+
+    def run_tokenizer(name: str):
+        exp = load_experiment(cfg, [f"name={name}", f"out_dir={tmp_path / 'runs'}"])
+        run = Run(exp, ONE, None, None, Console(file=out, width=200), progress=False)
+        return run.tokenizer(lambda: [text])
+
+    first = run_tokenizer("a")
+    assert "trained in" in out.getvalue()
+    (kept,) = (tmp_path / "cache").glob("tokenizer-*.json")
+    assert run_tokenizer("b").to_str() == first.to_str() and "kept in" in out.getvalue().splitlines()[-1]
+    text.write_text(text.read_text() + "Ein Hund.\n")  # another text: another key, trained again
+    assert files_key(lambda: [text]) != key
+    run_tokenizer("c")
+    assert "trained in" in out.getvalue().splitlines()[-1]
+    assert len(list((tmp_path / "cache").glob("tokenizer-*.json"))) == 2

@@ -120,7 +120,12 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def open_plain(path: Path) -> BinaryIO:
-    """``path`` opened for reading its bytes as stored."""
+    """``path`` opened for reading its bytes as stored; ``DataError`` for a missing path, a
+    directory or an unreadable file."""
+    if not path.exists():
+        raise DataError(f"{path}: no such file; check the path in the config")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, not a file; check the path in the config")
     try:
         return open(path, "rb")
     except OSError as e:

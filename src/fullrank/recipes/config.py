@@ -121,7 +121,8 @@ class TextData:
         tokenizer_file: use this ``tokenizer.json`` instead of training one.
         lowercase: fold case in the tokenizer (``None``: on for ``wordpiece``, off for ``bpe``);
             outputs decoded by a lowercasing tokenizer are lowercase too.
-        cache_dir: where tokenised corpora are cached.
+        cache_dir: where tokenised corpora and trained vocabularies are kept for later runs
+            (keyed by the files' checksums and the settings).
     """
 
     root: Str = "."

@@ -35,6 +35,7 @@ from rich.console import Console
 from torch import nn
 
 from fullrank import fast
+from fullrank.data.documents import files_digest
 from fullrank.data.tokenizers import TRAINER, Tokenizer, TokenizerKind, ensure_vocab_matches
 from fullrank.errors import ConfigError, FullrankError
 from fullrank.fast.workers import num_threads
@@ -222,6 +223,12 @@ def trained_tokenizer(
     return tok
 
 
+def files_key(files: Callable[[], Sequence[Path]]) -> str:
+    """What identifies the text of ``files()``: a hash of each file's SHA-256, in order."""
+    digest = files_digest([Path(f) for f in files()])
+    return hashlib.sha256("\0".join(str(d["sha256"]) for d in digest).encode()).hexdigest()
+
+
 def prepare_tokenizer(
     data: TokenizerSettings,
     files: Callable[[], Sequence[Path]] | None,
@@ -332,7 +339,10 @@ class Run:
     def tokenizer(
         self, files: Callable[[], Sequence[Path]] | None, text_key: Callable[[], str] | None = None
     ) -> Tokenizer:
-        """The run's tokenizer (:func:`prepare_tokenizer`)."""
+        """The run's tokenizer (:func:`prepare_tokenizer`). A trained one is kept in
+        ``data.cache_dir`` under ``text_key()``, by default the checksums of ``files()``."""
+        if text_key is None and files is not None:
+            text_key = functools.partial(files_key, files)
         return prepare_tokenizer(
             self.exp.data,
             files,
