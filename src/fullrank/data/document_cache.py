@@ -175,8 +175,13 @@ def corpus_key(spec: str | Path, corpus_format: CorpusFormat, *rules: str) -> st
     """What identifies the text read from the corpus ``spec``: a hash of its files' SHA-256 (of
     their bytes as stored), its format, the reader's version and ``rules`` (e.g. how the
     documents are sampled). A changed file changes the key."""
-    digest = files_digest(corpus_files(spec))
-    return _hash([_FORMAT, corpus_format, *rules] + [str(d["sha256"]) for d in digest])
+    return files_key(corpus_files(spec), _FORMAT, corpus_format, *rules)
+
+
+def files_key(files: Sequence[Path], *rules: str) -> str:
+    """What identifies the text of ``files`` read by ``rules``: a hash of the rules and of each
+    file's SHA-256 (of its bytes as stored), in order."""
+    return _hash([*rules] + [str(d["sha256"]) for d in files_digest(list(files))])
 
 
 def _open(folder: Path, dtype: np.dtype) -> TokenizedCorpus | None:

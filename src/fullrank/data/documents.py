@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from fullrank.data.text import open_bytes
 from fullrank.errors import ConfigError, DataError
 
 CorpusFormat = Literal["wikitext", "blocks", "wikiextractor"]
@@ -119,26 +120,13 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
         ) from None
 
 
-def open_plain(path: Path) -> BinaryIO:
-    """``path`` opened for reading its bytes as stored; ``DataError`` for a missing path, a
-    directory or an unreadable file."""
-    if not path.exists():
-        raise DataError(f"{path}: no such file; check the path in the config")
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory, not a file; check the path in the config")
-    try:
-        return open(path, "rb")
-    except OSError as e:
-        raise DataError(f"{path}: cannot be read ({e.strerror}); check the file's permissions") from None
-
-
 def files_digest(files: list[Path]) -> list[dict[str, object]]:
     """Name, size and SHA-256 of each file's bytes as stored (compressed files are not
     decompressed): what identifies a corpus."""
     out: list[dict[str, object]] = []
     for f in files:
         h = hashlib.sha256()
-        with open_plain(f) as fh:
+        with open_bytes(f) as fh:
             for block in iter(lambda: fh.read(1 << 22), b""):
                 h.update(block)
         out.append({"file": str(f), "bytes": f.stat().st_size, "sha256": h.hexdigest()})

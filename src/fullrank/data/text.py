@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from fullrank.errors import DataError, check_utf8
 
@@ -27,17 +27,24 @@ __all__ = [
 _BOM = "\ufeff"
 
 
-def read_bytes(path: str | Path) -> bytes:
-    """The bytes of ``path``; ``DataError`` for a missing path, a directory or an unreadable file."""
+def open_bytes(path: str | Path) -> BinaryIO:
+    """``path`` opened for reading its bytes as stored; ``DataError`` for a missing path, a
+    directory or an unreadable file."""
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: no such file; check the path in the config")
     if p.is_dir():
-        raise DataError(f"{p}: is a directory, not a text file; check the path in the config")
+        raise DataError(f"{p}: is a directory, not a file; check the path in the config")
     try:
-        return p.read_bytes()
+        return open(p, "rb")
     except OSError as e:
         raise DataError(f"{p}: cannot be read ({e.strerror}); check the file's permissions") from None
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The bytes of ``path`` (:func:`open_bytes`' errors)."""
+    with open_bytes(path) as f:
+        return f.read()
 
 
 def decode_utf8(data: bytes, path: str | Path, *, allow_blank: bool = False) -> str:

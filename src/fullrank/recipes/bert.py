@@ -33,12 +33,10 @@ from fullrank.data.document_cache import cached_documents, corpus_key, sample_do
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.models import ModelConfig
 from fullrank.models.encoder import EncoderConfig
-from fullrank.paths import check_output_folder
 from fullrank.recipes.config import PretrainExperiment
 from fullrank.recipes.encoder_data import PretrainData
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.run import Recipe, Run, RunReport, Setup, trained_tokenizer
-from fullrank.training.distributed import DistInfo
 from fullrank.training.tasks import MaskedLMWithNSP
 
 VALID_MLM_PROB = 0.15  # BERT's rate: validation is scored alike whatever a run trains with
@@ -89,9 +87,6 @@ class PretrainingRecipe(Recipe):
         "valid_nsp_acc": (("valid", "nsp_acc"), "validation NSP accuracy (%)", False),
         "valid_mlm_ppl": (("valid", "mlm_ppl"), "validation MLM perplexity", True),
     }
-
-    def check(self, exp: PretrainExperiment, dist: DistInfo) -> None:
-        check_output_folder(exp.data.cache_dir, option="data.cache_dir")
 
     def setup(self, run: Run) -> Setup:
         exp: PretrainExperiment = run.exp

@@ -19,7 +19,6 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.inference.decoders import LanguageModel, LMDecoder
 from fullrank.inference.sampling import sample
 from fullrank.models import ModelConfig
-from fullrank.paths import check_output_folder
 from fullrank.recipes.config import LMExperiment
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.run import Recipe, Run, RunReport, Setup, planned_tokenizer
@@ -39,7 +38,7 @@ class LanguageModelRecipe(Recipe):
 
     def check(self, exp: LMExperiment, dist: DistInfo) -> None:
         check_world(exp.train.batch_size, dist.rank, dist.world)
-        check_output_folder(exp.data.cache_dir, option="data.cache_dir")
+        super().check(exp, dist)
 
     def setup(self, run: Run) -> Setup:
         exp: LMExperiment = run.exp

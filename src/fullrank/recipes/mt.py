@@ -27,13 +27,11 @@ from fullrank.errors import CheckpointError, DataError
 from fullrank.evaluation.bleu import score
 from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import ModelConfig
-from fullrank.paths import check_output_folder
 from fullrank.recipes.config import MTData, MTDecode, MTExperiment, PairData
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.run import Recipe, Run, RunReport, Setup, planned_tokenizer
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import load_checkpoint
-from fullrank.training.distributed import DistInfo
 from fullrank.training.tasks import Translation
 
 Sampler = Callable[[int], tuple[list[np.ndarray], list[np.ndarray]]]
@@ -49,9 +47,6 @@ class TranslationRecipe(Recipe):
         "valid_ppl": (("valid", "ppl"), "validation perplexity", True),
         "valid_loss": (("valid", "loss"), "validation loss (nats/token)", True),
     }
-
-    def check(self, exp: MTExperiment, dist: DistInfo) -> None:
-        check_output_folder(exp.data.cache_dir, option="data.cache_dir")  # the kept vocabularies
 
     def setup(self, run: Run) -> Setup:
         exp: MTExperiment = run.exp

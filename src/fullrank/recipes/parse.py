@@ -42,13 +42,11 @@ from fullrank.inference.parse import (
 )
 from fullrank.inference.translate import first_too_long
 from fullrank.models import ModelConfig
-from fullrank.paths import check_output_folder
 from fullrank.recipes.config import ParseData, ParseDecode, ParseExperiment
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.mt import final_validation, not_scored, pair_setup, scored_models
 from fullrank.recipes.run import Recipe, Run, RunReport, Setup
 from fullrank.training.checkpoints import load_checkpoint, read_meta
-from fullrank.training.distributed import DistInfo
 
 # said beside every figure: these are not [V17]'s Table 4 conditions
 NOT_COMPARABLE = (
@@ -71,9 +69,6 @@ class ParsingRecipe(Recipe):
         "valid_ppl": (("valid", "ppl"), "validation perplexity", True),
     }
     ensembles = True
-
-    def check(self, exp: ParseExperiment, dist: DistInfo) -> None:
-        check_output_folder(exp.data.cache_dir, option="data.cache_dir")  # the kept vocabularies
 
     def setup(self, run: Run) -> Setup:
         exp: ParseExperiment = run.exp

@@ -35,14 +35,14 @@ from rich.console import Console
 from torch import nn
 
 from fullrank import fast
-from fullrank.data.documents import files_digest
+from fullrank.data.document_cache import files_key
 from fullrank.data.tokenizers import TRAINER, Tokenizer, TokenizerKind, ensure_vocab_matches
 from fullrank.errors import ConfigError, FullrankError
 from fullrank.fast.workers import num_threads
 from fullrank.models import ModelConfig
 from fullrank.models.budget import count_params
 from fullrank.output import console as make_console
-from fullrank.paths import check_output_dir, is_run_dir
+from fullrank.paths import check_output_dir, check_output_folder, is_run_dir
 from fullrank.recipes.config import Experiment, resolved_yaml
 from fullrank.recipes.init import Start, build_initialised, find_start, start_config
 from fullrank.training.checkpoints import (
@@ -223,12 +223,6 @@ def trained_tokenizer(
     return tok
 
 
-def files_key(files: Callable[[], Sequence[Path]]) -> str:
-    """What identifies the text of ``files()``: a hash of each file's SHA-256, in order."""
-    digest = files_digest([Path(f) for f in files()])
-    return hashlib.sha256("\0".join(str(d["sha256"]) for d in digest).encode()).hexdigest()
-
-
 def prepare_tokenizer(
     data: TokenizerSettings,
     files: Callable[[], Sequence[Path]] | None,
@@ -341,8 +335,11 @@ class Run:
     ) -> Tokenizer:
         """The run's tokenizer (:func:`prepare_tokenizer`). A trained one is kept in
         ``data.cache_dir`` under ``text_key()``, by default the checksums of ``files()``."""
-        if text_key is None and files is not None:
-            text_key = functools.partial(files_key, files)
+
+        def checksums() -> str:  # called only when a vocabulary is trained, so with files
+            assert files is not None
+            return files_key(files())
+
         return prepare_tokenizer(
             self.exp.data,
             files,
@@ -351,7 +348,7 @@ class Run:
             resuming=self.resume_from is not None,
             start=self.start.tokenizer if self.start else None,
             task=self.exp.task,
-            text_key=text_key,
+            text_key=text_key or checksums,
             say=self.say,
         )
 
@@ -417,7 +414,9 @@ class Recipe:
     ensembles = False
 
     def check(self, exp: Any, dist: DistInfo) -> None:
-        """Checks that must pass before anything is read or written (default: none)."""
+        """Checks that must pass before anything is read or written: by default, that the
+        run may add to ``data.cache_dir`` (token caches, kept vocabularies)."""
+        check_output_folder(exp.data.cache_dir, option="data.cache_dir")
 
     def setup(self, run: Run) -> Setup:
         """Tokenizers, model config, data, loss and periodic validation of the run."""
