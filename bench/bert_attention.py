@@ -43,12 +43,18 @@ def head_stats(checkpoint: Path, batch, mask_id: int, pad_id: int) -> list[tuple
         for h in range(record.probs.shape[1]):
             p = record.probs[:, h]  # (B, T, T)
             on_masks = (p * masked[:, None, :]).sum(-1)  # (B, T)
-            out.append((layer, h, {
-                "self": torch.diagonal(p, dim1=1, dim2=2)[real].mean().item(),
-                "dist": (p * dist).sum(-1)[real].mean().item(),
-                "entropy": -(p.clamp_min(1e-12).log() * p).sum(-1)[real].mean().item(),
-                "mask_to_mask": on_masks[masked].mean().item(),
-            }))
+            out.append(
+                (
+                    layer,
+                    h,
+                    {
+                        "self": torch.diagonal(p, dim1=1, dim2=2)[real].mean().item(),
+                        "dist": (p * dist).sum(-1)[real].mean().item(),
+                        "entropy": -(p.clamp_min(1e-12).log() * p).sum(-1)[real].mean().item(),
+                        "mask_to_mask": on_masks[masked].mean().item(),
+                    },
+                )
+            )
     return out
 
 
@@ -64,17 +70,25 @@ def main() -> None:
     torch.set_num_threads(1)
     tok = load_checkpoint(a.checkpoints[0]).tokenizer
     docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
-    valid = PretrainingBatches(make_segments(docs, max_seq_len=128, seed=0),
-                               masking_rule(tok, mlm_prob=0.15, max_predictions=20), batch_size=32,
-                               seed=0, masking="static", cls_id=tok.cls_id, sep_id=tok.sep_id,
-                               pad_id=tok.pad_id)
+    valid = PretrainingBatches(
+        make_segments(docs, max_seq_len=128, seed=0),
+        masking_rule(tok, mlm_prob=0.15, max_predictions=20),
+        batch_size=32,
+        seed=0,
+        masking="static",
+        cls_id=tok.cls_id,
+        sep_id=tok.sep_id,
+        pad_id=tok.pad_id,
+    )
     batch = next(iter(valid.eval_batches(32)))
     print("| checkpoint | layer | head | self | dist | entropy | [MASK]→[MASK] |")
     print("|---|---|---|---|---|---|---|")
     for ckpt in a.checkpoints:
         for layer, h, s in head_stats(ckpt, batch, tok.mask_id, tok.pad_id):
-            print(f"| {ckpt} | {layer} | {h} | {s['self']:.2f} | {s['dist']:.1f} | "
-                  f"{s['entropy']:.2f} | {s['mask_to_mask']:.2f} |")
+            print(
+                f"| {ckpt} | {layer} | {h} | {s['self']:.2f} | {s['dist']:.1f} | "
+                f"{s['entropy']:.2f} | {s['mask_to_mask']:.2f} |"
+            )
 
 
 if __name__ == "__main__":

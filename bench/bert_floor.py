@@ -36,8 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bert import SHAPE, batch, fullrank_step, hf_step  # noqa: E402
-from harness import machine, write  # noqa: E402
+from bert import SHAPE, batch, fullrank_step, hf_step
+from harness import machine, write
 
 
 def steps(workload: str, stack: contextlib.ExitStack) -> dict[str, Callable[[], None]]:
@@ -51,8 +51,7 @@ def steps(workload: str, stack: contextlib.ExitStack) -> dict[str, Callable[[], 
     for impl, build in (("fullrank", fullrank_step), ("Hugging Face", hf_step)):
         torch.manual_seed(0)
         model, loss_fn = build(workload, SHAPE, batch(SHAPE))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
-                                fused=True if impl == "fullrank" else None)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if impl == "fullrank" else None)
         if impl == "fullrank":
             stack.enter_context(fast.cpu(model))
 
@@ -60,6 +59,7 @@ def steps(workload: str, stack: contextlib.ExitStack) -> dict[str, Callable[[], 
             loss_fn().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+
         out[impl] = step
     return out
 
@@ -73,15 +73,17 @@ def products_and_attention() -> dict[str, Callable[[], None]]:
     rows, d, f, h = s["batch"] * s["seq"], s["d"], s["d_ff"], s["heads"]
     g = torch.Generator().manual_seed(0)
     # (input, weight, output gradient) of the q/k/v, output, and two feed-forward products
-    mats = [(torch.randn(rows, i, generator=g), torch.randn(o, i, generator=g),
-             torch.randn(rows, o, generator=g)) for i, o in ((d, 3 * d), (d, d), (d, f), (f, d))]
+    mats = [
+        (torch.randn(rows, i, generator=g), torch.randn(o, i, generator=g), torch.randn(rows, o, generator=g))
+        for i, o in ((d, 3 * d), (d, d), (d, f), (f, d))
+    ]
 
     def products() -> None:
         for _ in range(s["layers"]):
             for x, w, gy in mats:
-                torch.mm(x, w.t())      # forward
-                torch.mm(gy, w)         # gradient of the input
-                torch.mm(gy.t(), x)     # gradient of the weight
+                torch.mm(x, w.t())  # forward
+                torch.mm(gy, w)  # gradient of the input
+                torch.mm(gy.t(), x)  # gradient of the weight
 
     b, t, dh = s["batch"], s["seq"], d // h
     qkv = torch.randn(b, t, 3 * d, generator=g, requires_grad=True)
@@ -97,6 +99,7 @@ def products_and_attention() -> dict[str, Callable[[], None]]:
     def both() -> None:
         products()
         attention()
+
     return {"matrix products alone": products, "matrix products + attention": both}
 
 
@@ -115,24 +118,25 @@ def attention_kernels() -> dict[str, Callable[[], None]]:
     grad = torch.randn(b, t, d, generator=g)
     mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
     kernels = {
-        "SDPA": lambda q, k, v, p: F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p),
+        "SDPA": lambda q, k, v, p: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p),
         "attend()": lambda q, k, v, p: attend(q, k, v, mask=mask, dropout_p=p),
-        "kept_probabilities": lambda q, k, v, p: kept_probabilities(q, k, v, mask=mask,
-                                                                    dropout_p=p)}
+        "kept_probabilities": lambda q, k, v, p: kept_probabilities(q, k, v, mask=mask, dropout_p=p),
+    }
 
     def run(kernel, p: float) -> Callable[[], None]:
         def call() -> None:
             q, k, v = (x.view(b, t, h, d // h).transpose(1, 2) for x in qkv.split(d, dim=-1))
             kernel(q, k, v, p).transpose(1, 2).reshape(b, t, d).backward(grad)
             qkv.grad = None
+
         return call
-    return {f"{name}, dropout {p}": run(kernel, p)
-            for p in (0.0, 0.1) for name, kernel in kernels.items()}
+
+    return {f"{name}, dropout {p}": run(kernel, p) for p in (0.0, 0.1) for name, kernel in kernels.items()}
 
 
-def paired(items: dict[str, Callable[[], None]], rounds: int, clock: Callable[[], float],
-           warmup: int = 2) -> dict[str, list[float]]:
+def paired(
+    items: dict[str, Callable[[], None]], rounds: int, clock: Callable[[], float], warmup: int = 2
+) -> dict[str, list[float]]:
     """Seconds per call of every item, round by round (the order reversed every other round)."""
     names = list(items)
     for name in names:
@@ -165,35 +169,55 @@ def main(argv: list[str] | None = None) -> None:
     info = machine()
     load = [os.getloadavg()[0]]
     with contextlib.ExitStack() as stack:
-        step_times = paired({**steps(args.workload, stack), **products_and_attention()},
-                            args.rounds, clock)
+        step_times = paired({**steps(args.workload, stack), **products_and_attention()}, args.rounds, clock)
     kernel_times = paired(attention_kernels(), args.rounds, clock)
     load.append(os.getloadavg()[0])
 
     def table(times: dict[str, list[float]], base: str) -> list[str]:
-        lines = [f"| item | ms (median) | speed against {base} (paired) | per round |",
-                 "|---|---|---|---|"]
+        lines = [f"| item | ms (median) | speed against {base} (paired) | per round |", "|---|---|---|---|"]
         for name, ts in times.items():
             ratios = [a / x for a, x in zip(times[base], ts)]
-            lines.append(f"| {name} | {1000 * statistics.median(ts):.1f} | "
-                         f"{statistics.median(ratios):.2f} | {min(ratios):.2f}–{max(ratios):.2f} |")
+            lines.append(
+                f"| {name} | {1000 * statistics.median(ts):.1f} | "
+                f"{statistics.median(ratios):.2f} | {min(ratios):.2f}–{max(ratios):.2f} |"
+            )
         return lines
 
     what = "thread CPU time" if args.threads == 1 else "wall time"
-    md = "\n".join([
-        f"# A BERT {args.workload} step against its matrix products and attention", "",
-        f"{info.get('cpu')}, {args.threads} thread(s), float32, {what}, {args.rounds} paired "
-        f"rounds in one process ({info['date']}), load average (1 min) {load[0]:.1f} before, "
-        f"{load[1]:.1f} after; {', '.join(f'{k} {v}' for k, v in SHAPE.items())}.", "",
-        "## The step, and the work every implementation must do", "",
-        *table(step_times, "Hugging Face"), "",
-        "## One layer's attention core, forward and backward", "",
-        *table(kernel_times, "SDPA, dropout 0.0"), "",
-        "SDPA: ``scaled_dot_product_attention`` (its written-out path with dropout).", ""])
+    md = "\n".join(
+        [
+            f"# A BERT {args.workload} step against its matrix products and attention",
+            "",
+            f"{info.get('cpu')}, {args.threads} thread(s), float32, {what}, {args.rounds} paired "
+            f"rounds in one process ({info['date']}), load average (1 min) {load[0]:.1f} before, "
+            f"{load[1]:.1f} after; {', '.join(f'{k} {v}' for k, v in SHAPE.items())}.",
+            "",
+            "## The step, and the work every implementation must do",
+            "",
+            *table(step_times, "Hugging Face"),
+            "",
+            "## One layer's attention core, forward and backward",
+            "",
+            *table(kernel_times, "SDPA, dropout 0.0"),
+            "",
+            "SDPA: ``scaled_dot_product_attention`` (its written-out path with dropout).",
+            "",
+        ]
+    )
     print(md)
-    write("bert-floor", md, {"machine": info, "shape": SHAPE, "threads": args.threads,
-                             "clock": what, "load_average": load, "steps": step_times,
-                             "attention": kernel_times})
+    write(
+        "bert-floor",
+        md,
+        {
+            "machine": info,
+            "shape": SHAPE,
+            "threads": args.threads,
+            "clock": what,
+            "load_average": load,
+            "steps": step_times,
+            "attention": kernel_times,
+        },
+    )
 
 
 if __name__ == "__main__":

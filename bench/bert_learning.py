@@ -27,26 +27,26 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import machine, write  # noqa: E402
+from harness import machine, write
 
-from fullrank.data.bert_pretraining import (PretrainingBatches, make_instances,  # noqa: E402
-                                            masking_rule)
-from fullrank.data.document_cache import tokenize_documents  # noqa: E402
-from fullrank.data.documents import read_documents  # noqa: E402
-from fullrank.models.encoder import Encoder, EncoderConfig  # noqa: E402
-from fullrank.recipes.bert import train_wordpiece  # noqa: E402
-from fullrank.recipes.config import load_experiment  # noqa: E402
-from fullrank.training.optim import make_optimizer  # noqa: E402
-from fullrank.training.schedules import make_schedule  # noqa: E402
-from fullrank.training.tasks import MaskedLMWithNSP  # noqa: E402
+from fullrank.data.bert_pretraining import PretrainingBatches, make_instances, masking_rule
+from fullrank.data.document_cache import tokenize_documents
+from fullrank.data.documents import read_documents
+from fullrank.models.encoder import Encoder, EncoderConfig
+from fullrank.recipes.bert import train_wordpiece
+from fullrank.recipes.config import load_experiment
+from fullrank.training.optim import make_optimizer
+from fullrank.training.schedules import make_schedule
+from fullrank.training.tasks import MaskedLMWithNSP
 
 Loss = Callable[[Any], torch.Tensor]  # batch → BERT's loss, mean MLM + mean NSP
 Evaluate = Callable[[Iterable[Any]], tuple[float, float]]  # batches → (MLM accuracy %, perplexity)
@@ -63,22 +63,31 @@ def fullrank_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss, Evaluate]
     def evaluate(batches: Iterable[Any]) -> tuple[float, float]:
         r = task.evaluate(m, batches, torch.device("cpu"))
         return r["mlm_acc"], r["mlm_ppl"]
+
     return m, loss, evaluate
 
 
 def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss, Evaluate]:
     """``BertForPreTraining`` of the same shape; the same loss and measures, written for its heads."""
     from transformers import BertConfig, BertForPreTraining
-    m = BertForPreTraining(BertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
-        max_position_embeddings=cfg.max_len, hidden_dropout_prob=cfg.dropout,
-        attention_probs_dropout_prob=cfg.attn_dropout, attn_implementation="eager"))
+
+    m = BertForPreTraining(
+        BertConfig(
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads,
+            intermediate_size=cfg.d_ff,
+            max_position_embeddings=cfg.max_len,
+            hidden_dropout_prob=cfg.dropout,
+            attention_probs_dropout_prob=cfg.attn_dropout,
+            attn_implementation="eager",
+        )
+    )
 
     def forward(b: Any) -> tuple[torch.Tensor, torch.Tensor]:  # MLM logits (N, V), NSP (B, 2)
         i = b.inputs
-        seq, pooled = m.bert(input_ids=i.tokens, token_type_ids=i.segments,
-                             attention_mask=i.mask.long())[:2]
+        seq, pooled = m.bert(input_ids=i.tokens, token_type_ids=i.segments, attention_mask=i.mask.long())[:2]
         picked = seq.reshape(-1, seq.shape[-1]).index_select(0, b.mlm_index)
         return m.cls.predictions(picked), m.cls.seq_relationship(pooled)
 
@@ -96,12 +105,19 @@ def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss, Evaluate]:
             nll += float(F.cross_entropy(logits, b.mlm_labels, reduction="sum"))
             n += len(b.mlm_labels)
         return 100.0 * right / n, math.exp(nll / n)
+
     return m, loss, evaluate
 
 
-def run(name: str, model: torch.nn.Module, loss: Loss, evaluate: Evaluate,
-        train: PretrainingBatches, valid: PretrainingBatches,
-        args: argparse.Namespace) -> list[dict[str, float]]:
+def run(
+    name: str,
+    model: torch.nn.Module,
+    loss: Loss,
+    evaluate: Evaluate,
+    train: PretrainingBatches,
+    valid: PretrainingBatches,
+    args: argparse.Namespace,
+) -> list[dict[str, float]]:
     opt = make_optimizer(model, args.train)
     schedule = make_schedule(args.train)
 
@@ -130,8 +146,11 @@ def run(name: str, model: torch.nn.Module, loss: Loss, evaluate: Evaluate,
         if step % every == 0 or step == args.steps:
             acc, ppl = measure()
             rows.append({"step": step, "acc": acc, "ppl": ppl})
-            print(f"{name:>8} step {step:>6}: MLM accuracy {acc:5.2f}% · perplexity {ppl:7.1f} "
-                  f"({time.perf_counter() - begun:.0f} s)", flush=True)
+            print(
+                f"{name:>8} step {step:>6}: MLM accuracy {acc:5.2f}% · perplexity {ppl:7.1f} "
+                f"({time.perf_counter() - begun:.0f} s)",
+                flush=True,
+            )
     return rows
 
 
@@ -151,12 +170,13 @@ def main() -> None:
     data, cfg = exp.data, exp.train
     args.lr = args.lr or cfg.lr
     # the recipe's optimiser and schedule, over --steps with a 10% warm-up
-    args.train = dataclasses.replace(cfg, steps=args.steps, lr=args.lr,
-                                     warmup=max(1, args.steps // 10))
+    args.train = dataclasses.replace(cfg, steps=args.steps, lr=args.lr, warmup=max(1, args.steps // 10))
     with tempfile.TemporaryDirectory() as tmp:
         tok = train_wordpiece(data, Path(tmp) / "wordpiece.json")
-    model_cfg = EncoderConfig(vocab_size=tok.vocab_size, **{
-        k: v for k, v in exp.model.items() if k in EncoderConfig.__dataclass_fields__})
+    model_cfg = EncoderConfig(
+        vocab_size=tok.vocab_size,
+        **{k: v for k, v in exp.model.items() if k in EncoderConfig.__dataclass_fields__},
+    )
 
     def pairs(name: str) -> list:
         docs = read_documents(data.path(name), data.corpus_format)
@@ -165,8 +185,9 @@ def main() -> None:
 
     rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
     ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
-    train = PretrainingBatches(pairs(data.train), rule, batch_size=cfg.batch_size, seed=cfg.seed,
-                               masking=data.masking, **ids)
+    train = PretrainingBatches(
+        pairs(data.train), rule, batch_size=cfg.batch_size, seed=cfg.seed, masking=data.masking, **ids
+    )
     valid = PretrainingBatches(pairs(data.valid), rule, batch_size=64, masking="static", **ids)
     results = {}
     for name, build in (("fullrank", fullrank_model), ("hf", hf_model)):
@@ -175,17 +196,19 @@ def main() -> None:
         print(f"{name}: {sum(q.numel() for q in model.parameters()):,} parameters", flush=True)
         results[name] = run(name, model, loss, evaluate, train, valid, args)
 
-    lines = ["# BERT pre-training, fullrank and Hugging Face on the same batches\n",
-             f"`python bench/bert_learning.py --config {args.config} --steps {args.steps} "
-             f"--lr {args.lr:g}` · {machine().get('cpu', 'CPU')} · {args.threads} thread(s)\n",
-             "| step | fullrank MLM acc % | HF MLM acc % | fullrank ppl | HF ppl |",
-             "|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# BERT pre-training, fullrank and Hugging Face on the same batches\n",
+        f"`python bench/bert_learning.py --config {args.config} --steps {args.steps} "
+        f"--lr {args.lr:g}` · {machine().get('cpu', 'CPU')} · {args.threads} thread(s)\n",
+        "| step | fullrank MLM acc % | HF MLM acc % | fullrank ppl | HF ppl |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for a, b in zip(results["fullrank"], results["hf"]):
-        lines.append(f"| {a['step']} | {a['acc']:.2f} | {b['acc']:.2f} | {a['ppl']:.1f} | "
-                     f"{b['ppl']:.1f} |")
+        lines.append(f"| {a['step']} | {a['acc']:.2f} | {b['acc']:.2f} | {a['ppl']:.1f} | {b['ppl']:.1f} |")
     settings = {k: v for k, v in vars(args).items() if k != "train"}
-    write("bert_learning", "\n".join(lines) + "\n", {"args": settings, "machine": machine(),
-                                                      "results": results})
+    write(
+        "bert_learning", "\n".join(lines) + "\n", {"args": settings, "machine": machine(), "results": results}
+    )
     print("\n".join(lines[2:]))
 
 

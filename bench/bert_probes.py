@@ -9,8 +9,9 @@ a few settings, all with the same WordPiece vocabulary and token budget; validat
 Each probe is ``fullrank train configs/bert/wikipedia/bert.yaml name=PROBE`` plus the shared
 settings of :data:`COMMON` and its own overrides (:data:`PROBES`); ``--set`` adds overrides to all
 (e.g. ``data.root=…``). One WordPiece vocabulary, trained first as the config trains it
-(``OUT/wordpiece.json``), serves every probe, so all read the same tokens from one cache. Runs go to ``--out`` (``runs/probes``); a finished probe is skipped. The
-report is ``--results`` (a markdown table) and ``--plot`` (MLM accuracy against tokens seen).
+(``OUT/wordpiece.json``), serves every probe, so all read the same tokens from one cache. Runs go
+to ``--out`` (``runs/probes``); a finished probe is skipped. The report is ``--results`` (a
+markdown table) and ``--plot`` (MLM accuracy against tokens seen).
 """
 
 from __future__ import annotations
@@ -26,25 +27,43 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/bert/wikipedia/bert.yaml"
 # every probe: 2,000 steps of 32 sequences of 128 tokens (8.2M tokens), warm-up 10%, one thread
-COMMON = ["train.steps=2000", "train.warmup=200", "train.eval_every=250", "train.eval_batches=20",
-          "train.save_every=1000", "train.log_every=50", "train.threads=1"]
+COMMON = [
+    "train.steps=2000",
+    "train.warmup=200",
+    "train.eval_every=250",
+    "train.eval_batches=20",
+    "train.save_every=1000",
+    "train.log_every=50",
+    "train.threads=1",
+]
 # pre-LN, masked LM alone, 40% masking, no dropout, lr 2e-3: the settings Cramming (Geiping &
 # Goldstein 2022) and Izsak et al. (2021) train small BERTs with
-CRAM = ["model.norm_first=true", "model.next_sentence=false", "data.mlm_prob=0.4",
-        "data.max_predictions=52", "model.dropout=0", "model.attn_dropout=0", "train.lr=2e-3"]
+CRAM = [
+    "model.norm_first=true",
+    "model.next_sentence=false",
+    "data.mlm_prob=0.4",
+    "data.max_predictions=52",
+    "model.dropout=0",
+    "model.attn_dropout=0",
+    "train.lr=2e-3",
+]
 PROBES: dict[str, tuple[str, list[str]]] = {
     "pA_bert": ("BERT's recipe: post-LN, NSP, 15% masking, dropout 0.1, lr 1e-3", []),
     "pZ_all": ("pre-LN, no NSP, 40% masking, no dropout, lr 2e-3", CRAM),
-    "pS_sinusoid": ("pZ_all with sinusoidal positions and embeddings scaled by √d",
-                    [*CRAM, "model.positions=sinusoidal", "model.scale_embeddings=true"]),
+    "pS_sinusoid": (
+        "pZ_all with sinusoidal positions and embeddings scaled by √d",
+        [*CRAM, "model.positions=sinusoidal", "model.scale_embeddings=true"],
+    ),
     "pH_lr5e-3": ("pZ_all with lr 5e-3", [*CRAM, "train.lr=5e-3"]),
-    "pL_seq32": ("pZ_all with n = 32, batch 128 (same tokens a step)",
-                 [*CRAM, "model.seq_len=32", "data.max_predictions=13", "train.batch_size=128"]),
+    "pL_seq32": (
+        "pZ_all with n = 32, batch 128 (same tokens a step)",
+        [*CRAM, "model.seq_len=32", "data.max_predictions=13", "train.batch_size=128"],
+    ),
 }
 # the shipped recipe (configs/bert/wikipedia/recipe.yaml), trained on its own; its curve is drawn
 # beside the probes when --recipe-run holds it
@@ -56,9 +75,21 @@ def _run(name: str, overrides: list[str], out: Path, extra: list[str]) -> tuple[
     if (run_dir / "results.json").is_file():
         return name, 0, 0.0
     resume = ["--resume"] if (run_dir / "checkpoints").is_dir() else []
-    cmd = [sys.executable, "-m", "fullrank", "train", CONFIG, f"name={name}", f"out_dir={out}",
-           f"data.tokenizer_file={(out / 'wordpiece.json').resolve()}", *COMMON, *overrides,
-           *extra, "--quiet", *resume]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fullrank",
+        "train",
+        CONFIG,
+        f"name={name}",
+        f"out_dir={out}",
+        f"data.tokenizer_file={(out / 'wordpiece.json').resolve()}",
+        *COMMON,
+        *overrides,
+        *extra,
+        "--quiet",
+        *resume,
+    ]
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{name}.log", "ab") as log:
@@ -84,11 +115,14 @@ def curve(run_dir: Path) -> tuple[list[tuple[int, float, float]], dict | None]:
     return points, finished(run_dir)
 
 
-def report(out: Path, results: Path, plot: Path, tokens_per_step: int,
-           recipe_run: Path | None = None) -> None:
-    rows = ["| probe | what changes | MLM acc % at 1M / 2M / 4M / 8.2M / 12.3M / 20.5M tokens | "
-            "final MLM acc % (all valid) | final MLM ppl | NSP acc % |",
-            "|---|---|---|---|---|---|"]
+def report(
+    out: Path, results: Path, plot: Path, tokens_per_step: int, recipe_run: Path | None = None
+) -> None:
+    rows = [
+        "| probe | what changes | MLM acc % at 1M / 2M / 4M / 8.2M / 12.3M / 20.5M tokens | "
+        "final MLM acc % (all valid) | final MLM ppl | NSP acc % |",
+        "|---|---|---|---|---|---|",
+    ]
     fig, ax = plt.subplots(figsize=(8, 5))
     runs = [(name, what, out / name) for name, (what, _) in PROBES.items()]
     if recipe_run is not None:
@@ -100,8 +134,7 @@ def report(out: Path, results: Path, plot: Path, tokens_per_step: int,
         steps, acc, _ = zip(*points)
         ax.plot([s * tokens_per_step / 1e6 for s in steps], acc, marker="o", ms=3, label=name)
         at = {s: a for s, a, _ in points}
-        marks = " / ".join(f"{at[s]:.1f}" if s in at else "–"
-                           for s in (250, 500, 1000, 2000, 3000, 5000))
+        marks = " / ".join(f"{at[s]:.1f}" if s in at else "–" for s in (250, 500, 1000, 2000, 3000, 5000))
         v = (final or {}).get("valid") or {}
         if v:
             nsp = f"{v['nsp_acc']:.1f}" if "nsp_acc" in v else "–"
@@ -139,8 +172,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "probes")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "bert_probes.md")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bert_probes.png")
-    ap.add_argument("--recipe-run", type=Path, default=ROOT / "runs" / "bert" / "wiki_recipe",
-                    help="the recipe's run, drawn beside the probes when it has metrics")
+    ap.add_argument(
+        "--recipe-run",
+        type=Path,
+        default=ROOT / "runs" / "bert" / "wiki_recipe",
+        help="the recipe's run, drawn beside the probes when it has metrics",
+    )
     args = ap.parse_args()
     names = args.only or list(PROBES)
     if args.run:

@@ -51,31 +51,57 @@ def run(a: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     tok = Tokenizer.load(a.vocab)
-    train_docs = cached_documents(DATA / "train_*.txt.xz", "wikiextractor", tok, a.cache,
-                                  skip_short=True)
-    valid_docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache,
-                                  skip_short=True)
+    train_docs = cached_documents(DATA / "train_*.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
+    valid_docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
     ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
-    train = PretrainingBatches(make_segments(train_docs, max_seq_len=a.seq, seed=0),
-                               masking_rule(tok, mlm_prob=0.15,
-                                            max_predictions=math.ceil(0.15 * a.seq) + 1),
-                               batch_size=64, seed=0, **ids)
-    valid = PretrainingBatches(make_segments(valid_docs, max_seq_len=a.seq, seed=0),
-                               masking_rule(tok, mlm_prob=0.15,
-                                            max_predictions=math.ceil(0.15 * a.seq)),
-                               batch_size=64, seed=0, masking="static", **ids)
-    cfg = EncoderConfig(vocab_size=tok.vocab_size, d_model=64, n_heads=2, d_ff=256, n_layers=2,
-                        seq_len=a.seq, max_len=a.seq, norm_first=not a.post,
-                        next_sentence=False, dropout=0.0, attn_dropout=0.0, ffn_dropout=0.0,
-                        positions=a.pos, scale_embeddings=a.scale,
-                        attn_init="mimetic" if a.mimetic else "normal")
+    train = PretrainingBatches(
+        make_segments(train_docs, max_seq_len=a.seq, seed=0),
+        masking_rule(tok, mlm_prob=0.15, max_predictions=math.ceil(0.15 * a.seq) + 1),
+        batch_size=64,
+        seed=0,
+        **ids,
+    )
+    valid = PretrainingBatches(
+        make_segments(valid_docs, max_seq_len=a.seq, seed=0),
+        masking_rule(tok, mlm_prob=0.15, max_predictions=math.ceil(0.15 * a.seq)),
+        batch_size=64,
+        seed=0,
+        masking="static",
+        **ids,
+    )
+    cfg = EncoderConfig(
+        vocab_size=tok.vocab_size,
+        d_model=64,
+        n_heads=2,
+        d_ff=256,
+        n_layers=2,
+        seq_len=a.seq,
+        max_len=a.seq,
+        norm_first=not a.post,
+        next_sentence=False,
+        dropout=0.0,
+        attn_dropout=0.0,
+        ffn_dropout=0.0,
+        positions=a.pos,
+        scale_embeddings=a.scale,
+        attn_init="mimetic" if a.mimetic else "normal",
+    )
     model = Encoder(cfg)
     if a.pos_init_sinusoid:
         from fullrank.layers.embeddings import sinusoidal_table
 
         model.embed.positions.weight.data.copy_(sinusoidal_table(a.seq, 64))
-    tc = TrainConfig(steps=a.steps, optimizer="adamw", lr=a.lr, betas=(0.9, 0.98), eps=1e-6,
-                     weight_decay=0.01, schedule="constant", warmup=a.steps // 10, clip_grad=1.0)
+    tc = TrainConfig(
+        steps=a.steps,
+        optimizer="adamw",
+        lr=a.lr,
+        betas=(0.9, 0.98),
+        eps=1e-6,
+        weight_decay=0.01,
+        schedule="constant",
+        warmup=a.steps // 10,
+        clip_grad=1.0,
+    )
     opt, schedule, task = make_optimizer(model, tc), make_schedule(tc, 64), MaskedLMWithNSP()
     start = time.perf_counter()
     for step in range(1, a.steps + 1):
@@ -91,8 +117,14 @@ def run(a: argparse.Namespace) -> None:
             with torch.no_grad():
                 r = task.evaluate(model, valid.eval_batches(64), torch.device("cpu"), limit=15)
             model.train()
-            print(a.name, step, round(r["mlm_acc"], 2), round(r["mlm_ppl"], 1),
-                  round(time.perf_counter() - start), flush=True)
+            print(
+                a.name,
+                step,
+                round(r["mlm_acc"], 2),
+                round(r["mlm_ppl"], 1),
+                round(time.perf_counter() - start),
+                flush=True,
+            )
 
 
 def report() -> None:
@@ -119,8 +151,9 @@ def main() -> None:
     ap.add_argument("--scale", action="store_true", help="embeddings scaled by √d_model")
     ap.add_argument("--mimetic", action="store_true", help="mimetic q/k initialisation")
     ap.add_argument("--post", action="store_true", help="post-LN instead of pre-LN")
-    ap.add_argument("--pos-init-sinusoid", action="store_true",
-                    help="learned positions started at the sinusoid table")
+    ap.add_argument(
+        "--pos-init-sinusoid", action="store_true", help="learned positions started at the sinusoid table"
+    )
     ap.add_argument("--vocab", type=Path, default=ROOT / "runs" / "probes" / "wordpiece.json")
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "fullrank")
     a = ap.parse_args()

@@ -33,10 +33,14 @@ CONFIG = "configs/bert/wikipedia/recipe.yaml"
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "wu300": ("warm-up 300 steps (the recipe before)", ["train.warmup=300"]),
     "wu300_lr1e-3": ("warm-up 300, peak lr 1e-3", ["train.warmup=300", "train.lr=1e-3"]),
-    "wu300_local": ("warm-up 300, local q/k: heads start on offsets -1, +1, -2, +2",
-                    ["train.warmup=300", "model.attn_init=local"]),
-    "wu300_local_noscale": ("warm-up 300, local q/k, embeddings not scaled by √d",
-                            ["train.warmup=300", "model.attn_init=local", "model.scale_embeddings=false"]),
+    "wu300_local": (
+        "warm-up 300, local q/k: heads start on offsets -1, +1, -2, +2",
+        ["train.warmup=300", "model.attn_init=local"],
+    ),
+    "wu300_local_noscale": (
+        "warm-up 300, local q/k, embeddings not scaled by √d",
+        ["train.warmup=300", "model.attn_init=local", "model.scale_embeddings=false"],
+    ),
     "recipe": ("the recipe: warm-up 1,000 steps, peak lr 2e-3, mimetic q/k", []),
 }
 
@@ -46,9 +50,22 @@ def _run(name: str, seed: int, overrides: list[str], a: argparse.Namespace) -> t
     points, _ = curve(a.out / run)
     if points and points[-1][0] >= a.stop:
         return run, 0, 0.0
-    cmd = [sys.executable, "-m", "fullrank", "train", CONFIG, f"name={run}", f"out_dir={a.out}",
-           f"data.tokenizer_file={a.vocab.resolve()}", f"train.seed={seed}",
-           f"train.stop_after={a.stop}", "train.threads=1", *overrides, *a.set, "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fullrank",
+        "train",
+        CONFIG,
+        f"name={run}",
+        f"out_dir={a.out}",
+        f"data.tokenizer_file={a.vocab.resolve()}",
+        f"train.seed={seed}",
+        f"train.stop_after={a.stop}",
+        "train.threads=1",
+        *overrides,
+        *a.set,
+        "--quiet",
+    ]
     start = time.perf_counter()
     a.out.mkdir(parents=True, exist_ok=True)
     with open(a.out / f"{run}.log", "ab") as log:
@@ -59,8 +76,10 @@ def _run(name: str, seed: int, overrides: list[str], a: argparse.Namespace) -> t
 def report(a: argparse.Namespace) -> None:
     marks = tuple(s for s in (250, 500, 750, 1000, 1250, 1500, 2000, 3000, 5000) if s <= a.stop)
     at_marks = " / ".join(map(str, marks))
-    rows = [f"| setting | what changes | seed | MLM acc % at {at_marks} steps | left the plateau |",
-            "|---|---|---|---|---|"]
+    rows = [
+        f"| setting | what changes | seed | MLM acc % at {at_marks} steps | left the plateau |",
+        "|---|---|---|---|---|",
+    ]
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (name, (what, _)) in enumerate(SETTINGS.items()):
         left = total = 0
@@ -102,8 +121,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.run:
         if not a.vocab.is_file():
-            sys.exit(f"{a.vocab}: no WordPiece vocabulary; run bench/bert_probes.py --run "
-                     f"first or pass --vocab")
+            sys.exit(
+                f"{a.vocab}: no WordPiece vocabulary; run bench/bert_probes.py --run first or pass --vocab"
+            )
         jobs = [(n, s) for n in (a.only or SETTINGS) for s in a.seeds]
         with ThreadPoolExecutor(a.jobs) as pool:
             for run, rc, secs in pool.map(lambda j: _run(j[0], j[1], SETTINGS[j[0]][1], a), jobs):

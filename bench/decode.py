@@ -132,8 +132,9 @@ def sources(s: Setup) -> list[torch.Tensor]:
     """The ``s.batches`` batches of ``(batch, src_len)`` random source ids (no padding) that
     every side decodes."""
     gen = torch.Generator().manual_seed(s.seed)
-    return list(torch.randint(3, s.vocab_size, (s.batches * s.batch, s.src_len),
-                              generator=gen).split(s.batch))
+    return list(
+        torch.randint(3, s.vocab_size, (s.batches * s.batch, s.src_len), generator=gen).split(s.batch)
+    )
 
 
 def trainable(model: torch.nn.Module) -> int:
@@ -145,22 +146,36 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
     from fullrank.models import EncoderDecoder, EncoderDecoderConfig
 
     torch.manual_seed(s.seed)
-    cfg = EncoderDecoderConfig(vocab_size=s.vocab_size, d_model=s.d_model, n_heads=s.n_heads,
-                               d_ff=s.d_ff, n_layers=s.n_layers, dropout=0.0)
+    cfg = EncoderDecoderConfig(
+        vocab_size=s.vocab_size,
+        d_model=s.d_model,
+        n_heads=s.n_heads,
+        d_ff=s.d_ff,
+        n_layers=s.n_layers,
+        dropout=0.0,
+    )
     return EncoderDecoder(cfg).eval()
 
 
-def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup, mode: str,
-                    cached: bool = True, fast: bool = True, decode=None,
-                    workers: int = 1, processes: bool = False) -> list[list[int]]:
+def fullrank_decode(
+    model: torch.nn.Module,
+    batches: list[torch.Tensor],
+    s: Setup,
+    mode: str,
+    cached: bool = True,
+    fast: bool = True,
+    decode=None,
+    workers: int = 1,
+    processes: bool = False,
+) -> list[list[int]]:
     from fullrank import fast as engine
     from fullrank.inference import UncachedSeq2SeqDecoder, beam_search, greedy_search
 
     def one(src: torch.Tensor) -> list[list[int]]:
-        decoder = (engine.BeamDecoder(model, src, decode=decode) if cached
-                   else UncachedSeq2SeqDecoder(model, src))
-        kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens,
-                  min_len=s.new_tokens)
+        decoder = (
+            engine.BeamDecoder(model, src, decode=decode) if cached else UncachedSeq2SeqDecoder(model, src)
+        )
+        kw = dict(batch_size=src.shape[0], bos_id=BOS, eos_id=EOS, max_len=s.new_tokens, min_len=s.new_tokens)
         if mode == "greedy":
             return greedy_search(decoder, argmax=engine.argmax_rows, **kw)
         hyps = beam_search(decoder, beam_size=s.beam, alpha=s.alpha, topk=engine.topk_rows, **kw)
@@ -171,8 +186,7 @@ def fullrank_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setu
     # layout (packed, or column-major): made here, unless the caller holds that layout already
     # (worker() does, as `fullrank translate` holds it for a file), when this block costs nothing
     with engine.cpu(model, onednn=fast, decoding=True):
-        return [t for out in engine.map_batches(one, batches, workers, processes=processes)
-                for t in out]
+        return [t for out in engine.map_batches(one, batches, workers, processes=processes) for t in out]
 
 
 # ------------------------------------------------------------------------------ Hugging Face side
@@ -184,26 +198,35 @@ def hf_model(s: Setup) -> torch.nn.Module:
     from fullrank.models.convert_hf import marian_config_kwargs, marian_state_dict
 
     ours = fullrank_model(s)
-    model = MarianMTModel(MarianConfig(**marian_config_kwargs(
-        ours.config, pad_id=PAD, bos_id=BOS, eos_id=EOS)))
+    model = MarianMTModel(
+        MarianConfig(**marian_config_kwargs(ours.config, pad_id=PAD, bos_id=BOS, eos_id=EOS))
+    )
     model.load_state_dict(marian_state_dict(ours), strict=True)
     return model.eval()
 
 
-def hf_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup,
-              mode: str) -> list[list[int]]:
+def hf_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup, mode: str) -> list[list[int]]:
     from transformers import GenerationConfig
 
     gen = GenerationConfig(
-        num_beams=s.beam if mode == "beam" else 1, length_penalty=s.alpha,
-        early_stopping="never", do_sample=False, max_new_tokens=s.new_tokens,
-        min_new_tokens=s.new_tokens, decoder_start_token_id=BOS, eos_token_id=EOS,
-        pad_token_id=PAD, forced_eos_token_id=None, use_cache=True)
+        num_beams=s.beam if mode == "beam" else 1,
+        length_penalty=s.alpha,
+        early_stopping="never",
+        do_sample=False,
+        max_new_tokens=s.new_tokens,
+        min_new_tokens=s.new_tokens,
+        decoder_start_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        forced_eos_token_id=None,
+        use_cache=True,
+    )
     outputs = []
     with torch.inference_mode():
         for src in batches:
-            out = model.generate(input_ids=src, generation_config=gen,
-                                 attention_mask=torch.ones_like(src, dtype=torch.bool))
+            out = model.generate(
+                input_ids=src, generation_config=gen, attention_mask=torch.ones_like(src, dtype=torch.bool)
+            )
             outputs += [row[1:] for row in out.tolist()]  # drop the decoder start token
     return outputs
 
@@ -224,7 +247,7 @@ def floor_seconds(s: Setup, mode: str) -> float:
     def run() -> None:
         for r in rows:
             for w in weights:
-                torch.mm(inputs[r, w.shape[0]], w)                             # (r, out)
+                torch.mm(inputs[r, w.shape[0]], w)  # (r, out)
 
     with torch.inference_mode(), onednn_matmul():
         run()
@@ -254,25 +277,37 @@ def worker(side: str, s: Setup) -> dict:
 
         compiled = compiled_decode(model)
 
-    def decode(model: torch.nn.Module, src: list[torch.Tensor], s: Setup,
-               mode: str) -> list[list[int]]:
+    def decode(model: torch.nn.Module, src: list[torch.Tensor], s: Setup, mode: str) -> list[list[int]]:
         if side == "hf":
             return hf_decode(model, src, s, mode)
-        return fullrank_decode(model, src, s, mode, fast=side != "fullrank_same", decode=compiled,
-                               workers=s.workers if side == WORKERS else 1,
-                               processes=s.processes and side == WORKERS)
+        return fullrank_decode(
+            model,
+            src,
+            s,
+            mode,
+            fast=side != "fullrank_same",
+            decode=compiled,
+            workers=s.workers if side == WORKERS else 1,
+            processes=s.processes and side == WORKERS,
+        )
 
-    out: dict = {"side": side, "params": trainable(model),
-                 "buffers": sum(b.numel() for b in model.buffers()),
-                 "frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
-                 "seconds": {}, "repeat_seconds": {}, "lengths": {}, "outputs": {},
-                 "warmup_seconds": {}, "layout_per_call_seconds": {}}
+    out: dict = {
+        "side": side,
+        "params": trainable(model),
+        "buffers": sum(b.numel() for b in model.buffers()),
+        "frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
+        "seconds": {},
+        "repeat_seconds": {},
+        "lengths": {},
+        "outputs": {},
+        "warmup_seconds": {},
+        "layout_per_call_seconds": {},
+    }
     with contextlib.ExitStack() as session:
         if side != "hf":  # the decoding layout of a file's batches, made once (see the docstring)
             from fullrank import fast as engine
 
-            session.enter_context(engine.cpu(model, onednn=side != "fullrank_same",
-                                             decoding=True))
+            session.enter_context(engine.cpu(model, onednn=side != "fullrank_same", decoding=True))
         for mode in MODES:
             start = time.perf_counter()
             decode(model, src, s, mode)  # warm-up, untimed (compiling, for the compiled side)
@@ -307,8 +342,11 @@ def verify(s: Setup) -> dict:
         start = time.perf_counter()
         cached = fullrank_decode(model, src, s, mode)
         reference = fullrank_decode(model, src, s, mode, cached=False)
-        out[mode] = {"identical": cached == reference, "sentences": len(cached),
-                     "seconds": round(time.perf_counter() - start, 2)}
+        out[mode] = {
+            "identical": cached == reference,
+            "sentences": len(cached),
+            "seconds": round(time.perf_counter() - start, 2),
+        }
     return out
 
 
@@ -323,53 +361,62 @@ def spawn(job: str, s: Setup) -> dict:
 
 # ---------------------------------------------------------------------------------------- report
 def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
-    by_side = {side: [r for r in runs if r["side"] == side]
-               for side in (*SIDES, COMPILED, WORKERS)}
+    by_side = {side: [r for r in runs if r["side"] == side] for side in (*SIDES, COMPILED, WORKERS)}
     by_side = {side: rs for side, rs in by_side.items() if rs}
     sentences = s.batch * s.batches
     modes = {}
     for mode in MODES:
-        rate = {side: [sentences / r["seconds"][mode] for r in rs]
-                for side, rs in by_side.items()}
+        rate = {side: [sentences / r["seconds"][mode] for r in rs] for side, rs in by_side.items()}
         paired = [a / b for a, b in zip(rate["fullrank"], rate["hf"])]
         same = [a / b for a, b in zip(rate["fullrank_same"], rate["hf"])]
         floor = statistics.median(s.batch / r["floor_seconds"][mode] for r in by_side["fullrank"])
         modes[mode] = {
             "floor_sent_per_s": floor,
-            "fullrank_sent_per_s": rate["fullrank"], "hf_sent_per_s": rate["hf"],
+            "fullrank_sent_per_s": rate["fullrank"],
+            "hf_sent_per_s": rate["hf"],
             "fullrank_median": statistics.median(rate["fullrank"]),
             "hf_median": statistics.median(rate["hf"]),
             "fullrank_same_sent_per_s": rate["fullrank_same"],
             "fullrank_same_median": statistics.median(rate["fullrank_same"]),
-            "median_same_paired_ratio": statistics.median(same), "same_paired_ratios": same,
+            "median_same_paired_ratio": statistics.median(same),
+            "same_paired_ratios": same,
             "ratio_of_medians": statistics.median(rate["fullrank"]) / statistics.median(rate["hf"]),
-            "median_paired_ratio": statistics.median(paired), "paired_ratios": paired,
+            "median_paired_ratio": statistics.median(paired),
+            "paired_ratios": paired,
             "output_lengths": {side: rs[0]["lengths"][mode] for side, rs in by_side.items()},
-            "layout_per_call_sent_per_s": [sentences / r["layout_per_call_seconds"][mode]
-                                           for r in by_side["fullrank"]],
+            "layout_per_call_sent_per_s": [
+                sentences / r["layout_per_call_seconds"][mode] for r in by_side["fullrank"]
+            ],
             "median_layout_per_call_paired_ratio": statistics.median(
                 sentences / r["layout_per_call_seconds"][mode] / h
-                for r, h in zip(by_side["fullrank"], rate["hf"])),
+                for r, h in zip(by_side["fullrank"], rate["hf"])
+            ),
             "same_outputs_as_hf": by_side["fullrank"][0]["outputs"][mode]
             == by_side["hf"][0]["outputs"][mode],
         }
         if COMPILED in by_side:
-            modes[mode].update({
-                **against_hf(rate, COMPILED, "compiled"),
-                "compile_seconds": statistics.median(r["warmup_seconds"][mode]
-                                                     for r in by_side[COMPILED]),
-                "compiled_same_outputs_as_eager": by_side[COMPILED][0]["outputs"][mode]
-                == by_side["fullrank"][0]["outputs"][mode],
-            })
+            modes[mode].update(
+                {
+                    **against_hf(rate, COMPILED, "compiled"),
+                    "compile_seconds": statistics.median(
+                        r["warmup_seconds"][mode] for r in by_side[COMPILED]
+                    ),
+                    "compiled_same_outputs_as_eager": by_side[COMPILED][0]["outputs"][mode]
+                    == by_side["fullrank"][0]["outputs"][mode],
+                }
+            )
         if WORKERS in by_side:
-            modes[mode].update({
-                **against_hf(rate, WORKERS, "workers"),
-                "workers_over_fullrank": statistics.median(
-                    a / b for a, b in zip(rate[WORKERS], rate["fullrank"])),
-                "workers_same_outputs_as_fullrank": by_side[WORKERS][0]["outputs"][mode]
-                == by_side["fullrank"][0]["outputs"][mode],
-                "workers_batch_sizes": by_side[WORKERS][0]["batch_sizes"],
-            })
+            modes[mode].update(
+                {
+                    **against_hf(rate, WORKERS, "workers"),
+                    "workers_over_fullrank": statistics.median(
+                        a / b for a, b in zip(rate[WORKERS], rate["fullrank"])
+                    ),
+                    "workers_same_outputs_as_fullrank": by_side[WORKERS][0]["outputs"][mode]
+                    == by_side["fullrank"][0]["outputs"][mode],
+                    "workers_batch_sizes": by_side[WORKERS][0]["batch_sizes"],
+                }
+            )
     import transformers
 
     return {
@@ -379,10 +426,16 @@ def summarise(s: Setup, runs: list[dict], check: dict | None) -> dict:
         "buffers": {side: rs[0]["buffers"] for side, rs in by_side.items()},
         "modes": modes,
         "cached_equals_uncached": check,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
-        "machine": {"processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+        },
+        "machine": {
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+        },
         "notes": [
             "fullrank length penalty ((5+|Y|)/6)^alpha (GNMT); HF length_penalty=alpha divides by "
             "|Y|^alpha. EOS is suppressed, so every hypothesis has the same length and the "
@@ -398,21 +451,31 @@ def against_hf(rate: dict[str, list[float]], side: str, key: str) -> dict:
     """An extra side's per-round rates, their median and its per-round ratios to HF's, under
     ``key``-prefixed names."""
     paired = [a / b for a, b in zip(rate[side], rate["hf"])]
-    return {f"{key}_sent_per_s": rate[side], f"{key}_median": statistics.median(rate[side]),
-            f"median_{key}_paired_ratio": statistics.median(paired),
-            f"{key}_paired_ratios": paired}
+    return {
+        f"{key}_sent_per_s": rate[side],
+        f"{key}_median": statistics.median(rate[side]),
+        f"median_{key}_paired_ratio": statistics.median(paired),
+        f"{key}_paired_ratios": paired,
+    }
 
 
 def side_table(rep: dict, key: str, intro: str, headers: tuple[str, str], cells) -> list[str]:
     """Markdown lines for an extra side (``key``: ``compiled`` or ``workers``): its median rate and
     ratios to HF per mode, plus two columns (``headers``; ``cells(m)`` gives their values)."""
-    lines = ["", intro, "", f"| mode | {key} sent/s (median) | median paired ratio to HF | "
-             f"per-round ratios | {headers[0]} | {headers[1]} |", "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        intro,
+        "",
+        f"| mode | {key} sent/s (median) | median paired ratio to HF | "
+        f"per-round ratios | {headers[0]} | {headers[1]} |",
+        "|---|---|---|---|---|---|",
+    ]
     for mode, m in rep["modes"].items():
         per = ", ".join(f"{r:.2f}" for r in m[f"{key}_paired_ratios"])
-        lines.append(f"| {mode} | {m[f'{key}_median']:.2f} | "
-                     f"{m[f'median_{key}_paired_ratio']:.2f}× | {per} | " + " | ".join(cells(m))
-                     + " |")
+        lines.append(
+            f"| {mode} | {m[f'{key}_median']:.2f} | "
+            f"{m[f'median_{key}_paired_ratio']:.2f}× | {per} | " + " | ".join(cells(m)) + " |"
+        )
     return lines
 
 
@@ -429,8 +492,8 @@ def markdown(rep: dict) -> str:
         f"Model: d_model {s['d_model']}, {s['n_layers']}+{s['n_layers']} layers, {s['n_heads']} "
         f"heads, d_ff {s['d_ff']}, shared vocabulary {s['vocab_size']}; trainable parameters "
         f"fullrank {rep['params']['fullrank']:,}, HF Marian {rep['params']['hf']:,}. "
-        + (f"{s['batches']} batches of " if s.get('batches', 1) > 1 else "") +
-        f"{s['batch']} sources of {s['src_len']} tokens, {s['new_tokens']} new tokens (EOS "
+        + (f"{s['batches']} batches of " if s.get("batches", 1) > 1 else "")
+        + f"{s['batch']} sources of {s['src_len']} tokens, {s['new_tokens']} new tokens (EOS "
         f"suppressed), beam {s['beam']} with α = {s['alpha']}, float32, {s['threads']} threads, "
         f"one untimed warm-up per subprocess, then the median of {s.get('repeats', 1)} timed "
         f"decodes, {len(rep['modes']['beam']['paired_ratios'])} interleaved rounds.",
@@ -442,34 +505,55 @@ def markdown(rep: dict) -> str:
     ]
     for mode, m in rep["modes"].items():
         per = ", ".join(f"{r:.2f}" for r in m["paired_ratios"])
-        lines.append(f"| {mode} | {m['fullrank_median']:.2f} | {m['hf_median']:.2f} | "
-                     f"{m['ratio_of_medians']:.2f}× | {m['median_paired_ratio']:.2f}× | {per} | "
-                     f"{m['fullrank_same_median']:.2f} | {m['median_same_paired_ratio']:.2f}× | "
-                     f"{m['floor_sent_per_s']:.2f} | {100 * m['fullrank_median'] / m['floor_sent_per_s']:.0f}%, "
-                     f"{100 * m['hf_median'] / m['floor_sent_per_s']:.0f}% |")
-    lines += ["", "Both sides decode the same weights (fullrank's, copied into Marian); the outputs "
-              "are " + ", ".join(f"{mode} {'identical' if m['same_outputs_as_hf'] else 'DIFFERENT'}"
-                                for mode, m in rep["modes"].items()) + " to Hugging Face's."]
-    lines += ["", "fullrank's decoding layout (`fast.cpu(model, decoding=True)`: packed or column-major "
-              "weights, the output projection transposed) is made once per subprocess, as "
-              "`fullrank translate` makes it once per file, and the timed decodes are batches of "
-              "that file. Made inside each timed call instead (as when that call is the whole "
-              "file), fullrank decoded "
-              + ", ".join(f"{mode} {statistics.median(m['layout_per_call_sent_per_s']):.2f} "
-                          f"sent/s ({m['median_layout_per_call_paired_ratio']:.2f}× HF, paired)"
-                          for mode, m in rep["modes"].items()) + "."]
+        lines.append(
+            f"| {mode} | {m['fullrank_median']:.2f} | {m['hf_median']:.2f} | "
+            f"{m['ratio_of_medians']:.2f}× | {m['median_paired_ratio']:.2f}× | {per} | "
+            f"{m['fullrank_same_median']:.2f} | {m['median_same_paired_ratio']:.2f}× | "
+            f"{m['floor_sent_per_s']:.2f} | {100 * m['fullrank_median'] / m['floor_sent_per_s']:.0f}%, "
+            f"{100 * m['hf_median'] / m['floor_sent_per_s']:.0f}% |"
+        )
+    lines += [
+        "",
+        "Both sides decode the same weights (fullrank's, copied into Marian); the outputs "
+        "are "
+        + ", ".join(
+            f"{mode} {'identical' if m['same_outputs_as_hf'] else 'DIFFERENT'}"
+            for mode, m in rep["modes"].items()
+        )
+        + " to Hugging Face's.",
+    ]
+    lines += [
+        "",
+        "fullrank's decoding layout (`fast.cpu(model, decoding=True)`: packed or column-major "
+        "weights, the output projection transposed) is made once per subprocess, as "
+        "`fullrank translate` makes it once per file, and the timed decodes are batches of "
+        "that file. Made inside each timed call instead (as when that call is the whole "
+        "file), fullrank decoded "
+        + ", ".join(
+            f"{mode} {statistics.median(m['layout_per_call_sent_per_s']):.2f} "
+            f"sent/s ({m['median_layout_per_call_paired_ratio']:.2f}× HF, paired)"
+            for mode, m in rep["modes"].items()
+        )
+        + ".",
+    ]
     same = {True: "identical", False: "DIFFERENT"}
     if "compiled_median" in rep["modes"]["beam"]:
         lines += side_table(
-            rep, "compiled", "With `--compile`: fullrank's decoder steps under `torch.compile` "
+            rep,
+            "compiled",
+            "With `--compile`: fullrank's decoder steps under `torch.compile` "
             "(`fullrank.inference.compiled_decode`, `fullrank translate --compile`), the first "
             "decode of each subprocess compiling (untimed, its time given here; Inductor reuses "
             "the kernels it finds in its on-disk cache, so a first run on a machine takes "
-            "longer).", ("first decode (compiling) s", "outputs = eager fullrank's"),
-            lambda m: (f"{m['compile_seconds']:.0f}", same[m["compiled_same_outputs_as_eager"]]))
+            "longer).",
+            ("first decode (compiling) s", "outputs = eager fullrank's"),
+            lambda m: (f"{m['compile_seconds']:.0f}", same[m["compiled_same_outputs_as_eager"]]),
+        )
     if "workers_median" in rep["modes"]["beam"]:
         lines += side_table(
-            rep, "workers", f"With `--workers {s['workers']}`: fullrank's defaults decoding the "
+            rep,
+            "workers",
+            f"With `--workers {s['workers']}`: fullrank's defaults decoding the "
             f"{s['batches'] * s['batch']} sources as "
             f"{in_words(rep['modes']['beam']['workers_batch_sizes'])} "
             f"{s['workers']} at a time, each in its own "
@@ -478,20 +562,30 @@ def markdown(rep: dict) -> str:
             f"(`fullrank.fast.map_batches` and `plan_batches`, "
             f"`fullrank translate --workers`{' --processes' if s.get('processes') else ''}).",
             ("over one batch at a time (paired)", "outputs = fullrank's"),
-            lambda m: (f"{m['workers_over_fullrank']:.2f}×",
-                       same[m["workers_same_outputs_as_fullrank"]]))
+            lambda m: (f"{m['workers_over_fullrank']:.2f}×", same[m["workers_same_outputs_as_fullrank"]]),
+        )
     check = rep["cached_equals_uncached"]
     if check:
-        lines += ["", "fullrank cached = uncached reference decoder on these inputs: " + ", ".join(
-            f"{mode} {'identical' if c['identical'] else 'DIFFERENT'} ({c['sentences']} sentences)"
-            for mode, c in check.items()) + "."]
-    lines += ["", "Floor: the matrix multiplies of every decoder step alone (q/k/v, attention output, "
-              "cross-attention query and output, feed-forward, vocabulary projection) at the "
-              "decode's row count, with fullrank's CPU matrix-multiply setting; no decoder that "
-              "computes these products can be faster.",
-              "", *[f"- {n}" for n in rep["notes"]],
-              f"- torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}, "
-              f"{rep['machine']['processor']} ({rep['machine']['cpu_count']} CPUs)."]
+        lines += [
+            "",
+            "fullrank cached = uncached reference decoder on these inputs: "
+            + ", ".join(
+                f"{mode} {'identical' if c['identical'] else 'DIFFERENT'} ({c['sentences']} sentences)"
+                for mode, c in check.items()
+            )
+            + ".",
+        ]
+    lines += [
+        "",
+        "Floor: the matrix multiplies of every decoder step alone (q/k/v, attention output, "
+        "cross-attention query and output, feed-forward, vocabulary projection) at the "
+        "decode's row count, with fullrank's CPU matrix-multiply setting; no decoder that "
+        "computes these products can be faster.",
+        "",
+        *[f"- {n}" for n in rep["notes"]],
+        f"- torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}, "
+        f"{rep['machine']['processor']} ({rep['machine']['cpu_count']} CPUs).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -510,21 +604,38 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="timed decodes per mode in each subprocess (their median counts)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed decodes per mode in each subprocess (their median counts)",
+    )
     ap.add_argument("--no-verify", action="store_true", help="skip the cached = uncached check")
-    ap.add_argument("--compile", action="store_true",
-                    help="also time fullrank with its decoder steps torch.compile'd (a fourth "
-                         "side; each of its subprocesses compiles first, about 2 minutes)")
-    ap.add_argument("--batches", type=int, default=1,
-                    help="batches of --batch sources per side, decoded one after another")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="> 1: also time fullrank decoding the batches this many at a time")
-    ap.add_argument("--processes", action="store_true",
-                    help="with --workers: the workers are forked processes, not threads")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time fullrank with its decoder steps torch.compile'd (a fourth "
+        "side; each of its subprocesses compiles first, about 2 minutes)",
+    )
+    ap.add_argument(
+        "--batches",
+        type=int,
+        default=1,
+        help="batches of --batch sources per side, decoded one after another",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="> 1: also time fullrank decoding the batches this many at a time",
+    )
+    ap.add_argument(
+        "--processes",
+        action="store_true",
+        help="with --workers: the workers are forked processes, not threads",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--job", choices=[*SIDES, COMPILED, WORKERS, "verify"],
-                    help=argparse.SUPPRESS)
+    ap.add_argument("--job", choices=[*SIDES, COMPILED, WORKERS, "verify"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -534,16 +645,38 @@ def main() -> None:
         print("RESULT " + json.dumps(result), flush=True)
         return
 
-    dims = {**PRESETS[args.preset], **{k: v for k, v in dict(
-        d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, d_ff=args.d_ff,
-        vocab_size=args.vocab_size).items() if v is not None}}
+    dims = {
+        **PRESETS[args.preset],
+        **{
+            k: v
+            for k, v in dict(
+                d_model=args.d_model,
+                n_layers=args.n_layers,
+                n_heads=args.n_heads,
+                d_ff=args.d_ff,
+                vocab_size=args.vocab_size,
+            ).items()
+            if v is not None
+        },
+    }
     if args.batches < 1 or not 1 <= args.workers <= args.batches:
-        sys.exit(f"need --batches >= 1 and 1 <= --workers <= --batches (one batch stays one "
-                 f"batch), got --batches {args.batches} --workers {args.workers}")
-    s = Setup(**dims, batch=args.batch, src_len=args.src_len, new_tokens=args.new_tokens,
-              beam=args.beam, alpha=args.alpha, threads=args.threads, repeats=args.repeats,
-              batches=args.batches,
-              workers=args.workers, processes=args.processes)
+        sys.exit(
+            f"need --batches >= 1 and 1 <= --workers <= --batches (one batch stays one "
+            f"batch), got --batches {args.batches} --workers {args.workers}"
+        )
+    s = Setup(
+        **dims,
+        batch=args.batch,
+        src_len=args.src_len,
+        new_tokens=args.new_tokens,
+        beam=args.beam,
+        alpha=args.alpha,
+        threads=args.threads,
+        repeats=args.repeats,
+        batches=args.batches,
+        workers=args.workers,
+        processes=args.processes,
+    )
     print(f"setup: {s}", flush=True)
     check = None
     if not args.no_verify:
@@ -555,8 +688,7 @@ def main() -> None:
         for side in sides:  # A, B, C, A, B, C, ...
             res = spawn(side, s)
             runs.append(res)
-            times = ", ".join(f"{m} {s.batch * s.batches / t:.2f} sent/s"
-                              for m, t in res["seconds"].items())
+            times = ", ".join(f"{m} {s.batch * s.batches / t:.2f} sent/s" for m, t in res["seconds"].items())
             print(f"round {r + 1} {side:13s} params {res['params']:,}: {times}", flush=True)
     rep = summarise(s, runs, check)
     if rep["params"]["fullrank"] != rep["params"]["hf"]:

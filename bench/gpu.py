@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,17 +45,31 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import lm_model  # noqa: E402  (the CPU suite's models and losses, shared)
+from jobs import lm_model
 
 GPT2_SMALL = dict(vocab=50304, d=768, layers=12, heads=12, d_ff=3072, seq=1024, batch=16)
 SMOKE_LM = dict(vocab=512, d=64, layers=2, heads=4, d_ff=256, seq=64, batch=2)
 
 # (n_heads, d_head) of the attention map: the CPU suite's six, then [B20]'s d_head = n region
-HEAD_GRID = [(8, 32), (16, 32), (32, 32), (8, 64), (8, 128), (8, 256), (16, 256),
-             (8, 512), (4, 1024), (8, 1024)]
+HEAD_GRID = [
+    (8, 32),
+    (16, 32),
+    (32, 32),
+    (8, 64),
+    (8, 128),
+    (8, 256),
+    (16, 256),
+    (8, 512),
+    (4, 1024),
+    (8, 1024),
+]
 DEFAULT_SECTIONS = "ceiling,lm,attention,long"
-BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
 
 
 # ------------------------------------------------------------------------------------- timing
@@ -131,8 +147,9 @@ class LMJob:
         self.opt.zero_grad(set_to_none=True)
 
 
-def lm(device: torch.device, smoke: bool, ceiling_tflops: float, rounds: int,
-       batch: int | None) -> dict[str, Any]:
+def lm(
+    device: torch.device, smoke: bool, ceiling_tflops: float, rounds: int, batch: int | None
+) -> dict[str, Any]:
     s = dict(SMOKE_LM if smoke else GPT2_SMALL)
     s["batch"] = batch or s["batch"]
     compile = device.type == "cuda"
@@ -157,25 +174,28 @@ def lm(device: torch.device, smoke: bool, ceiling_tflops: float, rounds: int,
         step = statistics.median(times[impl])
         fpt = model_flops_per_token(s, job.params)
         out["impls"][impl] = {
-            "params": job.params, "step_ms": 1e3 * step, "tokens_per_s": tokens / step,
+            "params": job.params,
+            "step_ms": 1e3 * step,
+            "tokens_per_s": tokens / step,
             "model_tflops": fpt * tokens / step / 1e12,
-            "mfu": fpt * tokens / step / 1e12 / ceiling_tflops, "peak_mem_mb": mem[impl],
-            "compile_and_warmup_s": t_compile[impl]}
-    out["ratio_tokens_per_s"] = (out["impls"]["fullrank"]["tokens_per_s"]
-                                 / out["impls"]["hf"]["tokens_per_s"])
+            "mfu": fpt * tokens / step / 1e12 / ceiling_tflops,
+            "peak_mem_mb": mem[impl],
+            "compile_and_warmup_s": t_compile[impl],
+        }
+    out["ratio_tokens_per_s"] = out["impls"]["fullrank"]["tokens_per_s"] / out["impls"]["hf"]["tokens_per_s"]
     return out
 
 
 # ---------------------------------------------------------------------------------- attention
-def attention_case(h: int, dh: int, device: torch.device, smoke: bool,
-                   ceiling_tflops: float) -> dict[str, Any]:
+def attention_case(
+    h: int, dh: int, device: torch.device, smoke: bool, ceiling_tflops: float
+) -> dict[str, Any]:
     """Forward + backward of non-causal attention ``(B, h, n, dh)`` on each kernel."""
     from fullrank.layers.attention import ScaledDotProduct, chunked_attention
 
     b, n = (1, 32) if smoke else (4, 4096)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    q, k, v = (torch.randn(b, h, n, dh, device=device, dtype=dtype, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (torch.randn(b, h, n, dh, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     g = torch.randn(b, h, n, dh, device=device, dtype=dtype)
     flops = 3 * 4 * b * h * n * n * dh  # forward 2 products of 2·n²·dh, backward twice that
     row: dict[str, Any] = {"n_heads": h, "d_head": dh, "batch": b, "seq": n, "kernels": {}}
@@ -186,6 +206,7 @@ def attention_case(h: int, dh: int, device: torch.device, smoke: bool,
         def step() -> None:
             fn().backward(g)
             q.grad = k.grad = v.grad = None
+
         try:
             before = reset_peak(device)
             times = timed(step, device, warmup=1 if smoke else 3, iters=2 if smoke else 10)
@@ -193,8 +214,13 @@ def attention_case(h: int, dh: int, device: torch.device, smoke: bool,
             return {"ok": False, "why": str(e).splitlines()[0][:160]}
         ms = 1e3 * statistics.median(times)
         tflops = flops / (ms / 1e3) / 1e12
-        return {"ok": True, "ms": ms, "tflops": tflops, "of_ceiling": tflops / ceiling_tflops,
-                "peak_mem_mb": peak_mem_mb(device) - before}
+        return {
+            "ok": True,
+            "ms": ms,
+            "tflops": tflops,
+            "of_ceiling": tflops / ceiling_tflops,
+            "peak_mem_mb": peak_mem_mb(device) - before,
+        }
 
     if device.type == "cuda":
         for name, backend in BACKENDS.items():
@@ -206,6 +232,20 @@ def attention_case(h: int, dh: int, device: torch.device, smoke: bool,
     return row
 
 
+def _attention_step(
+    fn: Callable[..., torch.Tensor],
+    backends: list[SDPBackend],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+) -> None:
+    """One causal attention forward and backward under ``backends``; the gradients dropped."""
+    with sdpa_kernel(backends):
+        fn(q, k, v, is_causal=True).backward(g)
+    q.grad = k.grad = v.grad = None
+
+
 def long_heads(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
     """[B20]'s ``d_head = n`` region: forward + backward at ``d_head`` 1024 as ``n`` grows, on
     fullrank's path and on the kernels PyTorch has for it, against FlashAttention at 256."""
@@ -213,11 +253,12 @@ def long_heads(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
-    for n in ((32, 64) if smoke else (1024, 2048, 4096, 8192, 16384)):
+    for n in (32, 64) if smoke else (1024, 2048, 4096, 8192, 16384):
         for dh, kernels in ((1024, ("fullrank", "efficient", "math")), (256, ("flash", "cudnn"))):
             h, b = 4, 1
-            q, k, v = (torch.randn(b, h, n, dh, device=device, dtype=dtype, requires_grad=True)
-                       for _ in range(3))
+            q, k, v = (
+                torch.randn(b, h, n, dh, device=device, dtype=dtype, requires_grad=True) for _ in range(3)
+            )
             g = torch.randn_like(q)
             flops = 3 * 4 * b * h * n * n * dh
             for name in kernels:
@@ -226,16 +267,16 @@ def long_heads(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
                 fn = ScaledDotProduct() if name == "fullrank" else F.scaled_dot_product_attention
                 backends = list(BACKENDS.values()) if name == "fullrank" else [BACKENDS[name]]
 
-                def step() -> None:
-                    with sdpa_kernel(backends):
-                        fn(q, k, v, is_causal=True).backward(g)
-                    q.grad = k.grad = v.grad = None
+                step = functools.partial(_attention_step, fn, backends, q, k, v, g)
                 row = {"seq": n, "n_heads": h, "d_head": dh, "kernel": name}
                 try:
                     before = reset_peak(device)
                     ms = 1e3 * statistics.median(timed(step, device, warmup=2, iters=5))
-                    row |= {"ms": ms, "tflops": flops / 2 / (ms / 1e3) / 1e12,  # causal: half
-                            "peak_mem_mb": peak_mem_mb(device) - before}
+                    row |= {
+                        "ms": ms,
+                        "tflops": flops / 2 / (ms / 1e3) / 1e12,  # causal: half
+                        "peak_mem_mb": peak_mem_mb(device) - before,
+                    }
                 except (RuntimeError, torch.OutOfMemoryError) as e:
                     row |= {"why": str(e).splitlines()[0][:160]}
                 rows.append(row)
@@ -257,40 +298,57 @@ def markdown(res: dict[str, Any]) -> str:
         lines += [f"Matrix-multiply ceiling: {c['tflops']:.0f} TFLOP/s ({c['dtype']}, {c['n']}³).", ""]
     for r in res.get("lm", []):
         s = r["shape"]
-        lines += [f"## LM training step (GPT-2 small: {s['layers']} layers, d {s['d']}, "
-                  f"{s['heads']} heads, vocab {s['vocab']}, seq {s['seq']}, batch {s['batch']}; "
-                  f"bf16 autocast, fused AdamW, torch.compile, SDPA; {r['rounds']} interleaved rounds)",
-                  "", "| impl | params | step ms | tokens/s | model TFLOP/s | MFU | step peak MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"## LM training step (GPT-2 small: {s['layers']} layers, d {s['d']}, "
+            f"{s['heads']} heads, vocab {s['vocab']}, seq {s['seq']}, batch {s['batch']}; "
+            f"bf16 autocast, fused AdamW, torch.compile, SDPA; {r['rounds']} interleaved rounds)",
+            "",
+            "| impl | params | step ms | tokens/s | model TFLOP/s | MFU | step peak MiB |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for impl, x in r["impls"].items():
-            lines.append(f"| {impl} | {x['params']:,} | {x['step_ms']:.1f} | "
-                         f"{x['tokens_per_s']:,.0f} | {x['model_tflops']:.0f} | "
-                         f"{100 * x['mfu']:.1f}% | {x['peak_mem_mb']:,.0f} |")
+            lines.append(
+                f"| {impl} | {x['params']:,} | {x['step_ms']:.1f} | "
+                f"{x['tokens_per_s']:,.0f} | {x['model_tflops']:.0f} | "
+                f"{100 * x['mfu']:.1f}% | {x['peak_mem_mb']:,.0f} |"
+            )
         lines += ["", f"fullrank / Hugging Face tokens/s: {r['ratio_tokens_per_s']:.2f}×", ""]
     if "attention" in res:
         rows = res["attention"]
         names = list(rows[0]["kernels"])
         b, n = rows[0]["batch"], rows[0]["seq"]
-        lines += [f"## Attention forward+backward (batch {b}, n {n}, bf16, non-causal): "
-                  f"TFLOP/s · peak MiB beyond q, k, v, the output gradient and what was allocated before", "",
-                  "| heads × d_head | PyTorch picks | " + " | ".join(names) + " |",
-                  "|---|---|" + "---|" * len(names)]
+        lines += [
+            f"## Attention forward+backward (batch {b}, n {n}, bf16, non-causal): "
+            f"TFLOP/s · peak MiB beyond q, k, v, the output gradient and what was allocated before",
+            "",
+            "| heads × d_head | PyTorch picks | " + " | ".join(names) + " |",
+            "|---|---|" + "---|" * len(names),
+        ]
         for row in rows:
             cells = []
             for name in names:
                 k = row["kernels"][name]
                 cells.append(f"{k['tflops']:.0f} · {k['peak_mem_mb']:,.0f}" if k["ok"] else "—")
-            lines.append(f"| {row['n_heads']} × {row['d_head']} | {row.get('pytorch_picks', '?')} | "
-                         + " | ".join(cells) + " |")
+            lines.append(
+                f"| {row['n_heads']} × {row['d_head']} | {row.get('pytorch_picks', '?')} | "
+                + " | ".join(cells)
+                + " |"
+            )
         lines.append("")
     if "long" in res:
-        lines += ["## d_head 1024 as n grows (4 heads, batch 1, causal, forward+backward): "
-                  "TFLOP/s · peak MiB beyond the inputs; FlashAttention and cuDNN at d_head 256", "",
-                  "| n | kernel | d_head | ms | TFLOP/s | peak MiB |", "|---:|---|---:|---:|---:|---:|"]
+        lines += [
+            "## d_head 1024 as n grows (4 heads, batch 1, causal, forward+backward): "
+            "TFLOP/s · peak MiB beyond the inputs; FlashAttention and cuDNN at d_head 256",
+            "",
+            "| n | kernel | d_head | ms | TFLOP/s | peak MiB |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
         for r in res["long"]:
             if "ms" in r:
-                lines.append(f"| {r['seq']} | {r['kernel']} | {r['d_head']} | {r['ms']:.1f} | "
-                             f"{r['tflops']:.0f} | {r['peak_mem_mb']:,.0f} |")
+                lines.append(
+                    f"| {r['seq']} | {r['kernel']} | {r['d_head']} | {r['ms']:.1f} | "
+                    f"{r['tflops']:.0f} | {r['peak_mem_mb']:,.0f} |"
+                )
             else:
                 lines.append(f"| {r['seq']} | {r['kernel']} | {r['d_head']} | — | — | {r['why']} |")
         lines.append("")
@@ -302,16 +360,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("bench/results"))
     p.add_argument("--sections", default=DEFAULT_SECTIONS)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--lm-batch", type=lambda x: [int(b) for b in x.split(",")], default=[0],
-                   help="LM batch sizes, comma-separated (default: GPT-2 small's 16)")
+    p.add_argument(
+        "--lm-batch",
+        type=lambda x: [int(b) for b in x.split(",")],
+        default=[0],
+        help="LM batch sizes, comma-separated (default: GPT-2 small's 16)",
+    )
     p.add_argument("--smoke", action="store_true", help="toy sizes, any device (for the tests)")
     args = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type != "cuda" and not args.smoke:
         p.error("no CUDA device: these benchmarks need a GPU (--smoke runs toy sizes anywhere)")
     sections = args.sections.split(",")
-    res: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda"
-                           else "cpu", "torch": torch.__version__}
+    res: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+    }
     res["ceiling"] = ceiling(device, args.smoke)
     print(f"ceiling: {res['ceiling']['tflops']:.1f} TFLOP/s", flush=True)
     if "lm" in sections:

@@ -29,18 +29,27 @@ RESULTS = BENCH / "results"
 def run_job(spec: dict[str, Any], timeout: float = 900, script: Path = BENCH / "jobs.py") -> dict[str, Any]:
     """Run one job (``script SPEC``) in a fresh process; return its JSON result (or an ``error``
     entry)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec.get("threads", 2)),
-           "MKL_NUM_THREADS": str(spec.get("threads", 2))}
-    proc = subprocess.run([sys.executable, str(script), json.dumps(spec)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(spec.get("threads", 2)),
+        "MKL_NUM_THREADS": str(spec.get("threads", 2)),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(script), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {**spec, "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
     return json.loads(lines[-1])
 
 
-def interleaved(specs: dict[str, dict[str, Any]], rounds: int, log=print,
-                script: Path = BENCH / "jobs.py") -> dict[str, list[dict[str, Any]]]:
+def interleaved(
+    specs: dict[str, dict[str, Any]], rounds: int, log=print, script: Path = BENCH / "jobs.py"
+) -> dict[str, list[dict[str, Any]]]:
     """``rounds`` rounds of every spec in turn; results per spec name, in round order."""
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in specs}
     for r in range(rounds):
@@ -50,8 +59,10 @@ def interleaved(specs: dict[str, dict[str, Any]], rounds: int, log=print,
             if "error" in res:
                 log(f"  round {r + 1} {name}: ERROR {res['error']}")
             else:
-                log(f"  round {r + 1} {name}: {res['value']:.4g} {res['unit']}"
-                    f"  (params {res.get('params', 0):,}, peak RSS {res.get('peak_rss_mb', 0):.0f} MB)")
+                log(
+                    f"  round {r + 1} {name}: {res['value']:.4g} {res['unit']}"
+                    f"  (params {res.get('params', 0):,}, peak RSS {res.get('peak_rss_mb', 0):.0f} MB)"
+                )
     return out
 
 
@@ -62,15 +73,23 @@ def median(results: Sequence[dict[str, Any]], key: str = "value") -> float | Non
 
 def paired_ratio(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> float | None:
     """Median over rounds of ``a/b`` (throughputs: > 1 means ``a`` is faster)."""
-    ratios = [x["value"] / y["value"] for x, y in zip(a, b)
-              if "error" not in x and "error" not in y and y["value"] > 0]
+    ratios = [
+        x["value"] / y["value"]
+        for x, y in zip(a, b)
+        if "error" not in x and "error" not in y and y["value"] > 0
+    ]
     return statistics.median(ratios) if ratios else None
 
 
 def machine() -> dict[str, Any]:
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "platform": platform.platform(), "processor": platform.processor(),
-            "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -79,6 +98,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     from fullrank.fast import matmul_summary  # whether fullrank's defaults take oneDNN here
+
     info["cpu_matmul"] = matmul_summary()
     for pkg in ("transformers", "x-transformers"):  # distribution names (no __version__ in x_transformers)
         try:
@@ -88,8 +108,7 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def write(name: str, markdown: str, data: dict[str, Any],
-          out: Path = RESULTS) -> tuple[Path, Path]:
+def write(name: str, markdown: str, data: dict[str, Any], out: Path = RESULTS) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / f"{name}.md", out / f"{name}.json"
     md.write_text(markdown, encoding="utf-8")

@@ -56,27 +56,53 @@ def lm_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
         from fullrank.models import DecoderLM, DecoderLMConfig
         from fullrank.training.tasks import LanguageModeling
 
-        model = DecoderLM(DecoderLMConfig(vocab_size=v, d_model=d, n_heads=h, d_ff=f, n_layers=L,
-                                          seq_len=t, dropout=0.0, norm_first=True,
-                                          activation="gelu", positions="learned",
-                                          d_head=s.get("d_head")))
+        model = DecoderLM(
+            DecoderLMConfig(
+                vocab_size=v,
+                d_model=d,
+                n_heads=h,
+                d_ff=f,
+                n_layers=L,
+                seq_len=t,
+                dropout=0.0,
+                norm_first=True,
+                activation="gelu",
+                positions="learned",
+                d_head=s.get("d_head"),
+            )
+        )
         task = LanguageModeling()  # what `fullrank train` runs: the fused output cross-entropy
         return model, lambda m, x: _mean(task.loss(m, LMBatch(x)))
     if impl == "hf":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        cfg = GPT2Config(vocab_size=v, n_positions=t, n_embd=d, n_layer=L, n_head=h, n_inner=f,
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
-                         eos_token_id=0, attn_implementation="sdpa")
+        cfg = GPT2Config(
+            vocab_size=v,
+            n_positions=t,
+            n_embd=d,
+            n_layer=L,
+            n_head=h,
+            n_inner=f,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=0,
+            eos_token_id=0,
+            attn_implementation="sdpa",
+        )
         model = GPT2LMHeadModel(cfg)
-        return model, lambda m, x: F.cross_entropy(m(input_ids=x[:, :-1]).logits.reshape(-1, v),
-                                                   x[:, 1:].reshape(-1))
+        return model, lambda m, x: F.cross_entropy(
+            m(input_ids=x[:, :-1]).logits.reshape(-1, v), x[:, 1:].reshape(-1)
+        )
     if impl == "xt":
         from x_transformers import Decoder, TransformerWrapper
 
-        model = TransformerWrapper(num_tokens=v, max_seq_len=t, tie_embedding=True,
-                                   attn_layers=Decoder(dim=d, depth=L, heads=h,
-                                                       attn_dim_head=d // h, ff_mult=f // d))
+        model = TransformerWrapper(
+            num_tokens=v,
+            max_seq_len=t,
+            tie_embedding=True,
+            attn_layers=Decoder(dim=d, depth=L, heads=h, attn_dim_head=d // h, ff_mult=f // d),
+        )
         return model, lambda m, x: F.cross_entropy(m(x[:, :-1]).reshape(-1, v), x[:, 1:].reshape(-1))
     if impl == "torch":
         model = TorchLM(v, d, L, h, f, t)
@@ -100,8 +126,9 @@ class TorchLM(nn.Module):
     def __init__(self, v: int, d: int, layers: int, h: int, f: int, t: int) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(v, d), nn.Embedding(t, d)
-        layer = nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu",
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d, h, f, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
         self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
         self.mask = nn.Transformer.generate_square_subsequent_mask(t)
@@ -131,10 +158,15 @@ def lm_job(spec: dict[str, Any]) -> dict[str, Any]:
         times = timed(step, spec)
     tokens = s["batch"] * s["seq"]
     inner = s["heads"] * s.get("d_head", s["d"] // s["heads"])
-    flops = 6 * non_embedding_matmul_params(s) * tokens + 6 * s["vocab"] * s["d"] * tokens \
-        + 3 * 2 * 2 * s["layers"] * s["batch"] * s["seq"] ** 2 * inner  # attention (full n²)
-    return {**result(spec, model, times, tokens, "tokens/s", flops),
-            "step_rss_mb": peak_rss_mb() - rss_before}
+    flops = (
+        6 * non_embedding_matmul_params(s) * tokens
+        + 6 * s["vocab"] * s["d"] * tokens
+        + 3 * 2 * 2 * s["layers"] * s["batch"] * s["seq"] ** 2 * inner
+    )  # attention (full n²)
+    return {
+        **result(spec, model, times, tokens, "tokens/s", flops),
+        "step_rss_mb": peak_rss_mb() - rss_before,
+    }
 
 
 def non_embedding_matmul_params(s: dict[str, int]) -> int:
@@ -147,8 +179,9 @@ def encdec_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
     v, d, L, h, f = s["vocab"], s["d"], s["layers"], s["heads"], s["d_ff"]
     from fullrank.models import EncoderDecoderConfig
 
-    config = EncoderDecoderConfig(vocab_size=v, d_model=d, n_heads=h, d_ff=f, n_layers=L,
-                                  dropout=0.0, max_len=256, seq_len=s["tgt"])
+    config = EncoderDecoderConfig(
+        vocab_size=v, d_model=d, n_heads=h, d_ff=f, n_layers=L, dropout=0.0, max_len=256, seq_len=s["tgt"]
+    )
     if impl in ("fullrank", "fullrank_same"):
         from fullrank.models import EncoderDecoder
         from fullrank.training.losses import linear_cross_entropy
@@ -159,6 +192,7 @@ def encdec_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
             # what the Translation task computes, for a batch without padding (no masks)
             h = m(src, tgt[:, :-1], hidden_only=True)
             return _mean(linear_cross_entropy(h, m.output_weight, tgt[:, 1:]))
+
         return model, loss
     if impl == "hf":
         from transformers import MarianConfig, MarianMTModel
@@ -166,24 +200,35 @@ def encdec_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
         from fullrank.models.convert_hf import marian_config_kwargs
 
         # the same architecture, described by the converter that tests/reference checks
-        model = MarianMTModel(MarianConfig(**marian_config_kwargs(config, pad_id=0, bos_id=1,
-                                                                  eos_id=2)))
+        model = MarianMTModel(MarianConfig(**marian_config_kwargs(config, pad_id=0, bos_id=1, eos_id=2)))
         return model, lambda m, src, tgt: F.cross_entropy(
-            m(input_ids=src, decoder_input_ids=tgt[:, :-1]).logits.reshape(-1, v),
-            tgt[:, 1:].reshape(-1))
+            m(input_ids=src, decoder_input_ids=tgt[:, :-1]).logits.reshape(-1, v), tgt[:, 1:].reshape(-1)
+        )
     if impl == "xt":
         from x_transformers import XTransformer
 
-        model = XTransformer(dim=d, enc_num_tokens=v, enc_depth=L, enc_heads=h,
-                             enc_max_seq_len=s["src"], dec_num_tokens=v, dec_depth=L,
-                             dec_heads=h, dec_max_seq_len=s["tgt"] + 1, tie_token_emb=True,  # it shifts tgt itself
-                             enc_attn_dim_head=d // h, dec_attn_dim_head=d // h,
-                             enc_ff_mult=f // d, dec_ff_mult=f // d)
+        model = XTransformer(
+            dim=d,
+            enc_num_tokens=v,
+            enc_depth=L,
+            enc_heads=h,
+            enc_max_seq_len=s["src"],
+            dec_num_tokens=v,
+            dec_depth=L,
+            dec_heads=h,
+            dec_max_seq_len=s["tgt"] + 1,
+            tie_token_emb=True,  # it shifts tgt itself
+            enc_attn_dim_head=d // h,
+            dec_attn_dim_head=d // h,
+            enc_ff_mult=f // d,
+            dec_ff_mult=f // d,
+        )
         return model, lambda m, src, tgt: m(src, tgt)
     if impl == "torch":
         model = TorchSeq2Seq(v, d, L, h, f)
         return model, lambda m, src, tgt: F.cross_entropy(
-            m(src, tgt[:, :-1]).reshape(-1, v), tgt[:, 1:].reshape(-1))
+            m(src, tgt[:, :-1]).reshape(-1, v), tgt[:, 1:].reshape(-1)
+        )
     raise ValueError(impl)
 
 
@@ -295,12 +340,19 @@ def timed(step: Any, spec: dict[str, Any]) -> list[float]:
     return times
 
 
-def result(spec: dict[str, Any], model: nn.Module | None, times: list[float], items: int,
-           unit: str, flops: float) -> dict[str, Any]:
+def result(
+    spec: dict[str, Any], model: nn.Module | None, times: list[float], items: int, unit: str, flops: float
+) -> dict[str, Any]:
     med = statistics.median(times)
-    return {**spec, "value": items / med, "unit": unit, "step_ms": 1000 * med,
-            "params": n_params(model) if model is not None else 0,
-            "gflops": flops / med / 1e9, "peak_rss_mb": peak_rss_mb()}
+    return {
+        **spec,
+        "value": items / med,
+        "unit": unit,
+        "step_ms": 1000 * med,
+        "params": n_params(model) if model is not None else 0,
+        "gflops": flops / med / 1e9,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 JOBS = {"lm": lm_job, "encdec": encdec_job, "attention": attention_job, "matmul": matmul_job}

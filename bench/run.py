@@ -37,12 +37,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import RESULTS, interleaved, machine, median, paired_ratio, write  # noqa: E402
+from harness import RESULTS, interleaved, machine, median, paired_ratio, write
 
 PEERS = {"lm": ["hf", "xt", "torch"], "encdec": ["hf", "xt", "torch"]}
-IMPL_NAMES = {"fullrank": "fullrank (defaults)", "fullrank_same": "fullrank (PyTorch defaults)",
-              "hf": "Hugging Face transformers", "xt": "x-transformers", "torch": "torch.nn",
-              "explicit": "fullrank explicit attend()"}
+IMPL_NAMES = {
+    "fullrank": "fullrank (defaults)",
+    "fullrank_same": "fullrank (PyTorch defaults)",
+    "hf": "Hugging Face transformers",
+    "xt": "x-transformers",
+    "torch": "torch.nn",
+    "explicit": "fullrank explicit attend()",
+}
 CEILINGS = {"torch": "matmul", "fullrank": "matmul_fullrank"}  # job impl → result name
 ATTENTION_SHAPES = [(8, 32), (16, 32), (32, 32), (8, 64), (8, 128), (8, 256)]
 
@@ -63,24 +68,31 @@ def specs_for(workload: str, threads: int, steps: int) -> dict[str, dict[str, An
         out = dict(matmul)
         for h, dh in ATTENTION_SHAPES:
             for impl in ("fullrank", "explicit"):
-                out[f"{impl} h={h} d_head={dh}"] = {**base, "workload": "attention", "impl": impl,
-                                                     "heads": h, "d_head": dh}
+                out[f"{impl} h={h} d_head={dh}"] = {
+                    **base,
+                    "workload": "attention",
+                    "impl": impl,
+                    "heads": h,
+                    "d_head": dh,
+                }
         return out
     raise ValueError(workload)
 
 
 def table(workload: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, dict]:
     """Markdown rows: medians, GFLOP/s, share of the matmul ceiling, memory, ratio to peers."""
-    ceilings = {name: median(results[name], "gflops") for name in CEILINGS.values()
-                if name in results}
+    ceilings = {name: median(results[name], "gflops") for name in CEILINGS.values() if name in results}
     ceiling = ceilings["matmul"]
     names = [n for n in results if n not in CEILINGS.values()]
     peers = [n for n in names if n in ("hf", "xt", "torch")]
     best_peer = max(peers, key=lambda n: median(results[n]) or 0) if peers else None
     data = {"ceiling_gflops": ceiling, "ceilings_gflops": ceilings, "rows": {}}
     unit = next((r["unit"] for n in names for r in results[n] if "unit" in r), "")
-    lines = [f"| implementation | params | median {unit} | step ms | GFLOP/s | % of its matmul ceiling "
-             f"| peak RSS MB | vs best peer (paired) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| implementation | params | median {unit} | step ms | GFLOP/s | % of its matmul ceiling "
+        f"| peak RSS MB | vs best peer (paired) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for n in names:
         res = results[n]
         value, gflops = median(res), median(res, "gflops")
@@ -92,22 +104,36 @@ def table(workload: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str,
         params = next((r.get("params", 0) for r in res if "error" not in r), 0)
         # each row against the ceiling measured under its own settings
         own = ceilings.get(CEILINGS.get(res[0].get("impl"), ""), ceiling)
-        row = {"value": value, "step_ms": median(res, "step_ms"), "gflops": gflops,
-               "ceiling_share": gflops / own if own else None, "params": params,
-               "peak_rss_mb": median(res, "peak_rss_mb"), "ratio_vs_best_peer": ratio,
-               "rounds": [r.get("value") for r in res]}
+        row = {
+            "value": value,
+            "step_ms": median(res, "step_ms"),
+            "gflops": gflops,
+            "ceiling_share": gflops / own if own else None,
+            "params": params,
+            "peak_rss_mb": median(res, "peak_rss_mb"),
+            "ratio_vs_best_peer": ratio,
+            "rounds": [r.get("value") for r in res],
+        }
         data["rows"][n] = row
-        lines.append(f"| {IMPL_NAMES.get(n, n)} | {params:,} | {value:,.0f} | {row['step_ms']:.1f} "
-                     f"| {gflops:.1f} | {100 * row['ceiling_share']:.0f}% | "
-                     f"{row['peak_rss_mb']:.0f} | {'' if ratio is None else f'{ratio:.2f}×'} |")
+        lines.append(
+            f"| {IMPL_NAMES.get(n, n)} | {params:,} | {value:,.0f} | {row['step_ms']:.1f} "
+            f"| {gflops:.1f} | {100 * row['ceiling_share']:.0f}% | "
+            f"{row['peak_rss_mb']:.0f} | {'' if ratio is None else f'{ratio:.2f}×'} |"
+        )
     data["best_peer"] = best_peer
     fast = ceilings.get("matmul_fullrank")
-    head = (f"## {workload}\n\nmatmul ceiling (2048², forward + backward, same rounds): "
-            f"{ceiling:.1f} GFLOP/s at PyTorch's defaults"
-            + (f", {fast:.1f} under fullrank's defaults (fullrank's rows are given against "
-               f"this one)" if fast is not None else "") + ". "
-            + (f"Best peer: {IMPL_NAMES.get(best_peer, best_peer)}." if best_peer else "")
-            + "\n\n")
+    head = (
+        f"## {workload}\n\nmatmul ceiling (2048², forward + backward, same rounds): "
+        f"{ceiling:.1f} GFLOP/s at PyTorch's defaults"
+        + (
+            f", {fast:.1f} under fullrank's defaults (fullrank's rows are given against this one)"
+            if fast is not None
+            else ""
+        )
+        + ". "
+        + (f"Best peer: {IMPL_NAMES.get(best_peer, best_peer)}." if best_peer else "")
+        + "\n\n"
+    )
     return head + "\n".join(lines) + "\n", data
 
 
@@ -132,12 +158,13 @@ def collect(threads: int) -> str:
         everything["workloads"][workload] = data
     info = machine()
     everything["machine"] = info
-    summary = (f"# fullrank benchmarks\n\n{info.get('cpu')}, {info['cpu_count']} CPUs, "
-               f"{threads} threads, float32; torch {info['torch']}, transformers "
-               f"{info['transformers']}, x-transformers {info['x-transformers']}. Each section "
-               f"gives the date of its run. Ratios are medians of per-round ratios (throughput, "
-               f"> 1 = fullrank faster). {info['cpu_matmul']} (fullrank's defaults).\n\n"
-               + "\n".join(sections))
+    summary = (
+        f"# fullrank benchmarks\n\n{info.get('cpu')}, {info['cpu_count']} CPUs, "
+        f"{threads} threads, float32; torch {info['torch']}, transformers "
+        f"{info['transformers']}, x-transformers {info['x-transformers']}. Each section "
+        f"gives the date of its run. Ratios are medians of per-round ratios (throughput, "
+        f"> 1 = fullrank faster). {info['cpu_matmul']} (fullrank's defaults).\n\n" + "\n".join(sections)
+    )
     write("summary", summary, everything)
     return summary
 
@@ -148,23 +175,34 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per job")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--collect", action="store_true",
-                    help="run nothing; rebuild summary.md from the latest result files")
+    ap.add_argument(
+        "--collect", action="store_true", help="run nothing; rebuild summary.md from the latest result files"
+    )
     args = ap.parse_args()
     if args.collect:
         collect(args.threads)
         print(f"wrote {RESULTS / 'summary.md'}")
         return
     info = machine()
-    print(f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
-          f"transformers {info['transformers']} · x-transformers {info['x-transformers']}")
+    print(
+        f"machine: {info.get('cpu')} · {info['cpu_count']} CPUs · torch {info['torch']} · "
+        f"transformers {info['transformers']} · x-transformers {info['x-transformers']}"
+    )
     print(f"{info['cpu_matmul']} (fullrank's defaults)")
     for workload in args.only:
         print(f"\n== {workload} ({args.rounds} interleaved rounds)")
         if workload == "decode":
-            subprocess.run([sys.executable, str(Path(__file__).with_name("decode.py")),
-                            "--rounds", str(args.rounds), "--threads", str(args.threads)],
-                           check=False)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("decode.py")),
+                    "--rounds",
+                    str(args.rounds),
+                    "--threads",
+                    str(args.threads),
+                ],
+                check=False,
+            )
             continue
         results = interleaved(specs_for(workload, args.threads, args.steps), args.rounds)
         md, data = table(workload, results)

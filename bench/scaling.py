@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import RESULTS, machine, run_job, write  # noqa: E402
+from harness import RESULTS, machine, run_job, write
 
 BASE = dict(vocab=8192, d=256, layers=4, heads=8, d_head=32, d_ff=1024, seq=256, batch=1)
 
@@ -27,8 +27,7 @@ def flops(s: dict[str, int]) -> dict[str, float]:
     """Training FLOPs of one step, split into projections (incl. FFN, vocab) and attention."""
     tokens = s["batch"] * s["seq"]
     inner = s["heads"] * s["d_head"]
-    proj = 6 * tokens * (s["layers"] * (4 * s["d"] * inner + 2 * s["d"] * s["d_ff"])
-                         + s["vocab"] * s["d"])
+    proj = 6 * tokens * (s["layers"] * (4 * s["d"] * inner + 2 * s["d"] * s["d_ff"]) + s["vocab"] * s["d"])
     attn = 12 * s["layers"] * s["batch"] * s["seq"] ** 2 * inner
     return {"projections": proj, "attention": attn, "total": proj + attn}
 
@@ -36,18 +35,33 @@ def flops(s: dict[str, int]) -> dict[str, float]:
 def sweep(points: list[dict[str, int]], threads: int, steps: int) -> list[dict]:
     out = []
     for s in points:
-        res = run_job({"workload": "lm", "impl": "fullrank", "shape": s, "threads": threads,
-                       "steps": steps, "warmup": 2}, timeout=1800)
+        res = run_job(
+            {
+                "workload": "lm",
+                "impl": "fullrank",
+                "shape": s,
+                "threads": threads,
+                "steps": steps,
+                "warmup": 2,
+            },
+            timeout=1800,
+        )
         f = flops(s)
         row = {**s, **{f"flops_{k}": v for k, v in f.items()}}
         if "error" in res:
             row["error"] = res["error"]
         else:
-            row.update(step_ms=res["step_ms"], step_rss_mb=res["step_rss_mb"],
-                       peak_rss_mb=res["peak_rss_mb"], gflops=res["gflops"])
-        print(f"  n={s['seq']:5d} h={s['heads']:3d}: {row.get('step_ms', float('nan')):9.1f} ms, "
-              f"step memory {row.get('step_rss_mb', float('nan')):7.1f} MB, "
-              f"attention share of FLOPs {f['attention'] / f['total']:.0%}")
+            row.update(
+                step_ms=res["step_ms"],
+                step_rss_mb=res["step_rss_mb"],
+                peak_rss_mb=res["peak_rss_mb"],
+                gflops=res["gflops"],
+            )
+        print(
+            f"  n={s['seq']:5d} h={s['heads']:3d}: {row.get('step_ms', float('nan')):9.1f} ms, "
+            f"step memory {row.get('step_rss_mb', float('nan')):7.1f} MB, "
+            f"attention share of FLOPs {f['attention'] / f['total']:.0%}"
+        )
         out.append(row)
     return out
 
@@ -70,8 +84,10 @@ def plot(by_n: list[dict], by_h: list[dict], path: Path) -> None:
         plain_log_ticks(ax.yaxis)
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for ax, rows, key, label in ((axes[0], by_n, "seq", "sequence length n"),
-                                 (axes[1], by_h, "heads", "heads h (d_head 32)")):
+    for ax, rows, key, label in (
+        (axes[0], by_n, "seq", "sequence length n"),
+        (axes[1], by_h, "heads", "heads h (d_head 32)"),
+    ):
         rows = [r for r in rows if "step_ms" in r]
         x = [r[key] for r in rows]
         t = [r["step_ms"] for r in rows]
@@ -112,15 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     by_n = sweep([{**BASE, "seq": n} for n in args.lengths], args.threads, args.steps)
     print("heads sweep (fixed d_head)")
     by_h = sweep([{**BASE, "heads": h} for h in args.heads], args.threads, args.steps)
-    lines = ["| sweep | n | heads | step ms | step memory MB | attention FLOP share | "
-             "ms per GFLOP |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| sweep | n | heads | step ms | step memory MB | attention FLOP share | ms per GFLOP |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, rows in (("n", by_n), ("heads", by_h)):
         for r in rows:
             if "step_ms" in r:
-                lines.append(f"| {name} | {r['seq']} | {r['heads']} | {r['step_ms']:.1f} | "
-                             f"{r['step_rss_mb']:.1f} | "
-                             f"{r['flops_attention'] / r['flops_total']:.0%} | "
-                             f"{r['step_ms'] / (r['flops_total'] / 1e9):.2f} |")
+                lines.append(
+                    f"| {name} | {r['seq']} | {r['heads']} | {r['step_ms']:.1f} | "
+                    f"{r['step_rss_mb']:.1f} | "
+                    f"{r['flops_attention'] / r['flops_total']:.0%} | "
+                    f"{r['step_ms'] / (r['flops_total'] / 1e9):.2f} |"
+                )
     md = "# Scaling of a training step\n\n" + "\n".join(lines) + "\n"
     write("scaling", md, {"machine": machine(), "by_n": by_n, "by_heads": by_h}, args.out)
     plot(by_n, by_h, args.out / "scaling.png")

@@ -37,12 +37,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import RESULTS, machine, write  # noqa: E402
+from harness import RESULTS, machine, write
 
 
 def batches(tok, lines: list[str], size: int) -> list[list[int]]:
     order = sorted(range(len(lines)), key=lambda i: -len(tok.encode(lines[i])))
-    return [order[i:i + size] for i in range(0, len(order), size)]
+    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def run_side(side: str, args: argparse.Namespace) -> dict:
@@ -64,8 +64,11 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
 
         from fullrank.models.convert_hf import marian_config_kwargs, marian_state_dict
 
-        model = MarianMTModel(MarianConfig(**marian_config_kwargs(
-            ckpt.config, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id))).eval()
+        model = MarianMTModel(
+            MarianConfig(
+                **marian_config_kwargs(ckpt.config, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id)
+            )
+        ).eval()
         model.load_state_dict(marian_state_dict(ckpt.model), strict=True)
 
     # each group's longest source, for fullrank's length limit to equal generate's batch-wide
@@ -74,8 +77,16 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
 
     def ours(group: list[int]) -> list[str]:
         sents = [lines[i] for i in group]
-        outs = translate(ckpt.model, tok, sents, beam=args.beam, alpha=args.alpha, a=0.0,
-                         b=longest[id(group)] + 50, batch_size=len(sents))
+        outs = translate(
+            ckpt.model,
+            tok,
+            sents,
+            beam=args.beam,
+            alpha=args.alpha,
+            a=0.0,
+            b=longest[id(group)] + 50,
+            batch_size=len(sents),
+        )
         return [o[0] for o in outs]
 
     def theirs(group: list[int]) -> list[str]:
@@ -84,13 +95,18 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
         src = torch.full((len(ids), width), tok.pad_id)
         for r, x in enumerate(ids):
             src[r, : len(x)] = torch.tensor(x)
-        gen = GenerationConfig(num_beams=args.beam, length_penalty=args.alpha,
-                               early_stopping=True, max_new_tokens=width - 1 + 50,
-                               decoder_start_token_id=tok.bos_id, eos_token_id=tok.eos_id,
-                               pad_token_id=tok.pad_id, do_sample=False)
+        gen = GenerationConfig(
+            num_beams=args.beam,
+            length_penalty=args.alpha,
+            early_stopping=True,
+            max_new_tokens=width - 1 + 50,
+            decoder_start_token_id=tok.bos_id,
+            eos_token_id=tok.eos_id,
+            pad_token_id=tok.pad_id,
+            do_sample=False,
+        )
         with torch.inference_mode():
-            out = model.generate(input_ids=src, attention_mask=src != tok.pad_id,
-                                 generation_config=gen)
+            out = model.generate(input_ids=src, attention_mask=src != tok.pad_id, generation_config=gen)
         return [tok.decode([t for t in row[1:].tolist() if t != tok.pad_id]) for row in out]
 
     workers = args.workers if side == "fullrank_workers" else 1
@@ -101,8 +117,7 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
     with contextlib.ExitStack() as stack:
         if side != "hf":
             stack.enter_context(fast.cpu(ckpt.model, decoding=True))
-        done = fast.map_batches(theirs if side == "hf" else ours, groups, workers,
-                           processes=args.processes)
+        done = fast.map_batches(theirs if side == "hf" else ours, groups, workers, processes=args.processes)
         for group, hyps in zip(groups, done):
             for i, h in zip(group, hyps):
                 outputs[i] = h
@@ -121,12 +136,15 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=1,
-                    help="> 1: also time fullrank decoding this many batches at a time")
-    ap.add_argument("--processes", action="store_true",
-                    help="with --workers: the workers are forked processes, not threads")
-    ap.add_argument("--side", choices=["fullrank", "hf", "fullrank_workers"],
-                    help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--workers", type=int, default=1, help="> 1: also time fullrank decoding this many batches at a time"
+    )
+    ap.add_argument(
+        "--processes",
+        action="store_true",
+        help="with --workers: the workers are forked processes, not threads",
+    )
+    ap.add_argument("--side", choices=["fullrank", "hf", "fullrank_workers"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:
         print(json.dumps(run_side(args.side, args)))
@@ -143,29 +161,34 @@ def main() -> None:
             print(f"round {r + 1} {side}: {res['sentences'] / res['seconds']:.2f} sentences/s")
     rate = {s: statistics.median(x["sentences"] / x["seconds"] for x in v) for s, v in runs.items()}
     # per round: HF's time over fullrank's for the same sentences (> 1 = fullrank faster)
-    paired = statistics.median(h["seconds"] / f["seconds"]
-                               for f, h in zip(runs["fullrank"], runs["hf"]))
-    lines = [f"# Translation speed, trained model ({args.checkpoint})\n",
-             f"{runs['fullrank'][0]['sentences']} sentences of {args.source}, batches of "
-             f"{args.batch} sorted by length, beam {args.beam}, α {args.alpha}, length limit "
-             f"|src|+50, {args.threads} threads, {args.rounds} interleaved rounds.\n",
-             "| side | sentences/s (median) |", "|---|---|",
-             f"| fullrank `translate` | {rate['fullrank']:.2f} |",
-             f"| Hugging Face `generate` (Marian, same weights) | {rate['hf']:.2f} |",
-             f"\nratio of medians {rate['fullrank'] / rate['hf']:.2f}×, median paired ratio "
-             f"{paired:.2f}×."]
+    paired = statistics.median(h["seconds"] / f["seconds"] for f, h in zip(runs["fullrank"], runs["hf"]))
+    lines = [
+        f"# Translation speed, trained model ({args.checkpoint})\n",
+        f"{runs['fullrank'][0]['sentences']} sentences of {args.source}, batches of "
+        f"{args.batch} sorted by length, beam {args.beam}, α {args.alpha}, length limit "
+        f"|src|+50, {args.threads} threads, {args.rounds} interleaved rounds.\n",
+        "| side | sentences/s (median) |",
+        "|---|---|",
+        f"| fullrank `translate` | {rate['fullrank']:.2f} |",
+        f"| Hugging Face `generate` (Marian, same weights) | {rate['hf']:.2f} |",
+        f"\nratio of medians {rate['fullrank'] / rate['hf']:.2f}×, median paired ratio {paired:.2f}×.",
+    ]
     if args.workers > 1:
         work = runs["fullrank_workers"]
         paired_w = statistics.median(h["seconds"] / w["seconds"] for w, h in zip(work, runs["hf"]))
         same_w = work[0]["outputs"] == runs["fullrank"][0]["outputs"]
-        lines[5:5] = [f"| fullrank `translate --workers {args.workers}"
-                      f"{' --processes' if args.processes else ''}` | "
-                      f"{rate['fullrank_workers']:.2f} |"]
-        lines.append(f"\n--workers {args.workers}: ratio of medians "
-                     f"{rate['fullrank_workers'] / rate['hf']:.2f}×, median paired ratio "
-                     f"{paired_w:.2f}× against `generate`; translations "
-                     f"{'identical to' if same_w else 'DIFFERENT from'} fullrank's one batch at "
-                     f"a time.")
+        lines[5:5] = [
+            f"| fullrank `translate --workers {args.workers}"
+            f"{' --processes' if args.processes else ''}` | "
+            f"{rate['fullrank_workers']:.2f} |"
+        ]
+        lines.append(
+            f"\n--workers {args.workers}: ratio of medians "
+            f"{rate['fullrank_workers'] / rate['hf']:.2f}×, median paired ratio "
+            f"{paired_w:.2f}× against `generate`; translations "
+            f"{'identical to' if same_w else 'DIFFERENT from'} fullrank's one batch at "
+            f"a time."
+        )
     if args.ref:
         from fullrank.cli.bleu import target_language
         from fullrank.data.text import read_lines
@@ -174,14 +197,25 @@ def main() -> None:
         refs = read_lines(args.ref)[: len(runs["fullrank"][0]["outputs"])]
         for side in runs:
             b = score(runs[side][0]["outputs"], refs, lang=target_language(args.ref, None) or "en")
-            lines.append(f"\n{side} output: sacreBLEU {b.sacrebleu:.2f}, tokenized lowercased "
-                         f"BLEU {b.tokenized_lowercased:.2f}")
+            lines.append(
+                f"\n{side} output: sacreBLEU {b.sacrebleu:.2f}, tokenized lowercased "
+                f"BLEU {b.tokenized_lowercased:.2f}"
+            )
         same = sum(a == b for a, b in zip(runs["fullrank"][0]["outputs"], runs["hf"][0]["outputs"]))
-        lines.append(f"\nidentical translations: {same} of {len(refs)} (the length penalties "
-                     f"differ: GNMT vs |Y|^α).")
+        lines.append(
+            f"\nidentical translations: {same} of {len(refs)} (the length penalties differ: GNMT vs |Y|^α)."
+        )
     md = "\n".join(lines) + "\n"
-    write("translate-speed", md, {"machine": machine(), "rates": rate, "paired_ratio": paired,
-                                  "seconds": {s: [x["seconds"] for x in v] for s, v in runs.items()}})
+    write(
+        "translate-speed",
+        md,
+        {
+            "machine": machine(),
+            "rates": rate,
+            "paired_ratio": paired,
+            "seconds": {s: [x["seconds"] for x in v] for s, v in runs.items()},
+        },
+    )
     print(md)
     print(f"wrote {RESULTS / 'translate-speed.md'}")
 
