@@ -25,7 +25,7 @@ def main() -> None:
     segments = ckpt.model.embed.segments.weight
     with torch.no_grad():
         segments[1].copy_(segments[0])
-    meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "model", "optimizer", "loop")}
+    meta = {k: v for k, v in ckpt.meta.items() if k != "loop"}
     print(write_checkpoint(args.out, ckpt.model, ckpt.config, ckpt.tokenizer, meta))
 
 

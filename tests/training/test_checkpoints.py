@@ -282,6 +282,17 @@ def test_an_existing_directory_is_replaced_only_if_it_is_a_checkpoint(tmp_path):
     assert read_meta(first)["n"] == 2 and not list(tmp_path.glob(".*"))
 
 
+def test_a_checkpoint_made_from_another_writes_its_own_format_model_and_files(tmp_path):
+    model, cfg = tiny_lm()
+    first = write_checkpoint(tmp_path / "a", model, cfg, None, {"task": "lm"})
+    stale = {**read_meta(first), "model": {"d_model": 1}, "optimizer": {"steps": 9}, "format": 0}
+    second = read_meta(write_checkpoint(tmp_path / "b", model, cfg, None, stale))
+    assert second["model"] == read_meta(first)["model"] and second["format"] == read_meta(first)["format"]
+    assert "optimizer" not in second and second["task"] == "lm"
+    assert set(second["files"]) == {MODEL_FILE}
+    load_checkpoint(tmp_path / "b")  # the checksums are the new files'
+
+
 def test_resume_passes_over_unreadable_checkpoints(tmp_path):
     model, cfg = tiny_lm()
     opt = make_optimizer(model, TrainConfig())

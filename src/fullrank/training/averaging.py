@@ -112,6 +112,6 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *, replace
     # write the mean into the model (each stored tensor once; aliases share its storage)
     for k, v in total.items():
         state[k].copy_((v / len(dirs)).to(state[k].dtype))
-    meta = {k: v for k, v in first.meta.items() if k not in ("format", "model", "optimizer")}
+    meta = dict(first.meta)
     meta["averaged"] = [str(d) for d in dirs]
     return write_checkpoint(Path(out), model, first.config, first.tokenizer, meta, replace=replace)

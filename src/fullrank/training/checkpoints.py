@@ -384,6 +384,10 @@ def remove_temporaries(root: Path) -> list[Path]:
     return stale
 
 
+# the entries of meta.json that write_checkpoint writes itself
+_WRITTEN_META = ("format", "model", "optimizer", "files")
+
+
 def write_checkpoint(
     path: Path,
     model: nn.Module,
@@ -397,7 +401,9 @@ def write_checkpoint(
 ) -> Path:
     """Write a complete checkpoint directory at ``path`` atomically (temporary name, fsync,
     rename). ``meta`` is stored in ``meta.json`` with the model config and the size and SHA-256
-    of every other file added. ``full``: the model and optimizer state dicts gathered from a
+    of every other file added; its own ``format``, ``model``, ``optimizer`` and ``files``
+    entries, if any (the meta of the checkpoint a new one is made from), give way to this
+    checkpoint's. ``full``: the model and optimizer state dicts gathered from a
     sharded run, written instead of ``model``'s and ``optimizer``'s own (the files are the
     same either way).
 
@@ -416,7 +422,8 @@ def write_checkpoint(
         )
     tmp = temporary_directory(path)
     save_weights(model, tmp / MODEL_FILE, full[0] if full is not None else None)
-    full_meta = {"format": FORMAT, "model": config_to_dict(config), **meta}
+    carried = {k: v for k, v in meta.items() if k not in _WRITTEN_META}
+    full_meta = {"format": FORMAT, "model": config_to_dict(config), **carried}
     if optimizer is not None:
         tensors, info = _optimizer_tensors(full[1] if full is not None else optimizer.state_dict())
         tensors.update(_rng_tensors())
