@@ -25,8 +25,7 @@ def main() -> None:
     segments = ckpt.model.embed.segments.weight
     with torch.no_grad():
         segments[1].copy_(segments[0])
-    meta = {k: v for k, v in ckpt.meta.items() if k != "loop"}
-    print(write_checkpoint(args.out, ckpt.model, ckpt.config, ckpt.tokenizer, meta))
+    print(write_checkpoint(args.out, ckpt.model, ckpt.config, ckpt.tokenizer, ckpt.meta))
 
 
 if __name__ == "__main__":

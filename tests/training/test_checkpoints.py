@@ -286,9 +286,10 @@ def test_a_checkpoint_made_from_another_writes_its_own_format_model_and_files(tm
     model, cfg = tiny_lm()
     first = write_checkpoint(tmp_path / "a", model, cfg, None, {"task": "lm"})
     stale = {**read_meta(first), "model": {"d_model": 1}, "optimizer": {"steps": 9}, "format": 0}
+    stale["loop"] = {"step": 9}
     second = read_meta(write_checkpoint(tmp_path / "b", model, cfg, None, stale))
     assert second["model"] == read_meta(first)["model"] and second["format"] == read_meta(first)["format"]
-    assert "optimizer" not in second and second["task"] == "lm"
+    assert "optimizer" not in second and "loop" not in second and second["task"] == "lm"
     assert set(second["files"]) == {MODEL_FILE}
     load_checkpoint(tmp_path / "b")  # the checksums are the new files'
 

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint(source)
     model = widen(ckpt.model, args.d_head, args.d_value, zero_init=args.zero_init)
     config: ModelConfig = getattr(model, "config")
-    meta = {k: v for k, v in ckpt.meta.items() if k != "loop"}  # a new model: no training state
+    meta = dict(ckpt.meta)
     if "experiment" in meta:  # keep the stored experiment consistent with the new model
         meta["experiment"] = copy.deepcopy(meta["experiment"])
         model_fields = config_to_dict(config)

@@ -384,8 +384,10 @@ def remove_temporaries(root: Path) -> list[Path]:
     return stale
 
 
-# the entries of meta.json that write_checkpoint writes itself
+# the entries of meta.json that write_checkpoint writes itself, and the training loop's state,
+# which holds only beside the optimizer state it was saved with
 _WRITTEN_META = ("format", "model", "optimizer", "files")
+_TRAINING_META = ("loop",)
 
 
 def write_checkpoint(
@@ -403,9 +405,9 @@ def write_checkpoint(
     rename). ``meta`` is stored in ``meta.json`` with the model config and the size and SHA-256
     of every other file added; its own ``format``, ``model``, ``optimizer`` and ``files``
     entries, if any (the meta of the checkpoint a new one is made from), give way to this
-    checkpoint's. ``full``: the model and optimizer state dicts gathered from a
-    sharded run, written instead of ``model``'s and ``optimizer``'s own (the files are the
-    same either way).
+    checkpoint's, and its ``loop`` is kept only with an ``optimizer``. ``full``: the model and
+    optimizer state dicts gathered from a sharded run, written instead of ``model``'s and
+    ``optimizer``'s own (the files are the same either way).
 
     An existing ``path`` is replaced only with ``replace`` and only if it is a checkpoint
     directory (or a training run's own ``step-N``); anything else there is an error.
@@ -422,7 +424,8 @@ def write_checkpoint(
         )
     tmp = temporary_directory(path)
     save_weights(model, tmp / MODEL_FILE, full[0] if full is not None else None)
-    carried = {k: v for k, v in meta.items() if k not in _WRITTEN_META}
+    dropped = _WRITTEN_META if optimizer is not None else _WRITTEN_META + _TRAINING_META
+    carried = {k: v for k, v in meta.items() if k not in dropped}
     full_meta = {"format": FORMAT, "model": config_to_dict(config), **carried}
     if optimizer is not None:
         tensors, info = _optimizer_tensors(full[1] if full is not None else optimizer.state_dict())
