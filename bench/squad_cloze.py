@@ -131,7 +131,7 @@ def article_paragraphs(sentences: Sequence[str], aid: int, rng: random.Random) -
                 index.setdefault(tuple(plow[k : k + n]), []).append(k)
         others = [i for h, other in enumerate(groups) if h != g for i in other]
         rng.shuffle(others)
-        qas = []
+        qas: list[dict] = []
         for i in others[:TRIES]:
             sentence = split[i]
             if not 6 <= len(sentence) <= 40:
@@ -161,7 +161,7 @@ def cloze_file(corpora: Sequence[str], articles: int, seed: int = 0) -> dict:
     """A SQuAD v1.1 file of cloze questions from the first ``articles`` articles of each corpus
     (WikiExtractor format)."""
     rng = random.Random(seed)
-    data = []
+    data: list[dict] = []
     for corpus in corpora:
         for a, doc in enumerate(iter_documents(corpus, "wikiextractor")):
             if a == articles:
