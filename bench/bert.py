@@ -93,11 +93,12 @@ def fullrank_step(workload: str, s: dict[str, int], x: dict[str, Any]):
     from fullrank.training.tasks import MaskedLMWithNSP, SequenceClassification, SpanExtraction
 
     task_name, p = task_of(workload), DROPOUT.get(workload, 0.0)
-    heads = {
+    heads_of: dict[str, dict[str, Any]] = {
         "pretrain": dict(),
         "classify": dict(pretraining_heads=False, n_classes=3),
         "qa": dict(pretraining_heads=False, span_head=True),
-    }[task_name]
+    }
+    heads = heads_of[task_name]
     model = Encoder(
         EncoderConfig(
             vocab_size=s["vocab"],
@@ -113,6 +114,7 @@ def fullrank_step(workload: str, s: dict[str, int], x: dict[str, Any]):
         )
     )
     inputs = EncoderInputs(x["tokens"], x["segments"], x["mask"])
+    b: PretrainingBatch | ClassificationBatch | SpanBatch
     if task_name == "pretrain":
         index = (x["positions"] + s["seq"] * __import__("torch").arange(s["batch"])[:, None]).reshape(-1)
         b = PretrainingBatch(
@@ -136,7 +138,7 @@ def hf_step(workload: str, s: dict[str, int], x: dict[str, Any]):
     import transformers
 
     task_name, p = task_of(workload), DROPOUT.get(workload, 0.0)
-    cfg = transformers.BertConfig(
+    cfg = transformers.BertConfig(  # type: ignore[call-arg]  # typed signature omits its **kwargs, num_labels
         vocab_size=s["vocab"],
         hidden_size=s["d"],
         num_hidden_layers=s["layers"],
@@ -149,6 +151,7 @@ def hf_step(workload: str, s: dict[str, int], x: dict[str, Any]):
         attn_implementation="sdpa",
     )
     kw = dict(input_ids=x["tokens"], token_type_ids=x["segments"], attention_mask=x["mask"].long())
+    model: transformers.BertPreTrainedModel
     if task_name == "pretrain":
         model = transformers.BertForPreTraining(cfg)
         labels = torch.full_like(x["tokens"], -100).scatter(1, x["positions"], x["mlm_labels"])
@@ -180,7 +183,7 @@ def job(spec: dict[str, Any]) -> dict[str, Any]:
     model, loss_fn = build(spec["workload"], s, x)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if spec["impl"] == "fullrank" else None)
 
-    precision = contextlib.nullcontext()
+    precision: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if spec.get("precision") == "bf16":  # autocast, master weights float32: `train.precision=bf16`
         precision = torch.autocast("cpu", dtype=torch.bfloat16)
 

@@ -17,6 +17,7 @@ token cache under ``--cache``).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
@@ -69,6 +70,11 @@ def main() -> None:
 
     torch.set_num_threads(1)
     tok = load_checkpoint(a.checkpoints[0]).tokenizer
+    if tok is None:
+        sys.exit(f"{a.checkpoints[0]}: the checkpoint has no tokenizer")
+    assert (
+        tok.cls_id is not None and tok.sep_id is not None and tok.mask_id is not None
+    )  # a wordpiece tokenizer's
     docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
     valid = PretrainingBatches(
         make_segments(docs, max_seq_len=128, seed=0),

@@ -47,7 +47,7 @@ def steps(workload: str, stack: contextlib.ExitStack) -> dict[str, Callable[[], 
 
     from fullrank import fast
 
-    out = {}
+    out: dict[str, Callable[[], None]] = {}
     for impl, build in (("fullrank", fullrank_step), ("Hugging Face", hf_step)):
         torch.manual_seed(0)
         model, loss_fn = build(workload, SHAPE, batch(SHAPE))

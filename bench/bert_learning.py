@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import math
 import sys
@@ -38,12 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import machine, write
 
-from fullrank.data.bert_pretraining import PretrainingBatches, make_instances, masking_rule
+from fullrank.data.bert_pretraining import Instances, PretrainingBatches, make_instances, masking_rule
 from fullrank.data.document_cache import tokenize_documents
 from fullrank.data.documents import read_documents
 from fullrank.models.encoder import Encoder, EncoderConfig
 from fullrank.recipes.bert import train_wordpiece
 from fullrank.recipes.config import load_experiment
+from fullrank.recipes.encoder_data import PretrainData
 from fullrank.training.optim import make_optimizer
 from fullrank.training.schedules import make_schedule
 from fullrank.training.tasks import MaskedLMWithNSP
@@ -72,7 +74,7 @@ def hf_model(cfg: EncoderConfig) -> tuple[torch.nn.Module, Loss, Evaluate]:
     from transformers import BertConfig, BertForPreTraining
 
     m = BertForPreTraining(
-        BertConfig(
+        BertConfig(  # type: ignore[call-arg]  # typed signature omits its **kwargs, attn_implementation
             vocab_size=cfg.vocab_size,
             hidden_size=cfg.d_model,
             num_hidden_layers=cfg.n_layers,
@@ -168,6 +170,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     exp = load_experiment(args.config, args.set)
     data, cfg = exp.data, exp.train
+    if not isinstance(data, PretrainData) or data.valid is None:
+        sys.exit(f"{args.config}: not a `task: bert` config with data.valid")
     args.lr = args.lr or cfg.lr
     # the recipe's optimiser and schedule, over --steps with a 10% warm-up
     args.train = dataclasses.replace(cfg, steps=args.steps, lr=args.lr, warmup=max(1, args.steps // 10))
@@ -178,17 +182,17 @@ def main() -> None:
         **{k: v for k, v in exp.model.items() if k in EncoderConfig.__dataclass_fields__},
     )
 
-    def pairs(name: str) -> list:
+    def pairs(name: str) -> Instances:
         docs = read_documents(data.path(name), data.corpus_format)
         corpus = tokenize_documents(docs, tok, skip_short=data.short_documents == "skip")
         return make_instances(corpus, max_seq_len=model_cfg.seq_len, seed=cfg.seed)
 
     rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
-    ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
-    train = PretrainingBatches(
-        pairs(data.train), rule, batch_size=cfg.batch_size, seed=cfg.seed, masking=data.masking, **ids
-    )
-    valid = PretrainingBatches(pairs(data.valid), rule, batch_size=64, masking="static", **ids)
+    cls_id, sep_id, pad_id = tok.cls_id, tok.sep_id, tok.pad_id
+    assert cls_id is not None and sep_id is not None  # a wordpiece tokenizer's
+    batches = functools.partial(PretrainingBatches, cls_id=cls_id, sep_id=sep_id, pad_id=pad_id)
+    train = batches(pairs(data.train), rule, batch_size=cfg.batch_size, seed=cfg.seed, masking=data.masking)
+    valid = batches(pairs(data.valid), rule, batch_size=64, masking="static")
     results = {}
     for name, build in (("fullrank", fullrank_model), ("hf", hf_model)):
         torch.manual_seed(args.seed)

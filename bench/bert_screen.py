@@ -53,13 +53,16 @@ def run(a: argparse.Namespace) -> None:
     tok = Tokenizer.load(a.vocab)
     train_docs = cached_documents(DATA / "train_*.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
     valid_docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
-    ids = dict(cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
+    cls_id, sep_id, pad_id = tok.cls_id, tok.sep_id, tok.pad_id
+    assert cls_id is not None and sep_id is not None  # a wordpiece tokenizer's
     train = PretrainingBatches(
         make_segments(train_docs, max_seq_len=a.seq, seed=0),
         masking_rule(tok, mlm_prob=0.15, max_predictions=math.ceil(0.15 * a.seq) + 1),
         batch_size=64,
         seed=0,
-        **ids,
+        cls_id=cls_id,
+        sep_id=sep_id,
+        pad_id=pad_id,
     )
     valid = PretrainingBatches(
         make_segments(valid_docs, max_seq_len=a.seq, seed=0),
@@ -67,7 +70,9 @@ def run(a: argparse.Namespace) -> None:
         batch_size=64,
         seed=0,
         masking="static",
-        **ids,
+        cls_id=cls_id,
+        sep_id=sep_id,
+        pad_id=pad_id,
     )
     cfg = EncoderConfig(
         vocab_size=tok.vocab_size,

@@ -9,10 +9,12 @@ pairs (MNLI, SQuAD) suffers from the untrained row.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 
+from fullrank.models.encoder import Encoder
 from fullrank.training.checkpoints import load_checkpoint, resolve, write_checkpoint
 
 
@@ -22,6 +24,8 @@ def main() -> None:
     ap.add_argument("out", type=Path, help="the new checkpoint directory (must not exist)")
     args = ap.parse_args()
     ckpt = load_checkpoint(resolve(args.run))
+    if not isinstance(ckpt.model, Encoder) or ckpt.model.embed.segments is None:
+        sys.exit(f"{args.run}: not a BERT checkpoint with segment embeddings")
     segments = ckpt.model.embed.segments.weight
     with torch.no_grad():
         segments[1].copy_(segments[0])

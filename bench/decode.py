@@ -86,8 +86,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from transformers import MarianMTModel
+
+    from fullrank.models import EncoderDecoder
 
 PAD, BOS, EOS = 0, 1, 2
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -142,7 +150,7 @@ def trainable(model: torch.nn.Module) -> int:
 
 
 # --------------------------------------------------------------------------------- fullrank side
-def fullrank_model(s: Setup) -> torch.nn.Module:
+def fullrank_model(s: Setup) -> EncoderDecoder:
     from fullrank.models import EncoderDecoder, EncoderDecoderConfig
 
     torch.manual_seed(s.seed)
@@ -158,7 +166,7 @@ def fullrank_model(s: Setup) -> torch.nn.Module:
 
 
 def fullrank_decode(
-    model: torch.nn.Module,
+    model: EncoderDecoder,
     batches: list[torch.Tensor],
     s: Setup,
     mode: str,
@@ -190,7 +198,7 @@ def fullrank_decode(
 
 
 # ------------------------------------------------------------------------------ Hugging Face side
-def hf_model(s: Setup) -> torch.nn.Module:
+def hf_model(s: Setup) -> MarianMTModel:
     """A ``MarianMTModel`` computing the same function as :func:`fullrank_model` (its weights
     copied over), so both sides decode the same model."""
     from transformers import MarianConfig, MarianMTModel
@@ -205,7 +213,7 @@ def hf_model(s: Setup) -> torch.nn.Module:
     return model.eval()
 
 
-def hf_decode(model: torch.nn.Module, batches: list[torch.Tensor], s: Setup, mode: str) -> list[list[int]]:
+def hf_decode(model: MarianMTModel, batches: list[torch.Tensor], s: Setup, mode: str) -> list[list[int]]:
     from transformers import GenerationConfig
 
     gen = GenerationConfig(
@@ -269,19 +277,21 @@ def worker(side: str, s: Setup) -> dict:
     if side == WORKERS:  # cut as `fullrank translate --workers` cuts a file's lines
         from fullrank.fast import plan_batches
 
-        src = list(plan_batches(torch.cat(src), s.batch, s.workers))
+        # a tensor slices as a sequence of its rows, each batch a tensor
+        rows = cast("Sequence[torch.Tensor]", torch.cat(src))
+        src = list(cast("list[torch.Tensor]", plan_batches(rows, s.batch, s.workers)))
     model = hf_model(s) if side == "hf" else fullrank_model(s)
     compiled = None
     if side == COMPILED:
         from fullrank.inference import compiled_decode
 
-        compiled = compiled_decode(model)
+        compiled = compiled_decode(cast("EncoderDecoder", model))  # fullrank's side
 
     def decode(model: torch.nn.Module, src: list[torch.Tensor], s: Setup, mode: str) -> list[list[int]]:
         if side == "hf":
-            return hf_decode(model, src, s, mode)
+            return hf_decode(cast("MarianMTModel", model), src, s, mode)
         return fullrank_decode(
-            model,
+            cast("EncoderDecoder", model),
             src,
             s,
             mode,

@@ -268,7 +268,7 @@ def long_heads(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
                 backends = list(BACKENDS.values()) if name == "fullrank" else [BACKENDS[name]]
 
                 step = functools.partial(_attention_step, fn, backends, q, k, v, g)
-                row = {"seq": n, "n_heads": h, "d_head": dh, "kernel": name}
+                row: dict[str, Any] = {"seq": n, "n_heads": h, "d_head": dh, "kernel": name}
                 try:
                     before = reset_peak(device)
                     ms = 1e3 * statistics.median(timed(step, device, warmup=2, iters=5))

@@ -56,7 +56,7 @@ def lm_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
         from fullrank.models import DecoderLM, DecoderLMConfig
         from fullrank.training.tasks import LanguageModeling
 
-        model = DecoderLM(
+        model: nn.Module = DecoderLM(
             DecoderLMConfig(
                 vocab_size=v,
                 d_model=d,
@@ -76,7 +76,7 @@ def lm_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
     if impl == "hf":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        cfg = GPT2Config(
+        cfg = GPT2Config(  # type: ignore[call-arg]  # typed signature omits its **kwargs, attn_implementation
             vocab_size=v,
             n_positions=t,
             n_embd=d,
@@ -186,9 +186,9 @@ def encdec_model(impl: str, s: dict[str, int]) -> tuple[nn.Module, Any]:
         from fullrank.models import EncoderDecoder
         from fullrank.training.losses import linear_cross_entropy
 
-        model = EncoderDecoder(config)
+        model: nn.Module = EncoderDecoder(config)
 
-        def loss(m: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        def loss(m: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
             # what the Translation task computes, for a batch without padding (no masks)
             h = m(src, tgt[:, :-1], hidden_only=True)
             return _mean(linear_cross_entropy(h, m.output_weight, tgt[:, 1:]))
@@ -241,6 +241,7 @@ class TorchSeq2Seq(nn.Module):
         from fullrank.layers.embeddings import sinusoidal_table
 
         self.emb = nn.Embedding(v, d)
+        self.pe: torch.Tensor
         self.register_buffer("pe", sinusoidal_table(256, d), persistent=False)
         self.core = nn.Transformer(d, h, layers, layers, f, dropout=0.0, batch_first=True)
         self.scale = math.sqrt(d)

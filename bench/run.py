@@ -86,7 +86,7 @@ def table(workload: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str,
     names = [n for n in results if n not in CEILINGS.values()]
     peers = [n for n in names if n in ("hf", "xt", "torch")]
     best_peer = max(peers, key=lambda n: median(results[n]) or 0) if peers else None
-    data = {"ceiling_gflops": ceiling, "ceilings_gflops": ceilings, "rows": {}}
+    data: dict[str, Any] = {"ceiling_gflops": ceiling, "ceilings_gflops": ceilings, "rows": {}}
     unit = next((r["unit"] for n in names for r in results[n] if "unit" in r), "")
     lines = [
         f"| implementation | params | median {unit} | step ms | GFLOP/s | % of its matmul ceiling "
@@ -100,11 +100,12 @@ def table(workload: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str,
             err = next((r["error"] for r in res if "error" in r), "failed")
             lines.append(f"| {IMPL_NAMES.get(n, n)} | — | error: {err} | | | | | |")
             continue
+        assert gflops is not None  # a job that measured a value measured its GFLOP/s
         ratio = paired_ratio(res, results[best_peer]) if best_peer and n not in peers else None
         params = next((r.get("params", 0) for r in res if "error" not in r), 0)
         # each row against the ceiling measured under its own settings
-        own = ceilings.get(CEILINGS.get(res[0].get("impl"), ""), ceiling)
-        row = {
+        own = ceilings.get(CEILINGS.get(res[0].get("impl", ""), ""), ceiling)
+        row: dict[str, Any] = {
             "value": value,
             "step_ms": median(res, "step_ms"),
             "gflops": gflops,
@@ -143,7 +144,8 @@ WORKLOADS = ["lm_s", "lm_m", "encdec", "attention", "decode"]
 def collect(threads: int) -> str:
     """``summary.md``/``.json`` from every workload's latest result file, each section dated
     (``--only`` re-runs some workloads; the others keep their last run)."""
-    sections, everything = [], {"workloads": {}}
+    sections: list[str] = []
+    everything: dict[str, Any] = {"workloads": {}}
     for workload in WORKLOADS:
         name = "decode-multi30k" if workload == "decode" else workload
         md, js = RESULTS / f"{name}.md", RESULTS / f"{name}.json"

@@ -48,6 +48,8 @@ def score(run: Path, n: int, seed: int) -> dict[str, float | str]:
         rng.sample(test_all, min(n, len(test_all))),
     )
     ckpt = load_checkpoint(run)
+    if ckpt.tokenizer is None:
+        sys.exit(f"{run}: the checkpoint has no tokenizer")
     cpu = torch.device("cpu")
     seq_len = ckpt.config.seq_len
     fit, _ = evaluate_questions(ckpt.model, train_q, ckpt.tokenizer, data, seq_len, cpu, 64)

@@ -56,6 +56,8 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
         fast.keep_freed_memory()  # as the `fullrank` command does
     ckpt = load_checkpoint(args.checkpoint)
     tok = ckpt.tokenizer
+    if tok is None:
+        sys.exit(f"{args.checkpoint}: the checkpoint has no tokenizer")
     lines = [x for x in read_lines(args.source)][: args.sentences]
     groups = batches(tok, lines, args.batch)
     outputs: list[str] = [""] * len(lines)
@@ -63,7 +65,9 @@ def run_side(side: str, args: argparse.Namespace) -> dict:
         from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
         from fullrank.models.convert_hf import marian_config_kwargs, marian_state_dict
+        from fullrank.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 
+        assert isinstance(ckpt.config, EncoderDecoderConfig) and isinstance(ckpt.model, EncoderDecoder)
         model = MarianMTModel(
             MarianConfig(
                 **marian_config_kwargs(ckpt.config, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id)
