@@ -11,6 +11,10 @@ answer is the run in the passage. No labels: the questions come from the corpus 
 
     python bench/squad_cloze.py RUN CORPUS [CORPUS …] [--articles 4000] [--steps 4000]
         [--seeds 0 1 2] [--threads 2] [--out-dir runs/squad_cloze]
+    python bench/squad_cloze.py RUN --questions runs/squad_cloze/cloze.json --scratch …
+
+``--scratch`` runs the cloze stage from the run's architecture with random weights (no masked-LM
+pre-training); ``--questions`` reuses a cloze file made before.
 
 Writes ``OUT/cloze.json`` (SQuAD v1.1 format; every 40th article is its test part) and prints a
 table: the cloze test part after stage one, SQuAD without SQuAD training (zero-shot) and SQuAD
@@ -182,7 +186,9 @@ def train(overrides: list[str], out: Path, name: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="a BERT pre-training run (train.init_from)")
-    ap.add_argument("corpora", nargs="+", help="WikiExtractor files for the questions")
+    ap.add_argument("corpora", nargs="*", help="WikiExtractor files for the questions")
+    ap.add_argument("--questions", type=Path, help="a cloze file made before, instead of corpora")
+    ap.add_argument("--scratch", action="store_true", help="the cloze stage from the run's random weights")
     ap.add_argument("--articles", type=int, default=4000, help="articles read from each corpus")
     ap.add_argument("--steps", type=int, default=4000, help="cloze fine-tuning steps")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="SQuAD fine-tuning seeds")
@@ -191,10 +197,18 @@ def main() -> None:
     args = ap.parse_args()
     out = args.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if bool(args.corpora) == bool(args.questions):
+        sys.exit("give WikiExtractor corpora or --questions FILE, not both")
     t0 = time.perf_counter()
-    data = cloze_file(args.corpora, args.articles)
+    questions = out / "cloze.json"
+    if args.questions:
+        data = json.loads(args.questions.read_text(encoding="utf-8"))
+        if args.questions.resolve() != questions:
+            questions.write_text(json.dumps(data), encoding="utf-8")
+    else:
+        data = cloze_file(args.corpora, args.articles)
+        questions.write_text(json.dumps(data), encoding="utf-8")
     qs = sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])
-    (out / "cloze.json").write_text(json.dumps(data), encoding="utf-8")
     print(f"cloze questions: {qs:,} from {len(data['data']):,} articles in {time.perf_counter() - t0:.0f} s")
     common = [f"train.threads={args.threads}"]
     stage = train(
@@ -202,7 +216,7 @@ def main() -> None:
             *common, f"train.init_from={args.run.resolve()}", f"data.root={out}", "data.train=cloze.json",
             "data.test_every=40", "data.eval_questions=500", f"train.steps={args.steps}",
             f"train.warmup={args.steps // 10}", f"train.eval_every={args.steps // 4}",
-            f"train.save_every={args.steps}",
+            f"train.save_every={args.steps}", *(["train.init_weights=false"] if args.scratch else []),
         ],
         out, "cloze",
     )  # fmt: skip
