@@ -15,6 +15,7 @@ probes (``--vocab``, ``--cache``).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 from pathlib import Path
@@ -53,26 +54,20 @@ def run(a: argparse.Namespace) -> None:
     tok = Tokenizer.load(a.vocab)
     train_docs = cached_documents(DATA / "train_*.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
     valid_docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
-    cls_id, sep_id, pad_id = tok.cls_id, tok.sep_id, tok.pad_id
-    assert cls_id is not None and sep_id is not None  # a wordpiece tokenizer's
-    train = PretrainingBatches(
+    assert tok.cls_id is not None and tok.sep_id is not None  # a wordpiece tokenizer's
+    batches = functools.partial(PretrainingBatches, cls_id=tok.cls_id, sep_id=tok.sep_id, pad_id=tok.pad_id)
+    train = batches(
         make_segments(train_docs, max_seq_len=a.seq, seed=0),
         masking_rule(tok, mlm_prob=0.15, max_predictions=math.ceil(0.15 * a.seq) + 1),
         batch_size=64,
         seed=0,
-        cls_id=cls_id,
-        sep_id=sep_id,
-        pad_id=pad_id,
     )
-    valid = PretrainingBatches(
+    valid = batches(
         make_segments(valid_docs, max_seq_len=a.seq, seed=0),
         masking_rule(tok, mlm_prob=0.15, max_predictions=math.ceil(0.15 * a.seq)),
         batch_size=64,
         seed=0,
         masking="static",
-        cls_id=cls_id,
-        sep_id=sep_id,
-        pad_id=pad_id,
     )
     cfg = EncoderConfig(
         vocab_size=tok.vocab_size,

@@ -85,12 +85,14 @@ def passages(sentences: Sequence[str]) -> list[list[int]]:
     return out
 
 
-def best_run(sentence: list[Word], passage: list[Word], index: dict[tuple[str, ...], list[int]]) -> Any:
+def best_run(
+    sentence: list[Word], passage: list[Word], plow: list[str], index: dict[tuple[str, ...], list[int]]
+) -> Any:
     """``(shared, a, length, k)``: the run of names at ``sentence[a:a+length]`` found once, as a
     maximal run, at ``passage[k]``, with the most content words shared near it; ``None`` if none
-    shares ``MIN_SHARED``."""
+    shares ``MIN_SHARED``. ``plow``: the passage's words in lower case; ``index``: where each run
+    of up to ``MAX_RUN`` of them starts."""
     low = [w.lower() for w, _, _ in sentence]
-    plow = [w.lower() for w, _, _ in passage]
     best = None
     a = 0
     while a < len(sentence):
@@ -140,7 +142,7 @@ def article_paragraphs(sentences: Sequence[str], aid: int, rng: random.Random) -
             sentence = split[i]
             if not 6 <= len(sentence) <= 40:
                 continue
-            found = best_run(sentence, passage, index)
+            found = best_run(sentence, passage, plow, index)
             if found is None:
                 continue
             _, a, n, k = found
@@ -198,14 +200,13 @@ def main() -> None:
     out = args.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     if bool(args.corpora) == bool(args.questions):
-        sys.exit("give WikiExtractor corpora or --questions FILE, not both")
+        sys.exit("give either WikiExtractor corpora or --questions FILE (one of the two)")
     t0 = time.perf_counter()
-    questions = out / "cloze.json"
     if args.questions:
-        data = json.loads(args.questions.read_text(encoding="utf-8"))
-        if args.questions.resolve() != questions:
-            questions.write_text(json.dumps(data), encoding="utf-8")
+        questions = args.questions.resolve()
+        data = json.loads(questions.read_text(encoding="utf-8"))
     else:
+        questions = out / "cloze.json"
         data = cloze_file(args.corpora, args.articles)
         questions.write_text(json.dumps(data), encoding="utf-8")
     qs = sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])
@@ -213,7 +214,8 @@ def main() -> None:
     common = [f"train.threads={args.threads}"]
     stage = train(
         [
-            *common, f"train.init_from={args.run.resolve()}", f"data.root={out}", "data.train=cloze.json",
+            *common, f"train.init_from={args.run.resolve()}", f"data.root={questions.parent}",
+            f"data.train={questions.name}",
             "data.test_every=40", "data.eval_questions=500", f"train.steps={args.steps}",
             f"train.warmup={args.steps // 10}", f"train.eval_every={args.steps // 4}",
             f"train.save_every={args.steps}", *(["train.init_weights=false"] if args.scratch else []),
