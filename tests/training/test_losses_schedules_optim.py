@@ -69,6 +69,39 @@ def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_row
     torch.testing.assert_close(grads[1], w.grad, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("eps,ignore", [(0.0, None), (0.1, 0), (0.2, 3)])
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_evaluation_in_chunks_equals_the_plain_path(eps, ignore, chunk_rows, with_bias):
+    h = torch.randn(3, 11, 24, dtype=torch.float64)
+    w = torch.randn(37, 24, dtype=torch.float64)
+    b = torch.randn(37, dtype=torch.float64) if with_bias else None
+    target = torch.randint(0, 37, (3, 11))
+    target[1, 5:] = 0
+    with torch.no_grad():
+        out = linear_cross_entropy(
+            h, w, target, bias=b, epsilon=eps, ignore_index=ignore, chunk_bytes=chunk_rows * 37 * 4
+        )
+        logits = h @ w.T + (b if b is not None else 0)
+        plain = label_smoothed_cross_entropy(logits, target, epsilon=eps, ignore_index=ignore)
+    assert out.loss.dtype == torch.float64 and out.loss.grad_fn is None
+    torch.testing.assert_close(out.loss, plain.loss, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.nll, plain.nll, rtol=1e-12, atol=1e-12)
+    assert int(out.n_tokens) == int(plain.n_tokens)
+
+
+def test_evaluation_in_chunks_under_bfloat16_autocast_and_of_no_rows():
+    h, w, t = torch.randn(50, 32), torch.randn(500, 32), torch.randint(0, 500, (50,))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=7 * 500 * 4)
+        plain = label_smoothed_cross_entropy(h @ w.T, t, epsilon=0.1)
+    assert out.loss.dtype == torch.float32
+    torch.testing.assert_close(out.loss, plain.loss, rtol=1e-5, atol=1e-3)
+    with torch.no_grad():
+        empty = linear_cross_entropy(torch.randn(0, 32), w, torch.zeros(0, dtype=torch.long))
+    assert float(empty.loss) == 0.0 and int(empty.n_tokens) == 0
+
+
 def test_fused_cross_entropy_of_no_rows_and_a_second_backward():
     w = torch.randn(37, 24, dtype=torch.float64, requires_grad=True)
     empty = linear_cross_entropy(

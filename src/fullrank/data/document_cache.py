@@ -281,11 +281,3 @@ def cached_documents(
             f"{int(info['bytes']) / 2**20:.0f} MB in {final}"  # type: ignore[call-overload]  # a number
         )
     return corpus
-
-
-def sample_documents(spec: str | Path, corpus_format: CorpusFormat, share: float) -> Iterable[list[str]]:
-    """About ``share`` of the documents of ``spec``, evenly spread: document ``i`` is taken when
-    ``⌊(i + 1)·share⌋ > ⌊i·share⌋`` (every document for ``share = 1``)."""
-    for i, doc in enumerate(iter_documents(spec, corpus_format)):
-        if int((i + 1) * share) > int(i * share):
-            yield doc

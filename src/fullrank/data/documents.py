@@ -144,7 +144,7 @@ def _wikitext(path: Path) -> Iterator[list[str]]:
                 yield doc
             doc = []
         elif doc is not None and line.strip() and not _SUBHEADING.match(line):
-            doc.extend(split_sentences(clean_wikitext(line)))
+            doc.append(clean_wikitext(line))
     if not seen_heading:
         raise DataError(
             f"{path}: no document boundary (no ' = Title = ' line starts a document); "
@@ -159,7 +159,7 @@ def _blocks(path: Path) -> Iterator[list[str]]:
     doc: list[str] = []
     for _, line in read_lines(path):
         if line.strip():
-            doc.extend(split_sentences(line))
+            doc.append(line)
         elif doc:
             yield doc
             doc = []
@@ -192,7 +192,7 @@ def _wikiextractor(path: Path) -> Iterator[list[str]]:
             if not title_seen:
                 title_seen = True  # the article's title, repeated from <doc title=..>
             elif line.strip():
-                doc.extend(split_sentences(line))
+                doc.append(line)
         elif line.strip():
             raise DataError(
                 f"{path}:{n}: text outside <doc …> … </doc>; data.corpus_format="
@@ -205,17 +205,26 @@ def _wikiextractor(path: Path) -> Iterator[list[str]]:
         )
 
 
+# each reader yields the non-empty lines of one document at a time
 _READERS = {"wikitext": _wikitext, "blocks": _blocks, "wikiextractor": _wikiextractor}
 
 
-def iter_documents(spec: str | Path | list[Path], corpus_format: CorpusFormat) -> Iterator[list[str]]:
+def iter_documents(
+    spec: str | Path | list[Path], corpus_format: CorpusFormat, share: float = 1.0
+) -> Iterator[list[str]]:
     """Every document of the corpus ``spec`` (:func:`corpus_files`) as a list of sentences, in
-    file order; empty documents are left out."""
+    file order; empty documents are left out. With ``share`` below 1, about that share of them,
+    evenly spread: document ``i`` is taken when ``⌊(i + 1)·share⌋ > ⌊i·share⌋`` (the others are
+    read but not split into sentences)."""
     if corpus_format not in _READERS:
         raise ConfigError(f"unknown corpus format {corpus_format!r}; use {', '.join(_READERS)}")
     files = spec if isinstance(spec, list) else corpus_files(spec)
+    i = 0
     for f in files:
-        yield from (d for d in _READERS[corpus_format](f) if d)
+        for paragraphs in _READERS[corpus_format](f):  # non-empty lines: each holds a sentence
+            if int((i + 1) * share) > int(i * share):
+                yield [s for line in paragraphs for s in split_sentences(line)]
+            i += 1
 
 
 def read_documents(spec: str | Path, corpus_format: CorpusFormat) -> list[list[str]]:

@@ -29,7 +29,8 @@ from fullrank.data.bert_pretraining import (
     make_segments,
     masking_rule,
 )
-from fullrank.data.document_cache import cached_documents, corpus_key, sample_documents
+from fullrank.data.document_cache import cached_documents, corpus_key
+from fullrank.data.documents import iter_documents
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.models import ModelConfig
 from fullrank.models.encoder import EncoderConfig
@@ -47,7 +48,7 @@ def write_sentences(data: PretrainData, out: Path) -> Path:
     spread), one per line (WikiText's markup undone): the text the WordPiece vocabulary is
     trained on."""
     with open(out, "w", encoding="utf-8") as f:
-        docs = sample_documents(data.path(data.train), data.corpus_format, data.tokenizer_sample)
+        docs = iter_documents(data.path(data.train), data.corpus_format, data.tokenizer_sample)
         f.writelines("".join(s + "\n" for s in doc) for doc in docs)
     return out
 

@@ -48,6 +48,27 @@ def label_smoothed_cross_entropy(
     return TokenLoss(loss=loss, nll=nll.sum().detach(), n_tokens=keep.sum())
 
 
+def _logits(h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``h (c, D) @ weightᵀ (+ bias)`` → ``(c, V)``."""
+    return h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
+
+
+def _chunk_loss(
+    logits: Tensor, target: Tensor, epsilon: float, ignore_index: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The summed smoothed loss and NLL of a chunk of ``logits (c, V)`` against ``target (c,)``,
+    with what the gradient needs: the kept rows ``(c,)``, the safe targets ``(c, 1)`` and the
+    log-sum-exp ``(c,)``."""
+    keep = target != ignore_index
+    safe = torch.where(keep, target, torch.zeros_like(target))[:, None]
+    lse = torch.logsumexp(logits, dim=-1)  # (c,)
+    nll = ((lse - logits.gather(1, safe).squeeze(1)) * keep).sum()
+    if epsilon > 0.0:
+        smooth = ((lse - logits.mean(dim=-1)) * keep).sum()  # −mean_v log p_v
+        return (1.0 - epsilon) * nll + epsilon * smooth, nll, keep, safe, lse
+    return nll, nll, keep, safe, lse
+
+
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """Output projection + label-smoothed cross-entropy, chunk by chunk, gradients included.
 
@@ -79,17 +100,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         count = target.new_zeros(())
         for s in range(0, n, chunk):
             hc, tc = h[s : s + chunk], target[s : s + chunk]
-            keep = tc != ignore_index
-            safe = torch.where(keep, tc, torch.zeros_like(tc))[:, None]
-            logits = hc @ weight.T if bias is None else torch.addmm(bias, hc, weight.T)  # (c, V)
-            lse = torch.logsumexp(logits, dim=-1)  # (c,)
-            nll = (lse - logits.gather(1, safe).squeeze(1)) * keep
-            nll_total += nll.sum()
-            if epsilon > 0.0:
-                smooth = (lse - logits.mean(dim=-1)) * keep  # −mean_v log p_v
-                loss += (1.0 - epsilon) * nll.sum() + epsilon * smooth.sum()
-            else:
-                loss += nll.sum()
+            logits = _logits(hc, weight, bias)  # (c, V)
+            c_loss, c_nll, keep, safe, lse = _chunk_loss(logits, tc, epsilon, ignore_index)
+            loss += c_loss
+            nll_total += c_nll
             count += keep.sum()
             # d loss / d logits = softmax − (1−ε)·onehot − ε/V, zero on ignored rows
             grad = logits.sub_(lse[:, None]).exp_()
@@ -152,24 +166,31 @@ def linear_cross_entropy(
     ``h (…, D)``, ``weight (V, D)``, ``bias (V,)`` or ``None``, ``target (…)``. When gradients are
     needed (and no autocast is active) the fused, chunked path runs: chunks of ``chunk_bytes`` of
     logits (at least ``min_chunk_rows`` rows), the gradient computed while the chunk is in cache —
-    less memory traffic than logits, log-softmax and their backward as separate passes. Otherwise
-    the plain path.
+    less memory traffic than logits, log-softmax and their backward as separate passes. Without
+    gradients on a CPU (evaluation) the loss is summed over chunks of ``chunk_bytes`` of float32
+    logits, so that evaluation never holds a batch's logits. Otherwise the plain path.
     """
     grad_needed = torch.is_grad_enabled() and (
         h.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     )
-    if not grad_needed or torch.is_autocast_enabled(h.device.type) or h.dtype != weight.dtype:
+    ignore = -100 if ignore_index is None else ignore_index
+    flat_h, flat_target = h.reshape(-1, h.shape[-1]), target.reshape(-1)
+    rows = max(1, chunk_bytes // (weight.shape[0] * 4))  # float32 logits
+    if not grad_needed and h.device.type == "cpu":  # evaluation: chunks that stay in cache
+        total = h.new_zeros((), dtype=torch.promote_types(h.dtype, torch.float32))
+        loss, nll, count = total, total, flat_target.new_zeros(())
+        for s in range(0, flat_h.shape[0], rows):
+            logits = _logits(flat_h[s : s + rows], weight, bias)  # (c, V), as autocast makes it
+            if logits.dtype in (torch.float16, torch.bfloat16):  # softmax of half types in float32
+                logits = logits.float()
+            c_loss, c_nll, keep, _, _ = _chunk_loss(logits, flat_target[s : s + rows], epsilon, ignore)
+            loss, nll, count = loss + c_loss, nll + c_nll, count + keep.sum()
+        return TokenLoss(loss=loss, nll=nll, n_tokens=count)
+    if torch.is_autocast_enabled(h.device.type) or h.dtype != weight.dtype:
         logits = h @ weight.T if bias is None else h @ weight.T + bias
         return label_smoothed_cross_entropy(logits, target, epsilon=epsilon, ignore_index=ignore_index)
-    flat_h = h.reshape(-1, h.shape[-1])
-    chunk = max(min_chunk_rows, chunk_bytes // (weight.shape[0] * weight.element_size()))
+    chunk = max(min_chunk_rows, rows)
     loss, nll, count = _ChunkedLinearCrossEntropy.apply(
-        flat_h,
-        weight,
-        bias,
-        target.reshape(-1),
-        epsilon,
-        -100 if ignore_index is None else ignore_index,
-        chunk,
+        flat_h, weight, bias, flat_target, epsilon, ignore, chunk
     )
     return TokenLoss(loss=loss, nll=nll, n_tokens=count)
