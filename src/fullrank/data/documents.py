@@ -221,9 +221,9 @@ def iter_documents(
     files = spec if isinstance(spec, list) else corpus_files(spec)
     i = 0
     for f in files:
-        for paragraphs in _READERS[corpus_format](f):  # non-empty lines: each holds a sentence
+        for lines in _READERS[corpus_format](f):  # a document's non-empty lines
             if int((i + 1) * share) > int(i * share):
-                yield [s for line in paragraphs for s in split_sentences(line)]
+                yield [s for line in lines for s in split_sentences(line)]
             i += 1
 
 
