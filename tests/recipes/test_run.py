@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fullrank.recipes.config import load_experiment
-from fullrank.recipes.run import prepare_tokenizer, trained_tokenizer
+from fullrank.recipes.recipe import prepare_tokenizer, trained_tokenizer
 from fullrank.training.distributed import DistInfo
 
 ONE = DistInfo(rank=0, world=1, local_rank=0, device=torch.device("cpu"))
@@ -68,7 +68,7 @@ def test_a_run_keeps_the_vocabulary_it_trains_under_its_files_checksums(tmp_path
     from rich.console import Console
 
     from fullrank.data.document_cache import files_key
-    from fullrank.recipes.run import Run
+    from fullrank.recipes.recipe import Run
 
     cfg = bpe_lm(tmp_path)
     text = tmp_path / "train.txt"

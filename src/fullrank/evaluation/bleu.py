@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
-from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from fullrank.errors import DataError
 
@@ -58,6 +57,9 @@ def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
     """``lines`` as the Multi30k release tokenizes them: lowercased, punctuation normalised
     and Moses-tokenized for language ``lang`` (XML characters escaped, as ``tokenizer.perl``
     does by default); tokens joined by single spaces."""
+    # imported where it is used: sacremoses compiles its rules on import (half a second)
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
     norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
     return [tok.tokenize(norm.normalize(line.lower()), escape=True, return_str=True) for line in lines]
 

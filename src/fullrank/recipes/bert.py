@@ -13,7 +13,6 @@ accuracy) on the validation sequences, masked at BERT's 15% with masks fixed by 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import tempfile
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from fullrank.models.encoder import EncoderConfig
 from fullrank.recipes.config import PretrainExperiment
 from fullrank.recipes.encoder_data import PretrainData
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup, trained_tokenizer
+from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, planned_once, trained_tokenizer
 from fullrank.training.tasks import MaskedLMWithNSP
 
 VALID_MLM_PROB = 0.15  # BERT's rate: validation is scored alike whatever a run trains with
@@ -62,7 +61,7 @@ def sentences_key(data: PretrainData) -> str:
 def wordpiece(data: PretrainData, say: Callable[[str], None] | None = None) -> Tokenizer:
     """The WordPiece vocabulary of ``data`` (lowercased unless ``data.lowercase`` is false), as
     a pre-training run trains it: kept in ``data.cache_dir`` and trained only the first time
-    (:func:`~fullrank.recipes.run.trained_tokenizer`)."""
+    (:func:`~fullrank.recipes.recipe.trained_tokenizer`)."""
     with tempfile.TemporaryDirectory() as tmp:
         return trained_tokenizer(
             data,
@@ -208,9 +207,5 @@ class PretrainingRecipe(Recipe):
             str(data.lowercase),
             str(data.tokenizer_sample),
         ]
-        name = "wordpiece-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
-        if name not in cache:
-            saved = out / name
-            cache[name] = Tokenizer.load(saved) if saved.is_file() else wordpiece(data)
-        tok = cache[name]
-        return planned_config(exp, tok.vocab_size, None), [f"data.tokenizer_file={(out / name).resolve()}"]
+        tok, overrides = planned_once("wordpiece", parts, out, cache, lambda: wordpiece(data))
+        return planned_config(exp, tok.vocab_size, None), overrides

@@ -23,7 +23,7 @@ from fullrank.models import ModelConfig
 from fullrank.recipes.config import ClassifyExperiment
 from fullrank.recipes.encoder_data import ClassifyData, ClassifyFile
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup, given_vocab
+from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, given_vocab
 from fullrank.training.tasks import SequenceClassification
 
 

@@ -21,7 +21,7 @@ from fullrank.inference.sampling import sample
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import LMExperiment
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup, planned_tokenizer
+from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, planned_tokenizer
 from fullrank.training.distributed import DistInfo
 from fullrank.training.tasks import LanguageModeling
 

@@ -29,7 +29,7 @@ from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import MTData, MTDecode, MTExperiment, PairData
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup, planned_tokenizer
+from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, planned_tokenizer
 from fullrank.training.averaging import average_checkpoints, last_checkpoints
 from fullrank.training.checkpoints import load_checkpoint
 from fullrank.training.tasks import Translation

@@ -45,7 +45,7 @@ from fullrank.models import ModelConfig
 from fullrank.recipes.config import ParseData, ParseDecode, ParseExperiment
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.mt import final_validation, not_scored, pair_setup, scored_models
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup
+from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup
 from fullrank.training.checkpoints import load_checkpoint, read_meta
 
 # said beside every figure: these are not [V17]'s Table 4 conditions

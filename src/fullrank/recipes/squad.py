@@ -27,7 +27,7 @@ from fullrank.models import ModelConfig
 from fullrank.recipes.config import SquadExperiment
 from fullrank.recipes.encoder_data import SquadData
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.run import Recipe, Run, RunReport, Setup, given_vocab
+from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, given_vocab
 from fullrank.training.tasks import SpanExtraction
 
 

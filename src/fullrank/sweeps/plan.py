@@ -23,7 +23,7 @@ The file is read as experiment files are (:func:`fullrank.recipes.config.read_fi
 repeated key is an error, ``1e-3`` a number) and validated by pydantic (:class:`SweepFile`).
 Each point (arm × coordinates × seed) is an ordinary run: the arm's base experiment with the
 point's overrides, trained by ``fullrank train``. Its model is counted before training by its
-task's recipe (:meth:`fullrank.recipes.run.Recipe.plan_model`), which trains the tokenizer the
+task's recipe (:meth:`fullrank.recipes.recipe.Recipe.plan_model`), which trains the tokenizer the
 run would train once for the sweep, so the closed-form counts are those of the models that
 train.
 """

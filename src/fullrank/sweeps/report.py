@@ -2,7 +2,7 @@
 CSV and [B20]-style plots.
 
 Each point's ``results.json`` (written by the recipe at the end of a run) gives its final
-figures; which they are is its task's (:attr:`fullrank.recipes.run.Recipe.metrics`: perplexity
+figures; which they are is its task's (:attr:`fullrank.recipes.recipe.Recipe.metrics`: perplexity
 for language models, BLEU for translation, F1 for parsing and SQuAD, accuracy for
 classification, MLM accuracy for pre-training). :func:`collect` gathers the seeds of each arm ×
 coordinates and the ensembles scored of them (``OUT/ensembles/``), :func:`write_summary` writes
