@@ -80,7 +80,14 @@ def test_evaluation_in_chunks_equals_the_plain_path(eps, ignore, chunk_rows, wit
     target[1, 5:] = 0
     with torch.no_grad():
         out = linear_cross_entropy(
-            h, w, target, bias=b, epsilon=eps, ignore_index=ignore, chunk_bytes=chunk_rows * 37 * 4
+            h,
+            w,
+            target,
+            bias=b,
+            epsilon=eps,
+            ignore_index=ignore,
+            chunk_bytes=chunk_rows * 37 * 4,
+            min_chunk_rows=1,
         )
         logits = h @ w.T + (b if b is not None else 0)
         plain = label_smoothed_cross_entropy(logits, target, epsilon=eps, ignore_index=ignore)
@@ -93,7 +100,7 @@ def test_evaluation_in_chunks_equals_the_plain_path(eps, ignore, chunk_rows, wit
 def test_evaluation_in_chunks_under_bfloat16_autocast_and_of_no_rows():
     h, w, t = torch.randn(50, 32), torch.randn(500, 32), torch.randint(0, 500, (50,))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        out = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=7 * 500 * 4)
+        out = linear_cross_entropy(h, w, t, epsilon=0.1, chunk_bytes=7 * 500 * 4, min_chunk_rows=1)
         plain = label_smoothed_cross_entropy(h @ w.T, t, epsilon=0.1)
     assert out.loss.dtype == torch.float32
     torch.testing.assert_close(out.loss, plain.loss, rtol=1e-5, atol=1e-3)

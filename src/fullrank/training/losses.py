@@ -54,19 +54,27 @@ def _logits(h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 
 def _chunk_loss(
-    logits: Tensor, target: Tensor, epsilon: float, ignore_index: int
+    logits: Tensor, target: Tensor, epsilon: float, ignore_index: int, *, softmax: bool = True
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The summed smoothed loss and NLL of a chunk of ``logits (c, V)`` against ``target (c,)``,
     with what the gradient needs: the kept rows ``(c,)``, the safe targets ``(c, 1)`` and the
-    log-sum-exp ``(c,)``."""
+    softmax ``(c, V)``, written over ``logits`` (one pass of ``exp`` serves the log-sum-exp and
+    the softmax, on a chunk that is still in cache). Without ``softmax`` (evaluation) the last
+    is left unnormalised."""
     keep = target != ignore_index
     safe = torch.where(keep, target, torch.zeros_like(target))[:, None]
-    lse = torch.logsumexp(logits, dim=-1)  # (c,)
-    nll = ((lse - logits.gather(1, safe).squeeze(1)) * keep).sum()
-    if epsilon > 0.0:
-        smooth = ((lse - logits.mean(dim=-1)) * keep).sum()  # −mean_v log p_v
-        return (1.0 - epsilon) * nll + epsilon * smooth, nll, keep, safe, lse
-    return nll, nll, keep, safe, lse
+    picked = logits.gather(1, safe).squeeze(1)  # (c,)
+    mean = logits.mean(dim=-1) if epsilon > 0.0 else None  # (c,)
+    top = logits.amax(dim=-1, keepdim=True)  # (c, 1)
+    exp = logits.sub_(top).exp_()  # (c, V), in place
+    total = exp.sum(dim=-1)  # (c,)
+    lse = total.log() + top.squeeze(1)  # (c,)
+    nll = ((lse - picked) * keep).sum()
+    probs = exp.div_(total[:, None]) if softmax else exp
+    if mean is not None:
+        smooth = ((lse - mean) * keep).sum()  # −mean_v log p_v
+        return (1.0 - epsilon) * nll + epsilon * smooth, nll, keep, safe, probs
+    return nll, nll, keep, safe, probs
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -101,12 +109,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         for s in range(0, n, chunk):
             hc, tc = h[s : s + chunk], target[s : s + chunk]
             logits = _logits(hc, weight, bias)  # (c, V)
-            c_loss, c_nll, keep, safe, lse = _chunk_loss(logits, tc, epsilon, ignore_index)
+            c_loss, c_nll, keep, safe, grad = _chunk_loss(logits, tc, epsilon, ignore_index)
             loss += c_loss
             nll_total += c_nll
             count += keep.sum()
             # d loss / d logits = softmax − (1−ε)·onehot − ε/V, zero on ignored rows
-            grad = logits.sub_(lse[:, None]).exp_()
             grad.scatter_add_(1, safe, torch.full_like(safe, -(1.0 - epsilon), dtype=grad.dtype))
             if epsilon > 0.0:
                 grad.sub_(epsilon / v)
@@ -167,30 +174,31 @@ def linear_cross_entropy(
     needed (and no autocast is active) the fused, chunked path runs: chunks of ``chunk_bytes`` of
     logits (at least ``min_chunk_rows`` rows), the gradient computed while the chunk is in cache —
     less memory traffic than logits, log-softmax and their backward as separate passes. Without
-    gradients on a CPU (evaluation) the loss is summed over chunks of ``chunk_bytes`` of float32
-    logits, so that evaluation never holds a batch's logits. Otherwise the plain path.
+    gradients on a CPU (evaluation) the loss is summed over chunks of the same size, so that
+    evaluation never holds a batch's logits. Otherwise the plain path.
     """
     grad_needed = torch.is_grad_enabled() and (
         h.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     )
     ignore = -100 if ignore_index is None else ignore_index
     flat_h, flat_target = h.reshape(-1, h.shape[-1]), target.reshape(-1)
-    rows = max(1, chunk_bytes // (weight.shape[0] * 4))  # float32 logits
-    if not grad_needed and h.device.type == "cpu":  # evaluation: chunks that stay in cache
+    rows = max(min_chunk_rows, chunk_bytes // (weight.shape[0] * 4))  # float32 logits
+    if not grad_needed and h.device.type == "cpu":  # evaluation: a chunk's logits at a time
         total = h.new_zeros((), dtype=torch.promote_types(h.dtype, torch.float32))
         loss, nll, count = total, total, flat_target.new_zeros(())
         for s in range(0, flat_h.shape[0], rows):
             logits = _logits(flat_h[s : s + rows], weight, bias)  # (c, V), as autocast makes it
             if logits.dtype in (torch.float16, torch.bfloat16):  # softmax of half types in float32
                 logits = logits.float()
-            c_loss, c_nll, keep, _, _ = _chunk_loss(logits, flat_target[s : s + rows], epsilon, ignore)
+            c_loss, c_nll, keep, _, _ = _chunk_loss(
+                logits, flat_target[s : s + rows], epsilon, ignore, softmax=False
+            )
             loss, nll, count = loss + c_loss, nll + c_nll, count + keep.sum()
         return TokenLoss(loss=loss, nll=nll, n_tokens=count)
     if torch.is_autocast_enabled(h.device.type) or h.dtype != weight.dtype:
         logits = h @ weight.T if bias is None else h @ weight.T + bias
         return label_smoothed_cross_entropy(logits, target, epsilon=epsilon, ignore_index=ignore_index)
-    chunk = max(min_chunk_rows, rows)
     loss, nll, count = _ChunkedLinearCrossEntropy.apply(
-        flat_h, weight, bias, flat_target, epsilon, ignore, chunk
+        flat_h, weight, bias, flat_target, epsilon, ignore, rows
     )
     return TokenLoss(loss=loss, nll=nll, n_tokens=count)
