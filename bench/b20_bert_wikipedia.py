@@ -1,7 +1,8 @@
 """[B20]'s fixed against standard heads on the Wikipedia recipe: a table and a plot of the
 pre-training runs of ``configs/sweeps/b20_bert_wikipedia.yaml`` (n = 64) or
 ``configs/sweeps/b20_bert_wikipedia_n128.yaml`` (n = 128) or
-``configs/sweeps/b20_bert_wikipedia_h8_seeds.yaml`` (the 8-head pair at n = 64) —
+``configs/sweeps/b20_bert_wikipedia_h8_seeds.yaml`` (the 8-head pair at n = 64) or
+``configs/sweeps/b20_bert_gpu.yaml`` (the same comparison four times wider, on one GPU) —
 masked-LM accuracy against steps, final accuracy and perplexity on all of ``valid.txt.xz`` — and
 of the fine-tuning runs that started from them (SQuAD EM/F1 and MNLI accuracy, mean ± std over the seeds
 that finished).
@@ -11,6 +12,7 @@ that finished).
     python bench/b20_bert_wikipedia.py --run NAME=RUN_DIR   # a pre-training run found elsewhere
     python bench/b20_bert_wikipedia.py --sweep n128 --seeds 1 2 --out DIR   # two pre-training seeds
     python bench/b20_bert_wikipedia.py --sweep h8 --seeds 1 2   # runs/sweeps/b20_bert_wikipedia_h8_seeds
+    python bench/b20_bert_wikipedia.py --sweep gpu --seeds 0 1  # runs/sweeps/b20_bert_gpu (one GPU)
 
 Rows are the sweep's points by group name (:data:`SWEEPS`), one per pre-training seed: the run
 ``pre-GROUP-sP`` and the fine-tuning runs ``ARM-GROUP-pP-sF`` (for the first seed also the
@@ -32,12 +34,15 @@ import matplotlib.pyplot as plt
 from bert_probes import curve, finished, save_report
 
 ROOT = Path(__file__).resolve().parents[1]
-# sweep → (sweep file's name, sequence length,
+CPU_MARKS = (1000, 2000, 3000, 4000, 5000)
+# sweep → (sweep file's name, sequence length, batch size, steps the table reads,
 #           sweep group without the arm → (row label, heads × d_head, d_ff, d_model))
 SWEEPS = {
     "h8": (
         "b20_bert_wikipedia_h8_seeds",
         64,
+        32,
+        CPU_MARKS,
         {
             "": ("fixed_h8", "8 × 64", 512, 128),
             "d_headnone-d_ff1280": ("standard_h8_wide", "8 × 16", 1280, 128),
@@ -46,6 +51,8 @@ SWEEPS = {
     "n64": (
         "b20_bert_wikipedia",
         64,
+        32,
+        CPU_MARKS,
         {
             "": ("fixed_h8", "8 × 64", 512, 128),
             "d_headnone-d_ff1280": ("standard_h8_wide", "8 × 16", 1280, 128),
@@ -57,6 +64,8 @@ SWEEPS = {
     "n128": (
         "b20_bert_wikipedia_n128",
         128,
+        32,
+        CPU_MARKS,
         {
             "": ("fixed_h2_n128", "2 × 128", 256, 128),
             "d_headnone-d_ff512": ("standard_h2_n128", "2 × 64", 512, 128),
@@ -64,8 +73,18 @@ SWEEPS = {
             "d_model96-n_heads3-d_ff512": ("fixed_d96_h3_n128", "3 × 128", 512, 96),
         },
     ),
+    "gpu": (
+        "b20_bert_gpu",
+        128,
+        128,
+        (1000, 2000, 3000, 4000),
+        {
+            "": ("standard_h8", "8 × 64", 2048, 512),
+            "d_head128-d_ff1024": ("fixed_h8", "8 × 128", 1024, 512),
+            "d_model384-n_heads6-d_head128-d_ff2848": ("fixed_d384_h6", "6 × 128", 2848, 384),
+        },
+    ),
 }
-MARKS = (1000, 2000, 3000, 4000, 5000)
 
 
 def point(arm: str, group: str, seed: int | str, pre_seed: int | None = None) -> str:
@@ -119,7 +138,7 @@ def main() -> None:
     ap.add_argument("--results", type=Path, help="default: bench/results/NAME.md")
     ap.add_argument("--plot", type=Path, help="default: docs/img/NAME.png")
     args = ap.parse_args()
-    name, n, models = SWEEPS[args.sweep]
+    name, n, batch, marks, models = SWEEPS[args.sweep]
     args.out = args.out or ROOT / "runs" / "sweeps" / name
     args.results = args.results or ROOT / "bench" / "results" / f"{name}.md"
     args.plot = args.plot or ROOT / "docs" / "img" / f"{name}.png"
@@ -129,8 +148,9 @@ def main() -> None:
         "| model | d_model | heads × d_head | d_ff | params |"
         + (" pre-training seed |" if len(args.seeds) > 1 else "")
         + " MLM acc % at "
-        + " / ".join(f"{m:,}" for m in MARKS)
-        + " steps | final MLM acc % | final MLM ppl | pre-training min | SQuAD EM | SQuAD F1 | MNLI dev |"
+        + " / ".join(f"{m:,}" for m in marks)
+        + " steps | final MLM acc % | final MLM ppl | steps | pre-training min"
+        + " | SQuAD EM | SQuAD F1 | MNLI dev |"
     )
     rows = [header, "|" + "---|" * (header.count("|") - 1)]
     summary = [
@@ -158,20 +178,21 @@ def main() -> None:
                 label=f"{label} ({heads})" + (f", seed {seed}" if len(args.seeds) > 1 else ""),
             )
             at = {s: a for s, a, _ in points}
-            marks = " / ".join(f"{at[s]:.1f}" if s in at else "–" for s in MARKS)
+            read = " / ".join(f"{at[s]:.1f}" if s in at else "–" for s in marks)
             v = (final or {}).get("valid") or {}
             scores = f"{v['mlm_acc']:.2f} | {v['mlm_ppl']:.1f}" if v else f"stopped at step {steps[-1]} | –"
             if v:
                 accs.append(v["mlm_acc"])
                 ppls.append(v["mlm_ppl"])
             minutes = f"{final['seconds'] / 60:.1f}" if final else "–"
+            taken = f"{final['steps']:,}" if final else "–"
             params = f"{final['params']:,}" if final else params
             em, f1, mnli = fine_tuning(args.out, group, seed, seed == args.seeds[0])
             all_f1 += f1
             all_mnli += mnli
             cells = [label, d_model, heads, d_ff, params]
             cells += [seed] if len(args.seeds) > 1 else []
-            cells += [marks, scores, minutes, mean_std(em), mean_std(f1), mean_std(mnli)]
+            cells += [read, scores, taken, minutes, mean_std(em), mean_std(f1), mean_std(mnli)]
             rows.append("| " + " | ".join(str(c) for c in cells) + " |")
         if accs:
             seeds_done = f"{len(accs)}"
@@ -181,7 +202,7 @@ def main() -> None:
     if len(args.seeds) > 1:
         rows += ["", *summary]
     ax.text(250, 15.2, "unigram plateau (~15%)", color="grey", fontsize=8)
-    ax.set_xlabel(f"pre-training step (batch 32 × n = {n} tokens)")
+    ax.set_xlabel(f"pre-training step (batch {batch} × n = {n} tokens)")
     ax.set_title("[B20] on the Wikipedia recipe: fixed (solid) against standard heads (dashed)")
     ax.legend(fontsize=8, loc="lower right")
     save_report(fig, ax, rows, args.plot, args.results)

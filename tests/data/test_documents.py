@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import lzma
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -145,7 +146,46 @@ def test_the_cache_holds_what_tokenizing_in_memory_gives_and_is_reused(tmp_path,
     monkeypatch.setattr(Tokenizer, "encode_batch", no_encoding)
     again = cached_documents(path, "wikiextractor", tok, tmp_path / "cache", say=heard.append)
     assert np.array_equal(again.ids, built.ids) and "cached in" in heard[-1]
-    assert len(list((tmp_path / "cache").iterdir())) == 1  # no temporary folder left behind
+    assert not list((tmp_path / "cache").glob("*.tmp"))  # no temporary folder left behind
+
+
+def test_runs_started_together_tokenize_the_corpus_once(tmp_path, monkeypatch):
+    path = write(tmp_path / "wiki.txt", ARTICLES)
+    tok, cache = wordpiece(), tmp_path / "cache"
+    first_tokenizing, second_waiting = threading.Event(), threading.Event()
+    encoders: list[str] = []
+    real = Tokenizer.encode_batch
+
+    def encode_batch(self, *args, **kwargs):
+        encoders.append(threading.current_thread().name)
+        first_tokenizing.set()
+        assert second_waiting.wait(10), "the second run never waited for the first"
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Tokenizer, "encode_batch", encode_batch)
+    heard: dict[str, list[str]] = {"first": [], "second": []}
+    got: dict[str, np.ndarray] = {}
+
+    def run(name: str) -> None:
+        def say(line: str) -> None:
+            heard[name].append(line)
+            if "waiting" in line:
+                second_waiting.set()
+
+        got[name] = np.array(cached_documents(path, "wikiextractor", tok, cache, say=say).ids)
+
+    first = threading.Thread(target=run, args=("first",), name="first")
+    first.start()
+    assert first_tokenizing.wait(10)
+    second = threading.Thread(target=run, args=("second",), name="second")
+    second.start()
+    first.join(20)
+    second.join(20)
+    assert set(encoders) == {"first"}  # the second run read the first's cache
+    assert "tokenized in" in heard["first"][-1]
+    assert "another run is tokenizing it; waiting" in heard["second"][0]
+    assert "cached in" in heard["second"][-1]
+    assert np.array_equal(got["first"], got["second"])
 
 
 def test_a_changed_corpus_or_a_damaged_cache_is_tokenized_again(tmp_path):
@@ -158,7 +198,8 @@ def test_a_changed_corpus_or_a_damaged_cache_is_tokenized_again(tmp_path):
     assert "tokenized in" in heard[-1]  # a stale cache is never read
     assert len(second.ids) > len(first.ids) and second.n_sentences == first.n_sentences + 1
     expected = np.array(second.ids)  # a copy: the file under the memory map is damaged next
-    (folder,) = [f for f in cache.iterdir() if f"{len(second.ids)}," in (f / "meta.json").read_text()]
+    folders = cache.glob("documents-*")
+    (folder,) = [f for f in folders if f"{len(second.ids)}," in (f / "meta.json").read_text()]
     with open(folder / "ids.bin", "r+b") as f:
         f.truncate(4)
     third = cached_documents(path, "wikiextractor", tok, cache, say=heard.append)

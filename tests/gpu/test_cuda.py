@@ -25,6 +25,7 @@ from fullrank.inference import (
 from fullrank.layers.attention import FUSED_MAX_HEAD, MultiHeadAttention, attend, chunked_attention
 from fullrank.layers.masks import causal_mask, padding_mask
 from fullrank.models import DecoderLM, DecoderLMConfig, EncoderDecoder, EncoderDecoderConfig
+from tests.e2e.bert_fixture import write_configs
 from tests.e2e.lm_fixture import tiny_experiment
 from tests.helpers import ODD
 from tests.inference.toy import BOS, EOS, padded_sources, translation_model
@@ -164,3 +165,33 @@ def test_training_on_cuda_in_bf16_compiled_and_resumed(tmp_path, capsys):
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.slow
+def test_bert_pretraining_and_fine_tuning_on_cuda(tmp_path):
+    """The BERT tasks on the GPU: pre-training's losses follow the CPU's in float32 (no dropout,
+    the same masks), and pre-training, classification and SQuAD fine-tuning run in bf16 to
+    their scores, as ``configs/sweeps/b20_bert_gpu.yaml`` runs them."""
+    cfgs = write_configs(tmp_path, steps=4)
+    exact = "model.dropout=0.0 model.attn_dropout=0.0 model.ffn_dropout=0.0".split()
+    for device in ("cpu", "cuda"):
+        argv = ["train", str(cfgs["bert"]), "--quiet", *exact, f"train.device={device}", f"name=pre_{device}"]
+        assert main(argv) == 0, device
+    losses = {
+        device: [
+            r["loss"]
+            for r in map(
+                json.loads, (tmp_path / "runs" / f"pre_{device}" / "metrics.jsonl").read_text().splitlines()
+            )
+            if r["split"] == "train"
+        ]
+        for device in ("cpu", "cuda")
+    }
+    assert len(losses["cuda"]) == 2 and losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-3)
+    bf16 = ["--quiet", "train.device=cuda", "train.precision=bf16"]
+    assert main(["train", str(cfgs["bert"]), *bf16]) == 0
+    for task in ("classify", "squad"):
+        assert main(["train", str(cfgs[task]), *bf16]) == 0, task
+    cls = json.loads((tmp_path / "runs" / "cls" / "results.json").read_text())
+    qa = json.loads((tmp_path / "runs" / "qa" / "results.json").read_text())
+    assert 0 <= cls["valid"]["accuracy"] <= 100 and qa["test"]["questions"] == 12

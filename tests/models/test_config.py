@@ -107,3 +107,22 @@ def test_shipped_bert_table3_models_match_within_two_percent():
     assert fixed.d_model < standard.d_model and fixed.head_sizes[0] == 128 == fixed.seq_len
     assert standard.standard_rule and not fixed.standard_rule
     assert abs(fixed.num_params() - standard.num_params()) / fixed.num_params() < 0.02
+
+
+def test_the_gpu_sweeps_bert_models_have_one_parameter_count_and_the_stated_heads():
+    from pathlib import Path
+
+    from fullrank.recipes.config import load_experiment
+    from fullrank.sweeps.plan import load_sweep
+
+    sweep = load_sweep(Path(__file__).resolve().parents[2] / "configs" / "sweeps" / "b20_bert_gpu.yaml")
+    models = [
+        load_experiment(sweep.base, [f"{k}={v}" for k, v in point.items()]).model_config(6000)
+        for point in sweep.coordinates("pre")
+    ]
+    counts = [m.num_params() for m in models]
+    assert max(counts) - min(counts) <= 0.0003 * min(counts), counts
+    standard, table2, table3 = models
+    assert standard.standard_rule and standard.head_sizes[0] == 64 and standard.n_heads == table2.n_heads == 8
+    assert table2.head_sizes[0] == table3.head_sizes[0] == 128 == table2.seq_len and not table2.standard_rule
+    assert table3.d_model < standard.d_model == table2.d_model

@@ -8,17 +8,20 @@ hashes the corpus files' SHA-256 (of their bytes as stored), the format, the tok
 fingerprint and the short-document rule. A changed corpus or tokenizer gets a new key and is
 tokenized again — a stale cache is never read — and an unchanged one opens in the time it takes
 to checksum the files. The cache is written into a temporary folder and renamed into place, so
-an interrupted build or a concurrent rank never sees half of one.
+an interrupted build or a concurrent rank never sees half of one; runs started together (a
+sweep's points, torchrun's ranks) take a lock on it, and one builds while the others wait.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -224,19 +227,66 @@ def cached_documents(
     key = cache_key(digest, corpus_format, tok, skip_short)
     dtype = ids_dtype(tok.vocab_size)
     final = Path(cache_dir) / f"documents-{key[:24]}"
-    if final.is_dir():
-        corpus = _open(final, dtype)
-        if corpus is not None:
-            if say:
-                say(
-                    f"{spec}: {corpus.n_docs:,} documents, {corpus.n_sentences:,} sentences, "
-                    f"{len(corpus.ids):,} tokens (cached in {final})"
-                )
-            return corpus
-        if say:
-            say(f"{final}: the cache does not add up (an interrupted or damaged build); tokenizing again")
-        shutil.rmtree(final, ignore_errors=True)
+    corpus = _cached(final, dtype, spec, say)
+    if corpus is not None:
+        return corpus
     final.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(final.with_name(f".{final.name}.lock"), say, f"{spec}: another run is tokenizing it"):
+        corpus = _cached(final, dtype, spec, say)  # built by the run this one waited for
+        if corpus is not None:
+            return corpus
+        return _build(files, digest, corpus_format, tok, final, dtype, spec, skip_short, say)
+
+
+def _cached(
+    final: Path, dtype: np.dtype, spec: str | Path, say: Callable[[str], None] | None
+) -> TokenizedCorpus | None:
+    """The cache in ``final`` when it is there and adds up; a damaged one is removed."""
+    if not final.is_dir():
+        return None
+    corpus = _open(final, dtype)
+    if corpus is not None:
+        if say:
+            say(
+                f"{spec}: {corpus.n_docs:,} documents, {corpus.n_sentences:,} sentences, "
+                f"{len(corpus.ids):,} tokens (cached in {final})"
+            )
+        return corpus
+    if say:
+        say(f"{final}: the cache does not add up (an interrupted or damaged build); tokenizing again")
+    shutil.rmtree(final, ignore_errors=True)
+    return None
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path, say: Callable[[str], None] | None, waiting: str) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` (waiting, and saying ``waiting``, while
+    another process holds it), so that runs started together build a cache once."""
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say:
+                say(f"{waiting}; waiting for its cache")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _build(
+    files: list[Path],
+    digest: list[dict[str, object]],
+    corpus_format: CorpusFormat,
+    tok: Tokenizer,
+    final: Path,
+    dtype: np.dtype,
+    spec: str | Path,
+    skip_short: bool,
+    say: Callable[[str], None] | None,
+) -> TokenizedCorpus:
+    """Tokenize ``files`` into a temporary folder and rename it to ``final``."""
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
