@@ -909,6 +909,13 @@ def nothing_left(sb: Sandbox, out: Path) -> list[str]:
     return ["sweep", s(toy_sweep(sb.root)), "--executor", "slurm", "--out", s(out)]
 
 
+def without_a_gpu(sb: Sandbox) -> list[str]:
+    """A sweep asking for CUDA where PyTorch sees no GPU (skipped on a machine with one)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    return ["sweep", s(toy_sweep(sb.root)), "--out", s(sb.root / "sw_cuda"), "train.device=cuda"]
+
+
 SWEEPS = [
     Case(
         "a sweep file with a repeated key",
@@ -982,6 +989,12 @@ SWEEPS = [
         lambda sb: nothing_left(sb, sb.root / "sw"),
         r"--executor slurm: no SLURM here \(sbatch is not on the PATH\)|--executor slurm "
         r"needs submitit",
+    ),
+    Case(
+        "sweep train.device=cuda without a GPU",
+        without_a_gpu,
+        r"train\.device=cuda: this machine has no GPU that PyTorch can use .*; "
+        r"use train\.device=cpu, or auto",
     ),
 ]
 

@@ -220,8 +220,22 @@ def test_more_processes_than_gpus_is_a_config_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert pick_device("auto", 0) == torch.device("cuda", 0)
     with pytest.raises(ConfigError, match="nproc_per_node=1 or set train.device=cpu"):
-        pick_device("auto", 1)
+        pick_device("auto", 1, option="train.device")
     assert pick_device("cpu", 1) == torch.device("cpu")
+
+
+def test_cuda_on_a_machine_without_a_gpu_is_a_config_error_naming_the_option(monkeypatch):
+    from fullrank.errors import ConfigError
+    from fullrank.training.distributed import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert pick_device("auto") == torch.device("cpu")
+    no_gpu = r"^--device=cuda: this machine has no GPU .*; use --device=cpu, or auto$"
+    with pytest.raises(ConfigError, match=no_gpu):
+        pick_device("cuda")
+    with pytest.raises(ConfigError, match=r"^train.device=cuda: this machine has no GPU"):
+        pick_device("cuda", option="train.device")
 
 
 class BreaksAt:

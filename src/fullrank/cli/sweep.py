@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.errors import ConfigError, closest
     from fullrank.recipes.config import parse_assignment
     from fullrank.sweeps.plan import claim_output, finished, load_sweep, plan, read_manifest, train_command
-    from fullrank.sweeps.run import check_executor, run_ensembles, run_local, run_submitit
+    from fullrank.sweeps.run import check_devices, check_executor, run_ensembles, run_local, run_submitit
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
@@ -152,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
             f"{sweep.path}: point {p.group} is {p.match}; nothing was run (`--dry-run` lists every point)"
         )
     check_executor(args.executor)  # before anything is written
+    if args.executor != "slurm":  # the points train on this machine
+        check_devices(the_plan)
     claim_output(the_plan, out)
     if args.executor == "local":
         outcome = run_local(the_plan, out, jobs=args.jobs, console=console, progress=not args.quiet)

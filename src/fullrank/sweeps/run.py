@@ -31,6 +31,7 @@ from fullrank.errors import ConfigError
 from fullrank.recipes.run import recipe_of
 from fullrank.sweeps.plan import Plan, Point, finished, own_threads, train_command
 from fullrank.sweeps.report import ensemble_file, ensemble_sizes, figures, label
+from fullrank.training.distributed import pick_device
 
 POLL_S = 1.0
 
@@ -256,6 +257,13 @@ def check_executor(executor: str) -> None:
             "--executor slurm: no SLURM here (sbatch is not on the PATH); run the "
             "sweep on a SLURM login node, or use --executor local"
         )
+
+
+def check_devices(plan: Plan) -> None:
+    """One :class:`ConfigError` line when a point asks for ``train.device=cuda`` and this
+    machine, where the points are to train, has no GPU: before any point starts."""
+    if any(p.experiment is not None and p.experiment.train.device == "cuda" for p in plan.points):
+        pick_device("cuda", option="train.device")
 
 
 def run_submitit(

@@ -46,16 +46,22 @@ class DistInfo:
         return self.world > 1
 
 
-def pick_device(preference: str, local_rank: int = 0) -> torch.device:
+def pick_device(preference: str, local_rank: int = 0, *, option: str = "--device") -> torch.device:
     """``auto`` → CUDA when available, else CPU. Process ``local_rank`` of a node takes GPU
-    ``local_rank``; a node with fewer GPUs than processes is a :class:`ConfigError`."""
+    ``local_rank``; a machine without a GPU, or a node with fewer GPUs than processes, is a
+    :class:`ConfigError` naming ``option``."""
     if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
         gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ConfigError(
+                f"{option}=cuda: this machine has no GPU that PyTorch can use "
+                f"(torch {torch.__version__}); use {option}=cpu, or auto"
+            )
         if local_rank >= gpus:
             raise ConfigError(
-                f"train.device={preference}: process {local_rank} of this node has no "
+                f"{option}={preference}: process {local_rank} of this node has no "
                 f"GPU (this machine has {gpus}); start torchrun with "
-                f"--nproc_per_node={max(gpus, 1)} or set train.device=cpu"
+                f"--nproc_per_node={gpus} or set {option}=cpu"
             )
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
@@ -66,7 +72,7 @@ def setup(device_preference: str = "auto") -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = pick_device(device_preference, local_rank)
+    device = pick_device(device_preference, local_rank, option="train.device")
     if world > 1 and not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
