@@ -323,3 +323,22 @@ def test_encoder_attn_init_mimetic_sets_every_layers_queries_to_its_keys():
         assert not torch.equal(pq, pk)
         assert torch.equal(mq, mk)
         assert mq.std() > 3 * pq.std()  # N(0, 1/Dh), not BERT's N(0, 0.02)
+
+
+@pytest.mark.parametrize("d_model,n_heads,d_head", [(128, 4, None), (512, 8, None), (512, 8, 128)])
+def test_attn_init_logit_sets_a_tokens_starting_logit_with_itself_at_any_width(d_model, n_heads, d_head):
+    """``attn_init_logit``: a normalised input ``x`` (``|x|² = D``) starts with ``x·W_qᵀW_k·x / √Dh``
+    near the logit asked for (the mean over tokens and heads), where ``None`` gives ``D / √Dh``."""
+    torch.manual_seed(0)
+    x = torch.randn(512, d_model)
+    x = x / x.norm(dim=-1, keepdim=True) * math.sqrt(d_model)
+    for logit in (None, 10.0):
+        config = EncoderConfig(
+            vocab_size=V, d_model=d_model, n_heads=n_heads, d_head=d_head, d_ff=64, n_layers=1,
+            attn_init="mimetic", attn_init_logit=logit,
+        )  # fmt: skip
+        attn = Encoder(config).layers[0].self_attn
+        q, k, _ = attn.project_qkv(x[None])
+        self_logit = (q * k).sum(-1).mean() / math.sqrt(attn.d_head)
+        expected = logit if logit is not None else d_model / math.sqrt(attn.d_head)
+        assert self_logit.item() == pytest.approx(expected, rel=0.1)

@@ -14,6 +14,7 @@ Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -61,6 +62,12 @@ class EncoderConfig(TransformerConfig):
             sinusoid table by one offset (:func:`~fullrank.layers.embeddings.sinusoid_shift`),
             head ``h`` of every layer by ``-1, +1, -2, +2, …``, so each head starts attending to
             the token that many places away instead of to tokens like its own.
+        attn_init_logit: with ``attn_init`` ``mimetic`` or ``local``, scale each head's queries so
+            that a token's logit with the token its head starts on is about this number
+            (``W_q ~ N(0, s²/Dh)`` with ``s² = logit · √Dh / D``, since a normalised input has
+            ``|x|² ≈ D``), whatever the width; ``None``: ``s = 1``, a logit of ``D / √Dh``.
+            Attention starts as sharp at every width: at ``D / √Dh`` it is nearly one-hot from
+            ``D = 256`` on, and a saturated softmax passes little gradient.
     """
 
     activation: Activation = "gelu"
@@ -78,6 +85,7 @@ class EncoderConfig(TransformerConfig):
     pooler: Bool = False
     init_std: PositiveFloat = 0.02
     attn_init: Literal["normal", "mimetic", "local"] = "normal"
+    attn_init_logit: PositiveFloat | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -214,7 +222,11 @@ class Encoder(nn.Module):
             relations = [sinusoid_shift(c.d_model, o) for o in offsets]
         for block in self.modules():
             if isinstance(block, EncoderBlock):
-                block.self_attn.mimetic_init_(relations=relations)
+                attn = block.self_attn
+                scale = 1.0
+                if c.attn_init_logit is not None:
+                    scale = math.sqrt(c.attn_init_logit * math.sqrt(attn.d_head) / c.d_model)
+                attn.mimetic_init_(scale=scale, relations=relations)
 
     def forward(
         self,
