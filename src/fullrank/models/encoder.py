@@ -65,9 +65,9 @@ class EncoderConfig(TransformerConfig):
         attn_init_logit: with ``attn_init`` ``mimetic`` or ``local``, scale each head's queries so
             that a token's logit with the token its head starts on is about this number
             (``W_q ~ N(0, s²/Dh)`` with ``s² = logit · √Dh / D``, since a normalised input has
-            ``|x|² ≈ D``), whatever the width; ``None``: ``s = 1``, a logit of ``D / √Dh``.
-            Attention starts as sharp at every width: at ``D / √Dh`` it is nearly one-hot from
-            ``D = 256`` on, and a saturated softmax passes little gradient.
+            ``|x|² ≈ D``), so that attention starts equally sharp at every width; ``None``:
+            ``s = 1``, a logit of ``D / √Dh``, with which the start is nearly one-hot on the
+            token itself from ``D = 256`` on (a saturated softmax passes little gradient).
     """
 
     activation: Activation = "gelu"
