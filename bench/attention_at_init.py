@@ -33,8 +33,9 @@ MODELS = [
 ]
 
 
-def first_attention(config: EncoderConfig, seed: int = 0) -> tuple[float, float, float]:
-    """(self-logit, row entropy in nats, probability on itself) of the first layer at init."""
+def first_attention(config: EncoderConfig, seed: int = 0) -> tuple[float, float, float, float]:
+    """(query scale ``s``, self-logit, row entropy in nats, probability on itself) of the first
+    layer at init; ``s`` read off the weights, ``std(W_q)·√Dh``."""
     torch.manual_seed(seed)
     model = Encoder(config).eval()
     tokens = torch.randint(5, config.vocab_size, (8, config.seq_len))
@@ -42,12 +43,14 @@ def first_attention(config: EncoderConfig, seed: int = 0) -> tuple[float, float,
         x = model.embed(tokens, segments=torch.zeros_like(tokens))
         layer = model.layers[0]
         assert isinstance(layer, EncoderBlock)
+        w_q = layer.self_attn.qkv_proj.weight[: config.n_heads * layer.self_attn.d_head]
+        scale = w_q.std().item() * math.sqrt(layer.self_attn.d_head)
         q, k, _ = layer.self_attn.project_qkv(layer.attn_norm(x))
         logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, T)
         p = logits.softmax(-1)
     entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
     on_self = p.diagonal(dim1=-2, dim2=-1).mean()
-    return logits.diagonal(dim1=-2, dim2=-1).mean().item(), entropy.item(), on_self.item()
+    return scale, logits.diagonal(dim1=-2, dim2=-1).mean().item(), entropy.item(), on_self.item()
 
 
 def main() -> None:
@@ -59,15 +62,9 @@ def main() -> None:
             max_len=128, norm_first=True, positions="sinusoidal", scale_embeddings=True,
             attn_init="mimetic", attn_init_logit=logit, next_sentence=False,
         )  # fmt: skip
-        s, ent, on_self = first_attention(config)
-        dh_ = dh or d // h
-        print(f"| {d} | {h} × {dh_} | {logit or '–'} (s = {config_scale(d, dh_, logit):.2f}) | "
+        scale, s, ent, on_self = first_attention(config)
+        print(f"| {d} | {h} × {dh or d // h} | {logit or '–'} (s = {scale:.2f}) | "
               f"{s:.1f} | {ent:.2f} | {on_self:.2f} |")  # fmt: skip
-
-
-def config_scale(d_model: int, d_head: int, logit: float | None) -> float:
-    """The query scale ``s`` that ``attn_init_logit`` gives (1 without it)."""
-    return 1.0 if logit is None else math.sqrt(logit * math.sqrt(d_head) / d_model)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from fullrank.models import DecoderLM, DecoderLMConfig
 from fullrank.training.config import TrainConfig
@@ -32,15 +33,21 @@ def test_label_smoothing_matches_torch_cross_entropy(eps):
     torch.testing.assert_close(out.nll, ref_nll, rtol=1e-12, atol=1e-12)
 
 
+def _loss_inputs(with_bias: bool, grad: bool) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """Hidden states ``(3, 11, 24)``, a 37-word output matrix, its bias and targets, in float64."""
+    h = torch.randn(3, 11, 24, dtype=torch.float64, requires_grad=grad)
+    w = torch.randn(37, 24, dtype=torch.float64, requires_grad=grad)
+    b = torch.randn(37, dtype=torch.float64, requires_grad=grad) if with_bias else None
+    target = torch.randint(0, 37, (3, 11))
+    target[1, 5:] = 0
+    return h, w, b, target
+
+
 @pytest.mark.parametrize("eps,ignore", [(0.0, None), (0.1, 0), (0.2, 3)])
 @pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_rows, with_bias):
-    h = torch.randn(3, 11, 24, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(37, 24, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(37, dtype=torch.float64, requires_grad=True) if with_bias else None
-    target = torch.randint(0, 37, (3, 11))
-    target[1, 5:] = 0
+    h, w, b, target = _loss_inputs(with_bias, grad=True)
     fused = linear_cross_entropy(
         h,
         w,
@@ -73,11 +80,7 @@ def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_row
 @pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_evaluation_in_chunks_equals_the_plain_path(eps, ignore, chunk_rows, with_bias):
-    h = torch.randn(3, 11, 24, dtype=torch.float64)
-    w = torch.randn(37, 24, dtype=torch.float64)
-    b = torch.randn(37, dtype=torch.float64) if with_bias else None
-    target = torch.randint(0, 37, (3, 11))
-    target[1, 5:] = 0
+    h, w, b, target = _loss_inputs(with_bias, grad=False)
     with torch.no_grad():
         out = linear_cross_entropy(
             h,
