@@ -8,7 +8,7 @@ import pytest
 from fullrank.data.bert_pretraining import MaskingRule, PretrainingBatches, make_instances, n_predictions
 from fullrank.data.document_cache import TokenizedCorpus
 from fullrank.data.documents import read_documents, split_sentences
-from fullrank.errors import DataError
+from fullrank.errors import ConfigError, DataError
 
 CLS, SEP, PAD, MASK = 2, 3, 0, 4
 V = 1000
@@ -143,6 +143,56 @@ def test_masking_statistics_over_many_draws():
     assert 0.13 < chosen / sum(len(data._sequence(i)[0]) for i in range(len(instances))) / 12 < 0.17
     assert abs(masked / chosen - 0.8) < 0.015
     assert abs(random / chosen - 0.1) < 0.01 and abs(kept / chosen - 0.1) < 0.01
+
+
+def _words(tokens: np.ndarray, candidates: np.ndarray, continues: np.ndarray) -> list[set[int]]:
+    """The candidate positions of each word (a word goes on while its ids continue it)."""
+    words: list[set[int]] = []
+    for p in candidates:
+        if words and continues[tokens[p]] and p - 1 in words[-1]:
+            words[-1].add(int(p))
+        else:
+            words.append({int(p)})
+    return words
+
+
+def _mask_shape(unit: str) -> tuple[float, float]:
+    """(share of the touched words masked whole, mean run of consecutive masked positions)."""
+    continues = np.arange(V) % 3 == 0  # a third of the ids continue a word (as ``##`` pieces)
+    instances = make_instances(corpus(n_docs=9, sentences=20), max_seq_len=64, seed=0)
+    data = batches(instances, unit=unit, continues=continues)
+    whole = touched = runs = chosen = 0
+    for epoch in range(4):
+        for i in range(len(instances)):
+            tokens, _, positions, labels = data.masked(i, epoch)
+            original, _, candidates = data._sequence(i)
+            assert len(positions) == min(n_predictions(len(original), 0.15, 20), len(candidates))
+            assert (np.diff(positions) > 0).all() and set(positions) <= set(candidates)
+            assert (labels == original[positions]).all()
+            picked = set(positions.tolist())
+            for w in _words(original, candidates, continues):
+                if w & picked:
+                    touched += 1
+                    whole += w <= picked
+            runs += 1 + int((np.diff(positions) != 1).sum())
+            chosen += len(positions)
+    return whole / touched, chosen / runs
+
+
+def test_whole_word_and_span_masking_keep_the_count_and_mask_whole_words():
+    token, word, span = (_mask_shape(unit) for unit in ("token", "word", "span"))
+    # words are masked whole (a word cut to fill the count is rare), single tokens often are not
+    assert word[0] > 0.97 and span[0] > 0.97 and token[0] < 0.7
+    # spans run over several words (SpanBERT's mean is 3.8, cut here by a count of 9 at 64
+    # tokens); words and tokens mostly stand alone
+    assert span[1] > 2.5 and span[1] > 1.5 * word[1] and word[1] < 2 and token[1] < 1.3
+
+
+def test_whole_word_masking_needs_to_know_where_words_start():
+    with pytest.raises(ConfigError, match="mask_unit=word needs a wordpiece tokenizer"):
+        rule(unit="word")
+    with pytest.raises(ConfigError, match="mask_unit must be token, word or span"):
+        rule(unit="sentence")
 
 
 def test_max_predictions_caps_the_count():

@@ -221,10 +221,10 @@ train: {{steps: 4, batch_size: 8, eval_every: 2, eval_batches: 2, save_every: 4,
     assert "mlm_acc" in results["valid"] and "nsp_acc" not in results["valid"]
     assert "nsp.weight" not in final_weights(tmp_path / "runs" / "wiki")
     # a second run reads its vocabulary and the tokenized corpus from the cache: the same
-    # tokenizer.json, byte for byte
-    assert main(["train", str(cfg), "--quiet", "name=wiki2"]) == 0
+    # tokenizer.json, byte for byte; it masks spans of whole words
+    assert main(["train", str(cfg), "--quiet", "name=wiki2", "data.mask_unit=span"]) == 0
     out = capsys.readouterr().out
-    assert "kept in" in out and "trained in" not in out and "cached in" in out
+    assert "kept in" in out and "trained in" not in out and "cached in" in out and "by spans" in out
     vocab = tmp_path / "runs" / "wiki" / "tokenizer.json"
     assert (tmp_path / "runs" / "wiki2" / "tokenizer.json").read_bytes() == vocab.read_bytes()
     # a changed corpus is tokenized again with the same vocabulary, and gets a new vocabulary
@@ -253,6 +253,9 @@ train: {{steps: 4, batch_size: 8, eval_every: 2, eval_batches: 2, save_every: 4,
     assert main(["train", str(cfg), "--quiet", "name=broken", f"data.cache_dir={tmp_path / 'a_file'}/c"]) == 2
     err = capsys.readouterr().err.strip()
     assert "data.cache_dir" in err and "is a file, not a folder" in err and "\n" not in err
+    assert main(["train", str(cfg), "--quiet", "name=broken", "data.mask_unit=sentence"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "data.mask_unit" in err and "'span'" in err and "\n" not in err, err
     assert main(["train", str(cfg), "--quiet", "name=broken", "data.train=nowhere/*.xz"]) == 2
     err = capsys.readouterr().err.strip()
     assert "nowhere/*.xz: no file matches this pattern" in err and "\n" not in err

@@ -19,6 +19,12 @@ instances here are offsets into those arrays, never copies. The rules of the ori
   positions are chosen uniformly among the tokens of A and B (never ``[CLS]``, ``[SEP]`` or
   padding); 80% become ``[MASK]``, 10% a random token (any non-special vocabulary entry) and 10%
   stay as they are. (BERT's random token may also be a special one; here it never is.)
+  The positions are single tokens (``token``, BERT), whole words (``word``: every WordPiece of a
+  word or none, as BERT's whole-word-masking release) or spans of whole words (``span``:
+  lengths in words drawn from a geometric distribution, p = 0.2, at most 10, as SpanBERT). The
+  count stays BERT's: a word or span that would pass it is cut to fit or, for words, skipped,
+  and what is left is filled with single tokens, so every sequence of a length predicts the
+  same number of positions. The 80/10/10 choice is made for each token.
 
 Everything is a pure function of the seed: the pairs of a corpus are drawn once from ``seed``;
 batch ``index`` of ``epoch`` takes the instances at that place of a permutation drawn from
@@ -45,6 +51,7 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, DataError
 
 Masking = Literal["static", "dynamic"]
+MaskUnit = Literal["token", "word", "span"]
 
 # the random streams drawn from the seed (so that pairs, order and masks never share one)
 _PAIRS, _ORDER, _MASKS = 0, 1, 2
@@ -206,7 +213,9 @@ def n_predictions(length: int, mlm_prob: float, max_predictions: int) -> int:
 
 @dataclass(frozen=True)
 class MaskingRule:
-    """The MLM rule: which ids mean what, and the 15% / 80-10-10 proportions."""
+    """The MLM rule: which ids mean what, the 15% / 80-10-10 proportions and the unit masked
+    (see the module docstring); ``continues`` (V,) marks the ids that continue a word
+    (WordPiece's ``##`` pieces), which ``word`` and ``span`` need."""
 
     mask_id: int
     regular_ids: np.ndarray  # the ids a random replacement is drawn from (no specials)
@@ -214,6 +223,18 @@ class MaskingRule:
     max_predictions: int = 20
     mask_prob: float = 0.8
     random_prob: float = 0.1
+    unit: MaskUnit = "token"
+    continues: np.ndarray | None = None
+    span_p: float = 0.2
+    max_span: int = 10
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("token", "word", "span"):
+            raise ConfigError(f"data.mask_unit must be token, word or span, got {self.unit!r}")
+        if self.unit != "token" and self.continues is None:
+            raise ConfigError(
+                f"data.mask_unit={self.unit} needs a wordpiece tokenizer (to know where words start)"
+            )
 
     def apply(
         self, tokens: np.ndarray, candidates: np.ndarray, rng: np.random.Generator
@@ -224,7 +245,10 @@ class MaskingRule:
         """
         n = n_predictions(len(tokens), self.mlm_prob, self.max_predictions)
         n = min(n, len(candidates))
-        positions = np.sort(rng.choice(candidates, size=n, replace=False))
+        if self.unit == "token":
+            positions = np.sort(rng.choice(candidates, size=n, replace=False))
+        else:
+            positions = self._whole(tokens, candidates, n, rng)
         labels = tokens[positions].copy()
         out = tokens.copy()
         u = rng.random(n)
@@ -233,10 +257,50 @@ class MaskingRule:
         out[positions[swap]] = self.regular_ids[rng.integers(0, len(self.regular_ids), int(swap.sum()))]
         return out, positions, labels
 
+    def _whole(
+        self, tokens: np.ndarray, candidates: np.ndarray, n: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        """``n`` sorted positions of ``candidates`` chosen by whole words or spans of them."""
+        assert self.continues is not None
+        joins = self.continues[tokens[candidates[1:]]] & (np.diff(candidates) == 1)
+        words = np.split(candidates, np.flatnonzero(~joins) + 1)  # the positions of each word
+        taken = np.zeros(len(words), dtype=bool)
+        chosen: list[np.ndarray] = []
+        count = 0
+        if self.unit == "word":
+            for w in rng.permutation(len(words)):
+                if count == n:
+                    break
+                if count + len(words[w]) <= n:
+                    taken[w] = True
+                    chosen.append(words[w])
+                    count += len(words[w])
+        else:
+            for _ in range(4 * n):
+                if count == n:
+                    break
+                length = min(int(rng.geometric(self.span_p)), self.max_span)
+                start = int(rng.integers(0, len(words)))
+                span = range(start, min(start + length, len(words)))
+                if taken[span.start : span.stop].any():
+                    continue
+                for w in span:  # the words that fit
+                    if count + len(words[w]) > n:
+                        break
+                    taken[w] = True
+                    chosen.append(words[w])
+                    count += len(words[w])
+        if count < n:  # the rest by single tokens of the words left
+            rest = np.concatenate([words[w] for w in np.flatnonzero(~taken)])
+            chosen.append(rng.choice(rest, size=n - count, replace=False))
+        return np.sort(np.concatenate(chosen)) if chosen else candidates[:0]
 
-def masking_rule(tok: Tokenizer, *, mlm_prob: float = 0.15, max_predictions: int = 20) -> MaskingRule:
-    """The rule for a WordPiece tokenizer: ``[MASK]``, and every non-special id as a random
-    replacement."""
+
+def masking_rule(
+    tok: Tokenizer, *, mlm_prob: float = 0.15, max_predictions: int = 20, unit: MaskUnit = "token"
+) -> MaskingRule:
+    """The rule for a WordPiece tokenizer: ``[MASK]``, every non-special id as a random
+    replacement, and its ``##`` pieces as the ids that continue a word."""
     if tok.mask_id is None:
         raise ConfigError(
             f"BERT pre-training needs a wordpiece tokenizer (with [MASK]); this one is {tok.kind}"
@@ -247,8 +311,14 @@ def masking_rule(tok: Tokenizer, *, mlm_prob: float = 0.15, max_predictions: int
         raise ConfigError(f"data.max_predictions must be at least 1, got {max_predictions}")
     specials = [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id]
     regular = np.setdiff1d(np.arange(tok.vocab_size), np.asarray(specials))
+    continues = np.array([(tok.id_to_token(i) or "").startswith("##") for i in range(tok.vocab_size)])
     return MaskingRule(
-        mask_id=tok.mask_id, regular_ids=regular, mlm_prob=mlm_prob, max_predictions=max_predictions
+        mask_id=tok.mask_id,
+        regular_ids=regular,
+        mlm_prob=mlm_prob,
+        max_predictions=max_predictions,
+        unit=unit,
+        continues=continues,
     )
 
 

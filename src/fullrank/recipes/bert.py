@@ -123,7 +123,9 @@ class PretrainingRecipe(Recipe):
                 random_next_prob=data.random_next_prob,
             )
 
-        rule = masking_rule(tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions)
+        rule = masking_rule(
+            tok, mlm_prob=data.mlm_prob, max_predictions=data.max_predictions, unit=data.mask_unit
+        )
         assert tok.cls_id is not None and tok.sep_id is not None  # a wordpiece tokenizer's
         ids = {"cls_id": tok.cls_id, "sep_id": tok.sep_id, "pad_id": tok.pad_id}
         batches = PretrainingBatches(
@@ -173,6 +175,7 @@ class PretrainingRecipe(Recipe):
             data_line=(
                 f"data: {what}, {len(batches):,} batches of {cfg.batch_size} per epoch, "
                 f"{data.masking} masking of {data.mlm_prob:.0%}"
+                + ("" if data.mask_unit == "token" else f" by {data.mask_unit}s")
                 + (f"; {len(valid.instances):,} validation sequences" if valid else "")
             ),
             vocabulary=f"{tok.kind} vocabulary of {tok.vocab_size}",

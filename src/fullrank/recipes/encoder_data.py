@@ -12,7 +12,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
-from fullrank.data.bert_pretraining import Masking
+from fullrank.data.bert_pretraining import Masking, MaskUnit
 from fullrank.data.documents import CorpusFormat
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.errors import ConfigError
@@ -63,6 +63,9 @@ class PretrainData(_Files):
             (BERT: 20 at 128 tokens).
         masking: ``static`` (one mask per pair, as BERT's preprocessed data) or ``dynamic`` (new
             masks every epoch, RoBERTa).
+        mask_unit: what is masked together: single ``token``s (BERT), whole ``word``s (every
+            WordPiece of a word, BERT's whole-word masking) or ``span``s of whole words
+            (SpanBERT's geometric lengths, mean 3.8 words); the count stays ``mlm_prob``'s.
     """
 
     train: Str
@@ -75,6 +78,7 @@ class PretrainData(_Files):
     mlm_prob: UnitFloat = 0.15
     max_predictions: PositiveInt = 20
     masking: Masking = "dynamic"
+    mask_unit: MaskUnit = "token"
 
     def __post_init__(self) -> None:
         super().__post_init__()
