@@ -31,13 +31,6 @@ def finite_float(text: str) -> float:
     return value
 
 
-def decode_option(setting: str) -> str:
-    """The command-line option that sets a decoding ``setting`` (``translate``, ``parse``), for
-    :func:`~fullrank.inference.translate.check_settings`' messages: ``a`` → ``--max-len-a``,
-    ``batch_size`` → ``--batch-size``."""
-    return {"a": "--max-len-a", "b": "--max-len-b"}.get(setting, "--" + setting.replace("_", "-"))
-
-
 def check_text(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """Refuse, in one :class:`~fullrank.errors.DataError` line naming the option, any argument
     of ``parser`` (one command's) whose value in ``args`` is not UTF-8 text."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fullrank.cli.arguments import decode_option, finite_float
+from fullrank.cli.arguments import finite_float
+from fullrank.cli.decoding import add_io_arguments, input_lines, load_ensemble, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,15 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="parsing checkpoint directory or run directory (its latest); several: "
         "an ensemble of parsers that share their vocabularies",
     )
-    p.add_argument("--input", "-i", default=None, help="sentences to parse (default: stdin)")
-    p.add_argument(
-        "--output",
-        "-o",
-        default=None,
-        help="file to write (default: stdout): a new file, checked before anything "
-        "is decoded; written whole or not at all",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    add_io_arguments(p, what="sentences to parse")
     p.add_argument("--beam", type=int, default=21, help="beam size ([V17] §6.3: 21)")
     p.add_argument("--alpha", type=finite_float, default=0.3, help="GNMT length penalty α ([V17]: 0.3)")
     p.add_argument(
@@ -63,31 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.errors import CheckpointError
     from fullrank.inference.parse import parse, tree_leaves, tree_order, tree_vocabulary
-    from fullrank.inference.translate import check_settings
-    from fullrank.paths import check_output_files, write_text_atomic
-    from fullrank.training.checkpoints import load_checkpoint
-    from fullrank.training.distributed import pick_device
 
-    check_settings(
-        beam=args.beam,
-        batch_size=args.batch_size,
-        a=args.max_len_a,
-        b=args.max_len_b,
-        workers=args.workers,
-        alpha=args.alpha,
-        name=decode_option,
-    )
-    if args.output:
-        check_output_files(
-            [args.output],
-            option="-o",
-            overwrite=args.overwrite,
-            inputs=[p for p in (args.input, *args.checkpoint) if p],
-        )
-    ckpts = [load_checkpoint(path, device=pick_device(args.device)) for path in args.checkpoint]
+    ckpts = load_ensemble(args)
     first = ckpts[0]
     trees = tree_vocabulary(first.meta, str(first.path))
     leaves = tree_leaves(first.meta, str(first.path))
@@ -116,12 +88,11 @@ def run(args: argparse.Namespace) -> int:
                 f"tree settings; an ensemble needs parsers trained on the "
                 f"same training trees with the same data settings"
             )
-    lines = read_lines(args.input, allow_blank=True) if args.input else read_stdin_lines()
     parsed = parse(
         [c.model for c in ckpts],
         words,
         trees,
-        lines,
+        input_lines(args),
         beam=args.beam,
         alpha=args.alpha,
         a=args.max_len_a,
@@ -134,11 +105,7 @@ def run(args: argparse.Namespace) -> int:
         order=order,
         constrained=not args.unconstrained,
     )
-    text = "".join((p.tree.to_string() if p else "") + "\n" for p in parsed)
-    if args.output:
-        write_text_atomic(args.output, text)
-    else:
-        sys.stdout.write(text)
+    write_output(args, "".join((p.tree.to_string() if p else "") + "\n" for p in parsed))
     done = [p for p in parsed if p]
     repairs = Counter(r for p in done for r in p.repairs)
     print(

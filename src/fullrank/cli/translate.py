@@ -7,9 +7,9 @@ must share one tokenizer.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from fullrank.cli.arguments import decode_option, finite_float
+from fullrank.cli.arguments import finite_float
+from fullrank.cli.decoding import add_io_arguments, input_lines, load_ensemble, write_output
 from fullrank.errors import CheckpointError
 
 
@@ -20,15 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="checkpoint directory or run directory (its latest); several: an "
         "ensemble of models that share one tokenizer",
     )
-    p.add_argument("--input", "-i", default=None, help="file to translate (default: stdin)")
-    p.add_argument(
-        "--output",
-        "-o",
-        default=None,
-        help="file to write (default: stdout): a new file, checked before anything "
-        "is decoded; written whole or not at all",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    add_io_arguments(p, what="file to translate")
     p.add_argument("--beam", type=int, default=4, help="beam size k; 1 = greedy ([V17]: 4)")
     p.add_argument("--alpha", type=finite_float, default=0.6, help="GNMT length penalty α ([V17]: 0.6)")
     p.add_argument("--max-len-a", type=finite_float, default=1.0, help="max output length a·|src| + b")
@@ -70,31 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.data.text import read_lines, read_stdin_lines
-    from fullrank.inference.translate import check_settings, translate
-    from fullrank.paths import check_output_files, write_text_atomic
-    from fullrank.training.checkpoints import load_checkpoint
-    from fullrank.training.distributed import pick_device
+    from fullrank.inference.translate import translate
 
-    check_settings(
-        beam=args.beam,
-        n_best=args.n_best,
-        batch_size=args.batch_size,
-        a=args.max_len_a,
-        b=args.max_len_b,
-        workers=args.workers,
-        alpha=args.alpha,
-        name=decode_option,
-    )
-    if args.output:
-        check_output_files(
-            [args.output],
-            option="-o",
-            overwrite=args.overwrite,
-            inputs=[p for p in (args.input, *args.checkpoint) if p],
-        )
-    device = pick_device(args.device)
-    ckpts = [load_checkpoint(path, device=device) for path in args.checkpoint]
+    ckpts = load_ensemble(args, n_best=args.n_best)
     for ckpt in ckpts:
         if ckpt.task != "mt" or ckpt.tokenizer is None:
             raise CheckpointError(
@@ -111,14 +81,10 @@ def run(args: argparse.Namespace) -> int:
                 f"{ckpt.path} and {first.path} have different tokenizers; an "
                 f"ensemble needs models trained with one shared vocabulary"
             )
-    if args.input:
-        lines = read_lines(args.input, allow_blank=True)
-    else:
-        lines = read_stdin_lines()
     outputs = translate(
         [c.model for c in ckpts],
         tok,
-        lines,
+        input_lines(args),
         beam=args.beam,
         alpha=args.alpha,
         a=args.max_len_a,
@@ -131,9 +97,5 @@ def run(args: argparse.Namespace) -> int:
         processes=args.processes,
         strict=args.strict,
     )
-    text = "".join("\t".join(o) + "\n" for o in outputs)
-    if args.output:
-        write_text_atomic(args.output, text)
-    else:
-        sys.stdout.write(text)
+    write_output(args, "".join("\t".join(o) + "\n" for o in outputs))
     return 0
