@@ -263,37 +263,36 @@ class MaskingRule:
         """``n`` sorted positions of ``candidates`` chosen by whole words or spans of them."""
         assert self.continues is not None
         joins = self.continues[tokens[candidates[1:]]] & (np.diff(candidates) == 1)
-        words = np.split(candidates, np.flatnonzero(~joins) + 1)  # the positions of each word
-        taken = np.zeros(len(words), dtype=bool)
-        chosen: list[np.ndarray] = []
+        firsts = np.flatnonzero(np.concatenate([[True], ~joins]))  # each word's first candidate
+        sizes = np.diff(np.append(firsts, len(candidates))).tolist()  # its word pieces
+        taken = [False] * len(sizes)
         count = 0
         if self.unit == "word":
-            for w in rng.permutation(len(words)):
+            for w in rng.permutation(len(sizes)).tolist():
                 if count == n:
                     break
-                if count + len(words[w]) <= n:
+                if count + sizes[w] <= n:
                     taken[w] = True
-                    chosen.append(words[w])
-                    count += len(words[w])
+                    count += sizes[w]
         else:
             for _ in range(4 * n):
                 if count == n:
                     break
                 length = min(int(rng.geometric(self.span_p)), self.max_span)
-                start = int(rng.integers(0, len(words)))
-                span = range(start, min(start + length, len(words)))
-                if taken[span.start : span.stop].any():
+                start = int(rng.integers(0, len(sizes)))
+                span = range(start, min(start + length, len(sizes)))
+                if any(taken[w] for w in span):
                     continue
                 for w in span:  # the words that fit
-                    if count + len(words[w]) > n:
+                    if count + sizes[w] > n:
                         break
                     taken[w] = True
-                    chosen.append(words[w])
-                    count += len(words[w])
+                    count += sizes[w]
+        picked = np.repeat(np.asarray(taken, dtype=bool), sizes)  # (len(candidates),)
         if count < n:  # the rest by single tokens of the words left
-            rest = np.concatenate([words[w] for w in np.flatnonzero(~taken)])
-            chosen.append(rng.choice(rest, size=n - count, replace=False))
-        return np.sort(np.concatenate(chosen)) if chosen else candidates[:0]
+            fill = rng.choice(np.flatnonzero(~picked), size=n - count, replace=False)
+            picked[fill] = True
+        return candidates[picked]
 
 
 def masking_rule(
