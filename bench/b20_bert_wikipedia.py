@@ -5,7 +5,7 @@ pre-training runs of ``configs/sweeps/b20_bert_wikipedia.yaml`` (n = 64) or
 ``configs/sweeps/b20_bert_gpu.yaml`` (the same comparison four times wider, on one GPU) —
 masked-LM accuracy against steps, final accuracy and perplexity on all of ``valid.txt.xz`` — and
 of the fine-tuning runs that started from them (SQuAD EM/F1 and MNLI accuracy, mean ± std over the seeds
-that finished).
+that finished), and where the sweep has them (``squad_scratch``), of SQuAD from random weights.
 
     python bench/b20_bert_wikipedia.py                      # runs/sweeps/b20_bert_wikipedia
     python bench/b20_bert_wikipedia.py --sweep n128         # runs/sweeps/b20_bert_wikipedia_n128
@@ -152,6 +152,8 @@ def main() -> None:
         + " steps | final MLM acc % | final MLM ppl | steps | pre-training min"
         + " | SQuAD EM | SQuAD F1 | MNLI dev |"
     )
+    scratch = any(args.out.glob("squad_scratch-*"))  # SQuAD from random weights, once a model
+    header += " SQuAD F1 from random weights |" if scratch else ""
     rows = [header, "|" + "---|" * (header.count("|") - 1)]
     summary = [
         "| model | heads × d_head | params | pre-training seeds | final MLM acc % | final MLM ppl | "
@@ -193,6 +195,11 @@ def main() -> None:
             cells = [label, d_model, heads, d_ff, params]
             cells += [seed] if len(args.seeds) > 1 else []
             cells += [read, scores, taken, minutes, mean_std(em), mean_std(f1), mean_std(mnli)]
+            if scratch:
+                done = (
+                    finished(args.out / point("squad_scratch", group, 0)) if seed == args.seeds[0] else None
+                )
+                cells.append(f"{done['test']['f1']:.2f}" if done and done.get("test") else "–")
             rows.append("| " + " | ".join(str(c) for c in cells) + " |")
         if accs:
             seeds_done = f"{len(accs)}"
