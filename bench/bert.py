@@ -21,11 +21,12 @@ vocabulary 8,000, sequences of 128 tokens, batch 16:
   out (no fused CPU kernel has dropout) and Hugging Face's SDPA falls back to its own
   written-out path. The other rows run without dropout, so that both sides compute the very
   same numbers.
+- ``qa_dropout`` — ``qa`` with BERT's dropout, likewise.
 
 Each implementation: ``fullrank`` (its defaults: the speed engine, :func:`fullrank.fast.cpu`, and
 fused AdamW), ``fullrank_same`` (PyTorch's defaults and plain AdamW, the peer's settings) and
-``hf`` (SDPA attention). Results: ``bench/results/bert.md`` and ``.json``: sequences per second,
-step time, parameters, peak RSS, the paired ratio to Hugging Face with the range of the
+``hf`` (SDPA attention). Results: ``bench/results/bert.md`` and ``.json`` (or ``--name``):
+sequences per second, step time, parameters, peak RSS, the paired ratio to Hugging Face with the range of the
 per-round ratios, and the machine's load average before and after each workload (these runs
 share their cores); with another ``--threads`` than 2, ``bench/results/bert-N-threads.*``, and
 with ``--precision bf16`` the same names ending in ``-bf16``.
@@ -51,9 +52,9 @@ IMPLS = {
     "fullrank_same": "fullrank (PyTorch defaults)",
     "hf": "Hugging Face transformers",
 }
-WORKLOADS = ("pretrain", "classify", "qa", "classify_dropout")
+WORKLOADS = ("pretrain", "classify", "qa", "classify_dropout", "qa_dropout")
 # the dropout of the workloads that keep BERT's (every other runs without)
-DROPOUT = {"classify_dropout": 0.1}
+DROPOUT = {"classify_dropout": 0.1, "qa_dropout": 0.1}
 
 
 def task_of(workload: str) -> str:
@@ -231,6 +232,9 @@ def main() -> None:
         help="bf16: every side under bfloat16 autocast (float32 weights and optimizer), as "
         "`train.precision=bf16` runs fullrank",
     )
+    ap.add_argument(
+        "--name", help="the results' file name in bench/results (default: bert[-N-threads][-bf16])"
+    )
     args = ap.parse_args()
     info = machine()
     print(
@@ -312,7 +316,7 @@ def main() -> None:
         f"Ratios are medians of per-round ratios (> 1 = fullrank faster).\n\n" + "\n".join(sections)
     )
     name = "bert" if args.threads == 2 else f"bert-{args.threads}-threads"
-    write(name if args.precision == "fp32" else f"{name}-bf16", md, data)
+    write(args.name or (name if args.precision == "fp32" else f"{name}-bf16"), md, data)
 
 
 if __name__ == "__main__":

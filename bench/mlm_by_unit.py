@@ -35,13 +35,13 @@ def main() -> None:
     rows = []
     for run in a.runs:
         ckpt = load_checkpoint(run)
-        tok, cfg = ckpt.tokenizer, ckpt.model.config
+        tok, seq_len = ckpt.tokenizer, ckpt.config.seq_len
         assert tok is not None and tok.cls_id is not None and tok.sep_id is not None
         docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
-        segments = make_segments(docs, max_seq_len=cfg.seq_len, seed=0)
+        segments = make_segments(docs, max_seq_len=seq_len, seed=0)
         scores = []
         for unit in ("token", "word", "span"):
-            rule = masking_rule(tok, max_predictions=math.ceil(0.15 * cfg.seq_len), unit=unit)
+            rule = masking_rule(tok, max_predictions=math.ceil(0.15 * seq_len), unit=unit)
             valid = PretrainingBatches(
                 segments,
                 rule,
