@@ -63,12 +63,6 @@ def run(args: argparse.Namespace) -> int:
     first = ckpts[0]
     trees = tree_vocabulary(first.meta, str(first.path))
     leaves = tree_leaves(first.meta, str(first.path))
-    words = first.tokenizer
-    if words is None:
-        raise CheckpointError(
-            f"{first.path}: the checkpoint has no tokenizer.json (its word "
-            f"vocabulary); use a checkpoint written by a parsing run"
-        )
     order = tree_order(first.meta, str(first.path))
     for ckpt in ckpts:
         if ckpt.tokenizer is None:
@@ -76,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
                 f"{ckpt.path}: the checkpoint has no tokenizer.json (its word "
                 f"vocabulary); use a checkpoint written by a parsing run"
             )
+    words = first.tokenizer
+    assert words is not None  # checked above
+    for ckpt in ckpts[1:]:
+        assert ckpt.tokenizer is not None
         same = (
             tree_vocabulary(ckpt.meta, str(ckpt.path)).fingerprint() == trees.fingerprint()
             and ckpt.tokenizer.fingerprint() == words.fingerprint()
