@@ -157,12 +157,13 @@ def main() -> None:
     rows = [header, "|" + "---|" * (header.count("|") - 1)]
     summary = [
         "| model | heads × d_head | params | pre-training seeds | final MLM acc % | final MLM ppl | "
-        "SQuAD F1 | MNLI dev (all fine-tuning runs) |",
-        "|---|---|---|---|---|---|---|---|",
+        "SQuAD F1 | MNLI dev (all fine-tuning runs) |"
+        + (" SQuAD F1 from random weights |" if scratch else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|" if scratch else ""),
     ]
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (group, (label, heads, d_ff, d_model)) in enumerate(models.items()):
-        accs, ppls, all_f1, all_mnli, params = [], [], [], [], "–"
+        accs, ppls, all_f1, all_mnli, params, scratch_f1 = [], [], [], [], "–", "–"
         for seed in args.seeds:
             default = args.out / point("pre", group, seed)
             run_dir = Path(elsewhere[label]) if label in elsewhere and seed == args.seeds[0] else default
@@ -199,12 +200,14 @@ def main() -> None:
                 done = (
                     finished(args.out / point("squad_scratch", group, 0)) if seed == args.seeds[0] else None
                 )
-                cells.append(f"{done['test']['f1']:.2f}" if done and done.get("test") else "–")
+                if done and done.get("test"):
+                    scratch_f1 = f"{done['test']['f1']:.2f}"
+                cells.append(scratch_f1 if seed == args.seeds[0] else "–")
             rows.append("| " + " | ".join(str(c) for c in cells) + " |")
         if accs:
             seeds_done = f"{len(accs)}"
             cells = [label, heads, params, seeds_done, mean_std(accs), mean_std(ppls)]
-            cells += [mean_std(all_f1, "run"), mean_std(all_mnli, "run")]
+            cells += [mean_std(all_f1, "run"), mean_std(all_mnli, "run")] + ([scratch_f1] if scratch else [])
             summary.append("| " + " | ".join(str(c) for c in cells) + " |")
     if len(args.seeds) > 1:
         rows += ["", *summary]
