@@ -1,8 +1,9 @@
 """Every shipped experiment file trains: two steps each through `fullrank train`, on the data it
 names under ../shared/data (skipped, with the reason, when that is absent), its model shrunk to a
 tiny one of the same family and its final evaluation kept cheap (no decoding: a model two steps
-old writes to its length limit; language-model and masked-LM scores on 2 batches of a split). What it checks is the file: its data paths, tokenizer and task
-settings, its model family and heads, the lifecycle from setup to results.json."""
+old writes to its length limit; language-model and masked-LM scores on 2 batches of a split).
+What it checks is the file: its data paths, tokenizer and task settings, its model family and
+heads, the lifecycle from setup to results.json."""
 
 from __future__ import annotations
 
