@@ -126,6 +126,21 @@ def test_compiled_engine_decoding_equals_eager():
         assert a == pytest.approx(b, abs=1e-9)
 
 
+def test_every_decoder_keeps_an_inference_mask_from_the_first_step():
+    """A compiled decode step is traced once for the source mask, not again when the first
+    reorder turns the caller's tensor into an inference tensor."""
+    model = translation_model(n_layers=1, n_decoder_layers=1)
+    src, keep = padded_sources([3, 2], V)
+    assert not keep.is_inference()
+    for decoder in (BeamDecoder, Seq2SeqDecoder, UncachedSeq2SeqDecoder):
+        state = decoder(model, src, keep)
+        assert state.src_mask is not None and state.src_mask.is_inference(), decoder.__name__
+        assert torch.equal(state.src_mask, keep)
+        with torch.inference_mode():  # as the searches reorder
+            state.reorder(torch.tensor([1, 0]), sources=torch.tensor([1, 0]))
+        assert state.src_mask.is_inference() and torch.equal(state.src_mask, keep.flip(0))
+
+
 def test_the_engine_decoder_checks_its_inputs():
     model = translation_model()
     src, keep = padded_sources([3, 2], V)

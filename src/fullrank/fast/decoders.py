@@ -30,7 +30,7 @@ from torch import Tensor
 from fullrank.errors import ConfigError
 from fullrank.fast.beam_cache import beam_caches
 from fullrank.fast.layout import transposed
-from fullrank.layers.masks import source_padding
+from fullrank.layers.masks import decoding_padding
 
 
 class Projection:
@@ -103,7 +103,7 @@ class BeamDecoder:
                 "the model is in training mode (dropout active); call model.eval() before decoding"
             )
         self.decode = model.decode if decode is None else decode
-        self.src_mask = source_padding(src, src_mask)  # (N, S) or None
+        self.src_mask = decoding_padding(src, src_mask)  # (N, S) or None
         self.memory = model.encode(src, self.src_mask)  # (N, S, D)
         self.cache = beam_caches(model.init_cache())
         self.project = Projection(model.output_weight, getattr(model, "output_bias", None))

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from fullrank.errors import ConfigError
 from fullrank.layers.kv_cache import DecoderCache
-from fullrank.layers.masks import source_padding
+from fullrank.layers.masks import decoding_padding
 
 
 class Decoder(Protocol):
@@ -136,7 +136,7 @@ class Seq2SeqDecoder:
         _check_eval(model)
         self.model = model
         self.decode = model.decode if decode is None else decode
-        self.src_mask = source_padding(src, src_mask)  # (B, S) or None
+        self.src_mask = decoding_padding(src, src_mask)  # (B, S) or None
         self.memory = model.encode(src, self.src_mask)  # (B, S, D)
         self.cache = model.init_cache()
         self.device = src.device
@@ -181,7 +181,7 @@ class UncachedSeq2SeqDecoder:
     def __init__(self, model: Seq2SeqModel, src: Tensor, src_mask: Tensor | None = None) -> None:
         _check_eval(model)
         self.model = model
-        self.src_mask = source_padding(src, src_mask)  # (B, S) or None
+        self.src_mask = decoding_padding(src, src_mask)  # (B, S) or None
         self.memory = model.encode(src, self.src_mask)  # (B, S, D)
         self.prefix = src.new_empty(src.shape[0], 0)  # (B, T)
         self.device = src.device

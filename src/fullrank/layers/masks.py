@@ -75,3 +75,11 @@ def source_padding(src: Tensor, keep: Tensor | None) -> Tensor | None:
             f"{tuple(src.shape)}, got {keep.dtype} {tuple(keep.shape)}"
         )
     return None if bool(keep.all()) else keep
+
+
+def decoding_padding(src: Tensor, keep: Tensor | None) -> Tensor | None:
+    """:func:`source_padding` for a decoder's state, under ``torch.inference_mode``: an
+    inference tensor, as the mask becomes once a beam reorders it, so that a compiled decode
+    step is not traced again for the other kind of tensor."""
+    mask = source_padding(src, keep)
+    return mask if mask is None or mask.is_inference() else mask.clone()
