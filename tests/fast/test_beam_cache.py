@@ -163,3 +163,34 @@ def test_the_layers_of_a_beam_decoder_cache_share_one_bias_per_step():
         )
         cache.reorder(index)
         rows = index.numel()
+
+
+def test_reserve_leaves_room_for_the_next_step_and_changes_no_row():
+    """``reserve`` grows the buffers before a step (as the engine's decoder does, outside a
+    compiled step): the append then writes in place, never to the buffer's end, and every row
+    sees what a cache that grows as it appends sees, across two doublings."""
+    gen = torch.Generator().manual_seed(0)
+    n, g, h, d = 2, 3, 2, 4
+    reserved, grown = BeamKVCache(), BeamKVCache()
+    rows = n
+    for step in range(40):
+        k = torch.randn(rows, h, 1, d, generator=gen)
+        if step:
+            reserved.reserve(1)
+            assert reserved.length + 1 < reserved._k.shape[2]
+            before = reserved._k.data_ptr()
+        reserved.append(k, -k)
+        grown.append(k, -k)
+        if step:
+            assert reserved._k.data_ptr() == before  # written in place
+        assert torch.equal(reserved.keys, grown.keys) and torch.equal(reserved.values, grown.values)
+        seen = reserved.visible(1)
+        assert (seen is None and grown.visible(1) is None) or torch.equal(seen, grown.visible(1))
+        if step == 0:
+            index = torch.arange(n).repeat_interleave(g)
+        else:
+            index = (torch.arange(n)[:, None] * g + torch.randint(0, g, (n, g), generator=gen)).reshape(-1)
+        reserved.reorder(index)
+        grown.reorder(index)
+        rows = index.numel()
+    assert grown._k.shape[2] >= 40 and reserved._k.shape[2] > 40

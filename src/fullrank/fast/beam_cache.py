@@ -177,17 +177,29 @@ class BeamKVCache(KVCache):
             raise ConfigError(f"the beam cache holds {n} groups of {g} rows, got {b} rows")
         new_len = self.length + t
         if new_len > self._k.shape[2]:
-            cap = max(new_len, 2 * self._k.shape[2])
-            self._k, self._v = self._grow(self._k, cap), self._grow(self._v, cap)
-            slots = self._slots.new_zeros(b, cap)
-            slots[:, : self.length] = self._slots[:, : self.length]
-            self._slots = slots
+            self._grow_to(new_len)
         self._k[:, :, self.length : new_len] = k.view(n, g, h, t, -1).permute(0, 2, 3, 1, 4)
         self._v[:, :, self.length : new_len] = v.view(n, g, h, t, -1).permute(0, 2, 3, 1, 4)
         if g > 1:  # each row's new positions in its own slot (slot 0 is already there for g = 1)
             self._slots[:, self.length : new_len] = self._own_slots()[:, None]
         self.length = new_len
         return self.keys, self.values
+
+    def reserve(self, t: int) -> None:
+        """Make room for ``t`` more positions and one spare, before a step appends them. A
+        compiled decode step then neither grows the buffers nor fills them to the end, two
+        conditions it would otherwise be traced again for (once per doubling)."""
+        if self._k is not None and self.length + t >= self._k.shape[2]:
+            self._grow_to(self.length + t + 1)
+
+    def _grow_to(self, need: int) -> None:
+        """Buffers and slot table with room for at least ``need`` positions (doubling)."""
+        assert self._k is not None and self._v is not None and self._slots is not None
+        cap = max(need, 2 * self._k.shape[2])
+        self._k, self._v = self._grow(self._k, cap), self._grow(self._v, cap)
+        slots = self._slots.new_zeros(self._slots.shape[0], cap)
+        slots[:, : self.length] = self._slots[:, : self.length]
+        self._slots = slots
 
     def visible(self, t: int) -> Tensor | None:
         """For the ``t`` newest positions of every row, which of its group's keys it may see:
@@ -265,6 +277,7 @@ class BeamKVCache(KVCache):
         if g == self.group:
             if sources is not None:  # whole groups leave: the groups kept are copied
                 self._k, self._v = self._select(self._k, sources), self._select(self._v, sources)
+                self._keep_own_slots()
             self._slots = slots
             return
         # a new grouping: every row's history into its own slot
@@ -280,15 +293,22 @@ class BeamKVCache(KVCache):
             moved.append(out)
         self._k, self._v = moved
         self.group = g
+        self._keep_own_slots()
         self._slots = self._own_slots()[:, None].expand(-1, cap).contiguous()
 
-    def _own_slots(self) -> Tensor:
-        """``(B,)``: the slot of each row within its group, ``0 … g−1`` for every group."""
+    def _keep_own_slots(self) -> None:
+        """Build :meth:`_own_slots` for the current ``N`` groups of ``g`` rows, when they
+        changed. Only reorders call this, so that a compiled decode step, which appends, reads
+        the table without branching on its size."""
         n, g = self._k.shape[0], self.group  # type: ignore[union-attr]  # filled by now
         own = self._own
         if own is None or own.numel() != n * g or own.device != self._k.device:  # type: ignore[union-attr]  # filled
-            own = self._own = torch.arange(g, device=self._k.device).repeat(n)  # type: ignore[union-attr]  # filled
-        return own
+            self._own = torch.arange(g, device=self._k.device).repeat(n)  # type: ignore[union-attr]  # filled
+
+    def _own_slots(self) -> Tensor:
+        """``(B,)``: the slot of each row within its group, ``0 … g−1`` for every group."""
+        assert self._own is not None  # a reorder into groups of more than one row built it
+        return self._own
 
 
 def beam_caches(cache: DecoderCache) -> DecoderCache:

@@ -111,6 +111,8 @@ class BeamDecoder:
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``, valid until the next step."""
+        for c in self.cache.self_attn:
+            c.reserve(tokens.shape[1])  # type: ignore[attr-defined]  # BeamKVCache's
         h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
         return self.project(h)
 
