@@ -120,8 +120,8 @@ def test_compiled_engine_decoding_equals_eager():
     kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
     decode = compiled_decode(model, backend="aot_eager")
     compiled = beam_search(BeamDecoder(model, src, keep, decode=decode), beam_size=3, n_best=3, **kw)
-    # one graph each for the first step, the steps of one row per sentence and those of beams:
-    # not again as sentences leave the batch or the source mask is reordered
+    # one graph each for the first step, the steps after it and those of the last sentence: not
+    # again as sentences leave the batch or the source mask is reordered
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 3
     eager = beam_search(BeamDecoder(model, src, keep), beam_size=3, n_best=3, **kw)
     assert tokens(compiled) == tokens(eager)

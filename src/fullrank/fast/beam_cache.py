@@ -178,8 +178,8 @@ class BeamKVCache(KVCache):
         new_len = self.length + t
         if new_len > self._k.shape[2]:
             self._grow_to(new_len)
-        self._k[:, :, self.length : new_len] = k.view(n, g, h, t, -1).permute(0, 2, 3, 1, 4)
-        self._v[:, :, self.length : new_len] = v.view(n, g, h, t, -1).permute(0, 2, 3, 1, 4)
+        self._k[:, :, self.length : new_len] = k.unflatten(0, (n, g)).permute(0, 2, 3, 1, 4)
+        self._v[:, :, self.length : new_len] = v.unflatten(0, (n, g)).permute(0, 2, 3, 1, 4)
         if g > 1:  # each row's new positions in its own slot (slot 0 is already there for g = 1)
             self._slots[:, self.length : new_len] = self._own_slots()[:, None]
         self.length = new_len

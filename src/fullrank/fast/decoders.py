@@ -103,6 +103,7 @@ class BeamDecoder:
                 "the model is in training mode (dropout active); call model.eval() before decoding"
             )
         self.decode = model.decode if decode is None else decode
+        self.compiled = decode is not None
         self.src_mask = decoding_padding(src, src_mask)  # (N, S) or None
         self.memory = model.encode(src, self.src_mask)  # (N, S, D)
         self.cache = beam_caches(model.init_cache())
@@ -113,8 +114,21 @@ class BeamDecoder:
         """``tokens (B, t)`` → logits ``(B, t, V)``, valid until the next step."""
         for c in self.cache.self_attn:
             c.reserve(tokens.shape[1])  # type: ignore[attr-defined]  # BeamKVCache's
+        if self.compiled:
+            self._static_widths()
         h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
         return self.project(h)
+
+    def _static_widths(self) -> None:
+        """Mark the caches' heads and head sizes and the encoder output's width as constants
+        for a compiled step, so that dynamic shapes never take a row count of the same value
+        for one of them (the step would then be specialised to that many rows)."""
+        for c in [*self.cache.self_attn, *self.cache.cross_attn]:
+            for buf in (c._k, c._v):  # (N, H, …, Dh)
+                if buf is not None:
+                    torch._dynamo.mark_static(buf, 1)
+                    torch._dynamo.mark_static(buf, buf.dim() - 1)
+        torch._dynamo.mark_static(self.memory, 2)  # (N, S, D)
 
     def reorder(self, index: Tensor, *, sources: Tensor | None = None) -> None:
         """Keep target rows ``index (B',)`` and source rows ``sources (N',)`` (see

@@ -160,10 +160,10 @@ def compiled_decode(model: Seq2SeqModel, **options: Any) -> Callable[..., Tensor
     and :class:`fullrank.fast.BeamDecoder` (``decode=``): one compiled function serves every
     batch, whatever its rows, source length and cache length.
 
-    On a CPU the first decode compiles for one to two minutes (a graph for the first step,
-    then others as the batch widens to beams and shrinks as sentences finish; the engine's
-    decoder makes room in its caches before each step, so that their growth traces nothing);
-    afterwards a step skips much of eager PyTorch's per-operation cost
+    On a CPU the first decode compiles for one to two minutes (three graphs with the engine's
+    decoder: the first step, the steps after it, a batch of one row; it makes room in its
+    caches before each step and marks their widths static, so that neither their growth nor
+    the batch's rows trace again); afterwards a step skips much of eager PyTorch's per-operation cost
     (``bench/decode.py --compile``, ``docs/speed.md``). Worth it for long inputs, not for a test
     set that decodes in seconds. Same outputs as eager decoding. ``options`` go to
     ``torch.compile`` (e.g. ``backend="aot_eager"``: traced, not code-generated).
