@@ -129,6 +129,22 @@ def test_compiled_engine_decoding_equals_eager():
         assert a == pytest.approx(b, abs=1e-9)
 
 
+@pytest.mark.slow
+def test_a_compiled_step_is_not_specialised_to_a_batch_as_large_as_the_head_size():
+    """Greedy decoding of 10 sentences with heads of 10: dynamic shapes would take the rows and
+    the head size for one size (the step then traced again as sentences leave); the engine
+    marks the widths static."""
+    torch._dynamo.reset()
+    model = translation_model(n_layers=1, n_decoder_layers=1)
+    assert model.config.d_head == 10
+    src, keep = padded_sources([6, 2, 4, 5, 3, 6, 2, 5, 4, 3], V)
+    kw = dict(batch_size=10, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
+    decode = compiled_decode(model, backend="aot_eager")
+    compiled = greedy_search(BeamDecoder(model, src, keep, decode=decode), **kw)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # the first step, the others
+    assert compiled == greedy_search(BeamDecoder(model, src, keep), **kw)
+
+
 def test_every_decoder_keeps_an_inference_mask_from_the_first_step():
     """A compiled decode step is traced once for the source mask, not again when the first
     reorder turns the caller's tensor into an inference tensor."""
