@@ -115,6 +115,7 @@ def test_compiled_engine_decoding_equals_eager():
     beam caches trace, and the outputs are eager decoding's. (AOT autograd without code
     generation, which would take minutes here.)"""
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # the graphs counted below are this test's
     model = translation_model(n_layers=1, n_decoder_layers=1)  # tracing time grows with layers
     src, keep = padded_sources([6, 2, 4, 5], V)
     kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
@@ -135,6 +136,7 @@ def test_a_compiled_step_is_not_specialised_to_a_batch_as_large_as_the_head_size
     the head size for one size (the step then traced again as sentences leave); the engine
     marks the widths static."""
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # the graphs counted below are this test's
     model = translation_model(n_layers=1, n_decoder_layers=1)
     assert model.config.d_head == 10
     src, keep = padded_sources([6, 2, 4, 5, 3, 6, 2, 5, 4, 3], V)

@@ -161,7 +161,7 @@ def compiled_decode(model: Seq2SeqModel, **options: Any) -> Callable[..., Tensor
     batch, whatever its rows, source length and cache length.
 
     On a CPU the first decode compiles for one to two minutes (three graphs with the engine's
-    decoder: the first step, the steps after it, a batch of one row; it makes room in its
+    decoder: the first step, the steps after it, a batch of one sentence; it makes room in its
     caches before each step and marks their widths static, so that neither their growth nor
     the batch's rows trace again); afterwards a step skips much of eager PyTorch's per-operation cost
     (``bench/decode.py --compile``, ``docs/speed.md``). Worth it for long inputs, not for a test
