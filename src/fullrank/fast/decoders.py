@@ -112,17 +112,19 @@ class BeamDecoder:
 
     def step(self, tokens: Tensor) -> Tensor:
         """``tokens (B, t)`` → logits ``(B, t, V)``, valid until the next step."""
-        for c in self.cache.self_attn:
-            c.reserve(tokens.shape[1])  # type: ignore[attr-defined]  # BeamKVCache's
         if self.compiled:
-            self._static_widths()
+            self._before_compiled_step(tokens.shape[1])
         h = self.decode(tokens, self.memory, src_mask=self.src_mask, cache=self.cache)
         return self.project(h)
 
-    def _static_widths(self) -> None:
-        """Mark the caches' heads and head sizes and the encoder output's width as constants
-        for a compiled step, so that dynamic shapes never take a row count of the same value
-        for one of them (the step would then be specialised to that many rows)."""
+    def _before_compiled_step(self, t: int) -> None:
+        """What keeps a compiled step from being traced again: room for ``t`` more positions
+        in every self-attention cache, made here (the step never grows one), and the caches'
+        heads and head sizes and the encoder output's width marked constant, so that dynamic
+        shapes never take a row count of the same value for one of them (the step would then
+        be specialised to that many rows)."""
+        for c in self.cache.self_attn:
+            c.reserve(t)  # type: ignore[attr-defined]  # BeamKVCache's
         for c in [*self.cache.self_attn, *self.cache.cross_attn]:
             for buf in (c._k, c._v):  # (N, H, …, Dh)
                 if buf is not None:
