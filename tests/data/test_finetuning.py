@@ -9,8 +9,10 @@ import pytest
 
 from fullrank.data.finetuning import (
     SquadQuestion,
+    classification_batches,
     detokenize,
     encode_texts,
+    in_file_order,
     label_ids,
     make_windows,
     read_examples,
@@ -100,6 +102,62 @@ def test_pairs_are_cls_a_sep_b_sep_and_cut_from_the_longer(tok):
     first_sep = list(row).index(tok.sep_id)
     assert seg.tolist() == [0] * (first_sep + 1) + [1] * (8 - first_sep - 1)
     assert tok.decode(row[first_sep + 1 :]).split() == ["a", "dog"]  # the shorter text intact
+
+
+def test_evaluation_visits_each_example_once_longest_first_and_results_return_to_file_order():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 40, 37)
+    rows = [np.full(n, 7 + i, dtype=np.int64) for i, n in enumerate(lengths)]  # example i holds 7 + i
+    segs = [np.zeros(n, dtype=np.int64) for n in lengths]
+    batches = classification_batches(rows, segs, np.arange(37) % 3, pad_id=0, batch_size=4)
+    seen, padded = [], 0
+    for batch in batches.eval_batches(5):
+        tokens, mask = batch.inputs.tokens, batch.inputs.mask
+        seen += (tokens[:, 0] - 7).tolist()
+        padded += int((~mask).sum())
+        assert (batch.labels.numpy() == np.asarray(seen[-len(tokens) :]) % 3).all()
+    order = batches.eval_order(5)
+    assert seen == order.tolist() and sorted(seen) == list(range(37))
+    assert (np.diff(lengths[order]) <= 0).all()  # longest first
+    file_order_padding = sum(
+        int((lengths[i : i + 5].max() - lengths[i : i + 5]).sum()) for i in range(0, 37, 5)
+    )
+    assert padded < file_order_padding / 3
+    assert in_file_order(np.asarray(seen), order).tolist() == list(range(37))
+    assert in_file_order(list(seen), order) == list(range(37))
+    # ``limit`` batches: the first examples of the file, and only those
+    assert sorted(batches.eval_order(5, limit=2).tolist()) == list(range(10))
+    assert sum(len(b.labels) for b in batches.eval_batches(5, limit=2)) == 10
+
+
+def test_grouped_batches_pad_little_cover_each_example_once_an_epoch_and_stay_shuffled():
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(5, 128, 1000)
+    rows = [np.full(n, 7 + i, dtype=np.int64) for i, n in enumerate(lengths)]
+    segs = [np.zeros(n, dtype=np.int64) for n in lengths]
+
+    def epoch(group: bool, e: int = 0) -> tuple[list[int], float, list[int]]:
+        b = classification_batches(
+            rows, segs, np.zeros(1000, np.int64), pad_id=0, batch_size=8, group_by_length=group
+        )
+        seen, real, longest = [], 0, []
+        for i in range(len(b)):
+            batch = b.get(e, i)
+            seen += (batch.inputs.tokens[:, 0] - 7).tolist()
+            real += int(batch.inputs.mask.sum())
+            longest.append(batch.inputs.tokens.shape[1])
+        return seen, real / (8 * sum(longest)), longest
+
+    plain, plain_real, _ = epoch(False)
+    grouped, grouped_real, longest = epoch(True)
+    assert len(set(grouped)) == len(grouped) == 1000  # every example once (125 full batches)
+    assert plain_real < 0.75 and grouped_real > 0.9
+    assert sorted(plain) == sorted(grouped) and grouped != plain
+    # the batch order is shuffled, not longest first; another epoch groups other examples
+    assert not (np.diff(longest) <= 0).all() and not (np.diff(longest) >= 0).all()
+    assert epoch(True, 1)[0] != grouped and epoch(True, 0)[0] == grouped  # a function of the epoch
+    # without grouping, the order is the one it always was
+    assert plain == np.random.default_rng([0, 0]).permutation(1000).tolist()
 
 
 def squad_sample(n_articles: int = 5) -> dict:

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from fullrank.data.finetuning import classification_batches, encode_texts
+    from fullrank.data.finetuning import classification_batches, encode_texts, in_file_order
     from fullrank.data.text import read_lines, read_stdin_lines
     from fullrank.errors import CheckpointError, DataError
     from fullrank.training.checkpoints import load_checkpoint
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
     )
     probs, _ = SequenceClassification().predict(ckpt.model, batches.eval_batches(), device)
-    for row in probs.tolist():
+    for row in in_file_order(probs, batches.eval_order()).tolist():
         best = max(range(len(row)), key=row.__getitem__)
         print(labels[best] + "\t" + "\t".join(f"{name}={p:.4f}" for name, p in zip(labels, row)))
     return 0

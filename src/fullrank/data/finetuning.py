@@ -250,7 +250,14 @@ def encode_texts(
 # -------------------------------------------------------------------------------- batches
 class ExampleBatches:
     """Shuffled fixed-size batches over ``n`` examples, built by ``collate(indices)``;
-    ``get(epoch, index)`` is a pure function of ``(seed, epoch, index)``."""
+    ``get(epoch, index)`` is a pure function of ``(seed, epoch, index)``. ``lengths (n,)``: each
+    example's token count, by which evaluation orders the examples (:meth:`eval_order`) and, with
+    ``group_by_length``, training groups them: each epoch's shuffled examples are cut into groups
+    of ``GROUP`` batches' worth, each group is sorted by length and cut into batches, and the
+    epoch's batches are shuffled (Hugging Face's ``group_by_length``), so that a batch pads
+    little while its examples still come from anywhere in the set."""
+
+    GROUP = 50
 
     def __init__(
         self,
@@ -260,10 +267,17 @@ class ExampleBatches:
         batch_size: int,
         seed: int = 0,
         name: str = "examples",
+        lengths: np.ndarray | None = None,
+        group_by_length: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size = {batch_size} must be at least 1")
+        if lengths is not None and len(lengths) != n:
+            raise ValueError(f"{len(lengths)} lengths for {n} examples")
+        if group_by_length and lengths is None:
+            raise ValueError("group_by_length needs the examples' lengths")
         self.n, self.collate, self.batch_size, self.seed, self.name = n, collate, batch_size, seed, name
+        self.lengths, self.group_by_length = lengths, group_by_length
         self._order: tuple[int, np.ndarray] | None = None
 
     def __len__(self) -> int:
@@ -278,15 +292,50 @@ class ExampleBatches:
             )
         check_position(epoch, index, len(self))
         if self._order is None or self._order[0] != epoch:
-            self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
+            self._order = (epoch, self.epoch_order(epoch))
         rows = self._order[1][index * self.batch_size : (index + 1) * self.batch_size]
         return self.collate(rows[rank::world])
 
-    def eval_batches(self, batch_size: int | None = None) -> Iterator[Any]:
-        """Every example once, in order."""
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The examples of ``epoch``'s batches, batch after batch (``len(self) · batch_size`` of
+        them at least)."""
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(self.n)
+        if not self.group_by_length:
+            return order
+        assert self.lengths is not None
+        size = self.GROUP * self.batch_size
+        groups = [
+            g[np.argsort(-self.lengths[g], kind="stable")] for g in np.split(order, range(size, self.n, size))
+        ]
+        batches = np.concatenate(groups)[: len(self) * self.batch_size].reshape(len(self), self.batch_size)
+        return batches[rng.permutation(len(self))].reshape(-1)
+
+    def eval_order(self, batch_size: int | None = None, limit: int | None = None) -> np.ndarray:
+        """The examples :meth:`eval_batches` visits, in its order: the first ``limit`` batches'
+        worth in file order (every example when ``None``), longest first, so that a batch pads
+        its rows to nearly their own length (without ``lengths``: file order)."""
+        n = self.n if limit is None else min(self.n, limit * (batch_size or self.batch_size))
+        if self.lengths is None:
+            return np.arange(n)
+        return np.argsort(-self.lengths[:n], kind="stable")
+
+    def eval_batches(self, batch_size: int | None = None, limit: int | None = None) -> Iterator[Any]:
+        """Every example once (or the first ``limit`` batches' worth), in :meth:`eval_order`;
+        ``in_file_order`` puts per-example results back in file order."""
         batch_size = batch_size or self.batch_size
-        for start in range(0, self.n, batch_size):
-            yield self.collate(np.arange(start, min(start + batch_size, self.n)))
+        order = self.eval_order(batch_size, limit)
+        for start in range(0, len(order), batch_size):
+            yield self.collate(order[start : start + batch_size])
+
+
+def in_file_order(values: Any, order: np.ndarray) -> Any:
+    """Per-example results ``values`` (a tensor, array or list, in the order ``order`` visited
+    the examples, e.g. :meth:`ExampleBatches.eval_order`) in file order."""
+    inverse = np.argsort(order, kind="stable")
+    if isinstance(values, list):
+        return [values[i] for i in inverse]
+    return values[torch.from_numpy(inverse)] if isinstance(values, torch.Tensor) else values[inverse]
 
 
 def classification_batches(
@@ -298,6 +347,7 @@ def classification_batches(
     batch_size: int,
     seed: int = 0,
     name: str = "examples",
+    group_by_length: bool = False,
 ) -> ExampleBatches:
     def collate(idx: np.ndarray) -> ClassificationBatch:
         return ClassificationBatch(
@@ -305,7 +355,16 @@ def classification_batches(
             torch.from_numpy(labels[idx]),
         )
 
-    return ExampleBatches(len(rows), collate, batch_size=batch_size, seed=seed, name=name)
+    lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+    return ExampleBatches(
+        len(rows),
+        collate,
+        batch_size=batch_size,
+        seed=seed,
+        name=name,
+        lengths=lengths,
+        group_by_length=group_by_length,
+    )
 
 
 # ---------------------------------------------------------------------------------- SQuAD
@@ -481,7 +540,13 @@ def make_windows(
 
 
 def span_batches(
-    windows: SquadWindows, *, pad_id: int, batch_size: int, seed: int = 0, name: str = "windows"
+    windows: SquadWindows,
+    *,
+    pad_id: int,
+    batch_size: int,
+    seed: int = 0,
+    name: str = "windows",
+    group_by_length: bool = False,
 ) -> ExampleBatches:
     starts, ends = np.asarray(windows.starts, np.int64), np.asarray(windows.ends, np.int64)
 
@@ -492,4 +557,13 @@ def span_batches(
             torch.from_numpy(ends[idx]),
         )
 
-    return ExampleBatches(len(windows), collate, batch_size=batch_size, seed=seed, name=name)
+    lengths = np.fromiter(map(len, windows.rows), np.int64, len(windows))
+    return ExampleBatches(
+        len(windows),
+        collate,
+        batch_size=batch_size,
+        seed=seed,
+        name=name,
+        lengths=lengths,
+        group_by_length=group_by_length,
+    )

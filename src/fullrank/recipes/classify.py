@@ -28,7 +28,14 @@ from fullrank.training.tasks import SequenceClassification
 
 
 def load_set(
-    spec: ClassifyFile, tok: Tokenizer, labels: list[str], max_seq_len: int, *, batch_size: int, seed: int = 0
+    spec: ClassifyFile,
+    tok: Tokenizer,
+    labels: list[str],
+    max_seq_len: int,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    group_by_length: bool = False,
 ) -> ExampleBatches:
     """A classification file as batches (labels checked against ``labels``)."""
     examples = read_examples(
@@ -45,6 +52,7 @@ def load_set(
         batch_size=batch_size,
         seed=seed,
         name=spec.path,
+        group_by_length=group_by_length,
     )
 
 
@@ -86,7 +94,15 @@ class ClassificationRecipe(Recipe):
             raise DataError(f"{data.train}: one label ({labels[0]!r}); a classifier needs at least two")
         model_cfg = run.model_config(tok, n_classes=len(labels))
         n = model_cfg.seq_len
-        train_set = load_set(data.spec(data.train), tok, labels, n, batch_size=cfg.batch_size, seed=cfg.seed)
+        train_set = load_set(
+            data.spec(data.train),
+            tok,
+            labels,
+            n,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            group_by_length=data.group_by_length,
+        )
         eval_bs = max(1, cfg.batch_size // run.dist.world)
         valid = load_set(data.spec(data.valid), tok, labels, n, batch_size=eval_bs) if data.valid else None
         extra = {
@@ -99,7 +115,7 @@ class ClassificationRecipe(Recipe):
 
         def validate(m: nn.Module) -> dict[str, float]:
             assert valid is not None
-            return loss.evaluate(m, valid.eval_batches(eval_bs), run.dist.device, limit=cfg.eval_batches)
+            return loss.evaluate(m, valid.eval_batches(eval_bs, cfg.eval_batches), run.dist.device)
 
         return Setup(
             model_config=model_cfg,
@@ -108,7 +124,8 @@ class ClassificationRecipe(Recipe):
             loss=loss,
             data_line=(
                 f"data: {train_set.n:,} training examples ({len(train_set):,} batches "
-                f"of {cfg.batch_size} per epoch), labels {', '.join(labels)}"
+                f"of {cfg.batch_size} per epoch{', grouped by length' if data.group_by_length else ''}), "
+                f"labels {', '.join(labels)}"
                 + (f"; {valid.n:,} validation examples" if valid else "")
                 + "".join(f"; {name} {s.n:,}" for name, s in extra.items())
             ),

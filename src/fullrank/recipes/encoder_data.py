@@ -115,6 +115,9 @@ class ClassifyData(_Files):
             appearance).
         text_fields, label_field: field names for every file that does not name its own
             (empty: the usual names).
+        group_by_length: draw each training batch from examples of similar length (groups of
+            50 batches' worth of shuffled examples, sorted by length; Hugging Face's
+            ``group_by_length``), so that batches pad little; the batches stay shuffled.
     """
 
     train: Str | ClassifyFile
@@ -123,6 +126,7 @@ class ClassifyData(_Files):
     labels: tuple[Str, ...] = ()
     text_fields: tuple[Str, ...] | None = None
     label_field: Str | None = None
+    group_by_length: Bool = False
 
     def spec(self, entry: str | ClassifyFile) -> ClassifyFile:
         """``entry`` as a :class:`ClassifyFile` with the section's defaults and ``root``."""
@@ -148,6 +152,9 @@ class SquadData(_Files):
         max_answer_len, n_best: post-processing (BERT: 30 tokens, 20 × 20 candidates).
         eval_questions: questions scored at each evaluation during training (the first ones of
             the test part; ``null`` = all); the end of the run scores all of them.
+        group_by_length: draw each training batch from windows of similar length (groups of
+            50 batches' worth of shuffled windows, sorted by length; Hugging Face's
+            ``group_by_length``), so that batches pad little; the batches stay shuffled.
     """
 
     train: Str
@@ -157,6 +164,7 @@ class SquadData(_Files):
     max_answer_len: PositiveInt = 30
     n_best: PositiveInt = 20
     eval_questions: PositiveInt | None = 500
+    group_by_length: Bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

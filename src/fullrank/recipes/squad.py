@@ -16,6 +16,7 @@ from torch import nn
 from fullrank.data.finetuning import (
     SquadQuestion,
     SquadWindows,
+    in_file_order,
     make_windows,
     read_squad,
     span_batches,
@@ -59,10 +60,11 @@ def predict_answers(
     for w, i in enumerate(windows.question):
         per_question[i].append(w)
     batches = span_batches(windows, pad_id=tok.pad_id, batch_size=batch_size)
-    logits: list[np.ndarray] = []
+    visited: list[np.ndarray] = []
     for batch in batches.eval_batches():
         out = task.logits(model, batch, device).numpy()  # (B, T, 2)
-        logits.extend(out[i, : int(batch.inputs.mask[i].sum())] for i in range(len(out)))
+        visited.extend(out[i, : int(batch.inputs.mask[i].sum())] for i in range(len(out)))
+    logits = in_file_order(visited, batches.eval_order())
     answers = []
     for q, ws in zip(questions, per_question):
         text, _ = best_span(
@@ -119,7 +121,12 @@ class SquadRecipe(Recipe):
             train_q, tok, max_seq_len=model_cfg.seq_len, doc_stride=data.doc_stride, training=True
         )
         batches = span_batches(
-            windows, pad_id=tok.pad_id, batch_size=cfg.batch_size, seed=cfg.seed, name=data.train
+            windows,
+            pad_id=tok.pad_id,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            name=data.train,
+            group_by_length=data.group_by_length,
         )
         with_answer = int(np.count_nonzero(windows.starts))
         articles = len({q.article for q in train_q}), len({q.article for q in test_q})
@@ -140,7 +147,8 @@ class SquadRecipe(Recipe):
                 f"data: {len(train_q):,} training questions from {articles[0]} articles "
                 f"({len(windows.skipped)} left out: answer not on token boundaries) → "
                 f"{len(windows):,} windows ({with_answer:,} holding the answer), "
-                f"{len(batches):,} batches of {cfg.batch_size} per epoch; "
+                f"{len(batches):,} batches of {cfg.batch_size} per epoch"
+                f"{', grouped by length' if data.group_by_length else ''}; "
                 f"{len(test_q):,} test questions from {articles[1]} articles; "
                 f"doc_stride {data.doc_stride}"
             ),
