@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fullrank.cli import main
+from tests.robustness.damage import write_meta
 
 WORDS = "the a man woman dog cat sees runs big small red blue house car".split()
 
@@ -231,7 +232,7 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
     lowercased.save(other / "tokenizer.json")
     meta = json.loads((other / "meta.json").read_text())  # recorded, as a re-saved checkpoint
     meta["files"]["tokenizer.json"] = digest(other / "tokenizer.json")
-    (other / "meta.json").write_text(json.dumps(meta))
+    write_meta(other, meta)
     capsys.readouterr()
     assert main(["translate", str(run), str(other), "-i", str(tmp_path / "in.txt")]) == 2
     err = capsys.readouterr().err

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fullrank.training.integrity import META_DIGEST, meta_digest
+
 MODEL, STATE, META, TOKENIZER = ("model.safetensors", "optimizer.safetensors", "meta.json", "tokenizer.json")
 
 
@@ -24,10 +26,19 @@ def flip_byte(path: Path, from_end: int = 3) -> None:
     path.write_bytes(bytes(data))
 
 
-def edit_meta(ckpt: Path, edit: Callable[[dict[str, Any]], Any]) -> None:
+def write_meta(ckpt: Path, meta: dict[str, Any], *, seal: bool = True) -> None:
+    """Write ``meta.json``; with ``seal`` its recorded SHA-256 of itself is made to match, as a
+    crafted checkpoint would (what is checked next is the content), without it the file is as
+    an editor leaves it."""
+    if seal and META_DIGEST in meta:
+        meta[META_DIGEST] = meta_digest(meta)
+    (ckpt / META).write_text(json.dumps(meta))
+
+
+def edit_meta(ckpt: Path, edit: Callable[[dict[str, Any]], Any], *, seal: bool = True) -> None:
     meta = json.loads((ckpt / META).read_text())
     edit(meta)
-    (ckpt / META).write_text(json.dumps(meta))
+    write_meta(ckpt, meta, seal=seal)
 
 
 def rewrite(ckpt: Path, name: str, data: bytes) -> None:

@@ -36,6 +36,7 @@ from fullrank.training.checkpoints import (
 )
 from fullrank.training.config import TrainConfig
 from fullrank.training.optim import make_optimizer
+from tests.robustness.damage import write_meta
 
 
 def tiny_lm(**kw) -> tuple[DecoderLM, DecoderLMConfig]:
@@ -118,10 +119,43 @@ def test_truncated_file_is_one_line_naming_it(tmp_path):
         load_checkpoint(path)
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["model"].update(n_heads=2 * m["model"]["n_heads"]),  # the same weights, other heads
+        lambda m: m.update(task="mt"),
+        lambda m: m.pop("files"),  # no checksums: would switch every file's check off
+        lambda m: m["files"][MODEL_FILE].update(sha256="0" * 64),
+    ],
+)
+def test_an_edited_meta_json_is_refused_and_verify_says_so(tmp_path, edit):
+    model, cfg = tiny_lm()
+    path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
+    meta = json.loads((path / META_FILE).read_text())
+    edit(meta)
+    write_meta(path, meta, seal=False)  # as an editor leaves it
+    message = r"meta\.json: its content does not match the SHA-256 recorded in it"
+    with pytest.raises(CheckpointError, match=message) as info:
+        load_checkpoint(path)
+    assert "\n" not in str(info.value)
+    with pytest.raises(CheckpointError, match=message):
+        check_readable(path)
+
+
+def test_meta_json_is_checked_by_content_not_by_its_bytes(tmp_path):
+    model, cfg = tiny_lm()
+    path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm", "note": "ünïcode"})
+    meta = json.loads((path / META_FILE).read_text())
+    (path / META_FILE).write_text(json.dumps(dict(reversed(meta.items())), indent=3, ensure_ascii=False))
+    assert check_readable(path) == "meta.json and 1 file match their SHA-256"
+    load_checkpoint(path)
+
+
 def drop_checksums(ckpt):
+    """Make ``ckpt`` as written before checksums were recorded."""
     meta = json.loads((ckpt / META_FILE).read_text())
-    del meta["files"]
-    (ckpt / META_FILE).write_text(json.dumps(meta))
+    del meta["files"], meta["meta_sha256"]
+    write_meta(ckpt, meta)
 
 
 def rewrite(ckpt, name, data: bytes) -> None:
@@ -130,7 +164,7 @@ def rewrite(ckpt, name, data: bytes) -> None:
     (ckpt / name).write_bytes(data)
     meta = json.loads((ckpt / META_FILE).read_text())
     meta["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (ckpt / META_FILE).write_text(json.dumps(meta))
+    write_meta(ckpt, meta)
 
 
 def test_a_flipped_byte_in_the_tensor_data_is_caught_by_its_checksum(tmp_path):
@@ -161,7 +195,7 @@ def test_checksums_are_recorded_and_verified(tmp_path):
     assert set(meta["files"]) == {MODEL_FILE, "optimizer.safetensors"}
     for name, d in meta["files"].items():
         assert d["sha256"] == hashlib.sha256((ckpt / name).read_bytes()).hexdigest()
-    assert check_readable(ckpt) == "2 files match their SHA-256"
+    assert check_readable(ckpt) == "meta.json and 2 files match their SHA-256"
     (ckpt / "notes.txt").write_text("added later")
     with pytest.raises(CheckpointError, match=r"notes\.txt: not recorded in .*meta\.json"):
         check_readable(ckpt)
@@ -188,7 +222,7 @@ def test_metadata_is_validated_before_any_model_is_built(tmp_path, edit, message
     path = write_checkpoint(tmp_path / "ckpt", model, cfg, None, {"task": "lm"})
     meta = json.loads((path / META_FILE).read_text())
     edit(meta)
-    (path / META_FILE).write_text(json.dumps(meta))
+    write_meta(path, meta)
     with pytest.raises(CheckpointError, match=message) as info:
         load_checkpoint(path)
     assert "\n" not in str(info.value)

@@ -19,6 +19,7 @@ from fullrank.training.distributed import DistInfo
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.losses import TokenLoss
 from fullrank.training.tasks import LanguageModeling
+from tests.robustness.damage import write_meta
 
 CPU = DistInfo(rank=0, world=1, local_rank=0, device=torch.device("cpu"))
 IDS = np.random.default_rng(0).integers(0, 23, 5000).astype(np.uint16)
@@ -152,7 +153,7 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     assert 0 < meta["loop"]["elapsed_s"] < 60
 
     meta["loop"]["elapsed_s"] = 61.0  # as if the first session had used up the minute
-    meta_path.write_text(json.dumps(meta))
+    write_meta(ckpt, meta)
     model = make_model()
     result = run(model, cfg, out=out, resume_from=ckpt)
     assert result.state.step == 2 and latest_checkpoint(out.checkpoints) == ckpt
@@ -160,7 +161,7 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
         torch.testing.assert_close(w, weights(first)[name], rtol=0, atol=0)
 
     meta["loop"]["elapsed_s"] = 30.0  # half of it used up
-    meta_path.write_text(json.dumps(meta))
+    write_meta(ckpt, meta)
     result = run(make_model(), dataclasses.replace(cfg, stop_after=3), out=out, resume_from=ckpt)
     assert result.state.step == 3
     assert result.state.elapsed_s > 30.0

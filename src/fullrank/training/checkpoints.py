@@ -42,14 +42,17 @@ from fullrank.models import ModelConfig, build_model, config_from_dict, config_t
 from fullrank.paths import write_text_atomic
 from fullrank.training.integrity import (
     FORMAT,
+    META_DIGEST,
     CheckpointMeta,
     ClassifyMeta,
     LoopMeta,
     OptimizerMeta,
     ParseMeta,
     SquadMeta,
+    check_meta_digest,
     digest,
     inside,
+    meta_digest,
     parse_meta,
     read_json,
     verify_file,
@@ -386,7 +389,7 @@ def remove_temporaries(root: Path) -> list[Path]:
 
 # the entries of meta.json that write_checkpoint writes itself, and the training loop's state,
 # which holds only beside the optimizer state it was saved with
-_WRITTEN_META = ("format", "model", "optimizer", "files")
+_WRITTEN_META = ("format", "model", "optimizer", "files", META_DIGEST)
 _TRAINING_META = ("loop",)
 
 
@@ -437,6 +440,8 @@ def write_checkpoint(
         tokenizer.save(tmp / TOKENIZER_FILE)
         _fsync_file(tmp / TOKENIZER_FILE)
     full_meta["files"] = {f.name: digest(f) for f in sorted(tmp.iterdir())}
+    full_meta = json.loads(json.dumps(full_meta, default=str))  # as it will be read back
+    full_meta[META_DIGEST] = meta_digest(full_meta)
     # meta.json last: a directory with meta.json is complete
     with open(tmp / META_FILE, "w", encoding="utf-8") as f:
         json.dump(full_meta, f, indent=1, default=str)
@@ -567,7 +572,9 @@ def _read_meta(ckpt: Path) -> tuple[dict[str, Any], CheckpointMeta]:
     """``meta.json`` as stored, and validated."""
     path = inside(ckpt, META_FILE)
     data = read_json(path, "use an earlier checkpoint")
-    return data, parse_meta(data, path)
+    meta = parse_meta(data, path)
+    check_meta_digest(data, meta, path)
+    return data, meta
 
 
 def verified_weights(ckpt: Path) -> Path:
@@ -782,6 +789,12 @@ def check_readable(ckpt: Path, *, training: bool = False) -> str:
     if (ckpt / STATE_FILE).exists():
         read_safetensors(inside(ckpt, STATE_FILE))
     _tokenizer(ckpt, meta, config)
+    files = f"{len(meta.files)} file{'s' if len(meta.files) != 1 else ''}"
+    if meta.files and meta.meta_sha256 is not None:
+        return f"meta.json and {files} match their SHA-256"
     if meta.files:
-        return f"{len(meta.files)} files match their SHA-256"
+        return (
+            f"{files} match their SHA-256; meta.json records no checksum of its own (written "
+            f"by an earlier fullrank)"
+        )
     return "no checksums recorded (written by an earlier fullrank); its files are readable"

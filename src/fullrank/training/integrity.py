@@ -6,7 +6,10 @@ validated by :class:`CheckpointMeta`, or by its task's schema (:data:`TASK_SCHEM
 classifier's labels, a span model's settings, a parser's tree vocabulary) — types, ranges; the
 model config by its own pydantic dataclass — and every file read from it must lie inside the
 directory and match the SHA-256 recorded when it was written (:func:`verify_file`).
-Checkpoints written before checksums were recorded have no ``files`` entry and load as before.
+``meta.json`` records the SHA-256 of its own content too (``meta_sha256``, :func:`meta_digest`),
+so an edited label, head setting or checksum is found. Checkpoints written before checksums were
+recorded have no ``files`` entry, and those written before ``meta.json`` recorded its own no
+``meta_sha256``; they load as before.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class CheckpointMeta(_Schema):
     loop: LoopMeta | None = None
     optimizer: OptimizerMeta | None = None
     files: dict[FileName, FileDigest] = {}
+    meta_sha256: Sha256 | None = None
     data: DataMeta = DataMeta()
     experiment: dict[Str, Any] | None = None
 
@@ -193,6 +197,27 @@ def parse_meta(data: Any, path: Path) -> CheckpointMeta:
         raise CheckpointError(
             f"{path}: {describe(e)}; the metadata is damaged — use another checkpoint"
         ) from None
+
+
+META_DIGEST = "meta_sha256"
+
+
+def meta_digest(data: dict[str, Any]) -> str:
+    """The SHA-256 of a decoded ``meta.json`` without its own ``meta_sha256``: of its canonical
+    JSON text (sorted keys, no white space, UTF-8)."""
+    body = {k: v for k, v in data.items() if k != META_DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_meta_digest(data: dict[str, Any], meta: CheckpointMeta, path: Path) -> None:
+    """One line when ``meta.json`` (decoded ``data``, validated ``meta``) records a SHA-256 of
+    its content that its content does not match: it was edited or damaged after it was written."""
+    if meta.meta_sha256 is not None and meta_digest(data) != meta.meta_sha256:
+        raise CheckpointError(
+            f"{path}: its content does not match the SHA-256 recorded in it ({META_DIGEST}); "
+            f"the metadata was edited or damaged — use another checkpoint"
+        )
 
 
 def sha256_of(path: Path) -> str:
