@@ -213,6 +213,21 @@ def check_output_files(
         _check_writable(where.parent, path, option)
 
 
+def check_figure_name(path: str | Path, *, option: str) -> None:
+    """Check that matplotlib can write a figure named ``path``: its suffix names a format it
+    writes (``.png``, ``.pdf``, ``.svg``, …)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if suffix not in formats:
+        raise ConfigError(
+            f"{option} {path}: "
+            + (f"'.{suffix}' is not a figure format" if suffix else "has no file extension")
+            + f"; end it in {', '.join('.' + f for f in sorted(formats))}"
+        )
+
+
 def check_output_folder(path: str | Path, *, option: str) -> None:
     """Check that a command may add files to folder ``path`` (a cache it reuses and adds to):
     a directory, or a path where one can be made, outside every checkpoint and run record,

@@ -40,6 +40,9 @@ NonNegativeFloat = Annotated[float, Strict(), Field(ge=0)]
 Probability = Annotated[float, Strict(), Field(ge=0, lt=1)]  # a rate in [0, 1)
 UnitFloat = Annotated[float, Strict(), Field(ge=0, le=1)]  # a share in [0, 1]
 Bool = Annotated[bool, Strict()]
+# a random seed: what every generator takes, with room for the offsets added to it (rank, run)
+SEED_LIMIT = 2**32
+Seed = Annotated[int, Strict(), Field(ge=0, lt=SEED_LIMIT)]
 Str = Annotated[str, Strict()]
 
 C = TypeVar("C")

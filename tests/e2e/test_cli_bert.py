@@ -69,6 +69,13 @@ def test_classify_and_answer_commands(pipeline, capsys, monkeypatch):
         values = dict(p.split("=") for p in probs)
         assert set(values) == {"same", "other"} and abs(sum(map(float, values.values())) - 1) < 1e-3
         assert float(values[label]) == max(map(float, values.values()))
+    # output line i answers input line i: an empty line stays empty; a pair too long is cut, said
+    pairs.write_text("A man\tA dog barks\n\n" + "word " * 200 + "\tshort\n")
+    assert main(["classify", str(tmp / "runs" / "cls"), "--input", str(pairs)]) == 0
+    out, err = capsys.readouterr()
+    lines = out.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == "" and lines[0] and lines[2]
+    assert f"{pairs}:3: " in err and "tokens, more than the model's seq_len=" in err
     context = tmp / "context.txt"
     context.write_text("First Citizen: Before we proceed any further, hear me speak.")
     assert (

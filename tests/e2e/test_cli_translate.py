@@ -429,7 +429,7 @@ def test_no_decode_splits_means_nothing_is_decoded_or_tuned(tmp_path, capsys, mo
         (["translate", "CKPT", "--beam", "0"], "--beam must be >= 1"),
         (["translate", "CKPT", "--beam", "2", "--n-best", "3"], "--n-best must be between 1 and --beam"),
         (["translate", "CKPT", "--max-len-b", "0"], "--max-len-b must be >= 1"),
-        (["translate", "CKPT", "--max-len-a", "-1"], "--max-len-a must be a finite number >= 0"),
+        (["translate", "CKPT", "--max-len-a", "-1"], "--max-len-a must be a number from 0 to 1000"),
         (["generate", "CKPT", "--top-k", "0"], "--top-k must be a positive integer"),
         (["generate", "CKPT", "--temperature", "-1"], "--temperature must be a finite number ≥ 0"),
     ],

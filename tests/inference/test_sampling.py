@@ -92,3 +92,11 @@ def test_bad_settings_are_one_line_errors(model, prompt):
     ]:
         with pytest.raises(ConfigError, match=word):
             sample(LMDecoder(model), prompt, **{"max_new_tokens": 3, **kw})
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-320])
+def test_a_tiny_temperature_samples_the_arg_max(temperature):
+    logits = torch.tensor([[0.5, 3.0, -1.0, 2.9], [1e4, -1e4, 0.0, 1e4 - 1]])
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        assert next_token(logits, temperature=temperature, generator=g).tolist() == [1, 0]

@@ -861,6 +861,74 @@ DATA = [
         r"argument --alpha: must be a finite number, got nan",
     ),
     Case(
+        "translate --alpha too large for the length penalty",
+        lambda sb: ["translate", s(sb.mt), "-i", s(sentences(sb)), "--alpha", "1e308"],
+        r"--alpha must be a number from -10 to 10 .*got 1e\+308",
+    ),
+    Case(
+        "parse --alpha too large for the length penalty",
+        lambda sb: ["parse", s(sb.parse), "-i", s(sentences(sb)), "--alpha", "1e308"],
+        r"--alpha must be a number from -10 to 10",
+    ),
+    Case(
+        "translate --max-len-a too large for a length",
+        lambda sb: ["translate", s(sb.mt), "-i", s(sentences(sb)), "--max-len-a", "1e300"],
+        r"--max-len-a must be a number from 0 to 1000",
+    ),
+    Case(
+        "generate --seed beyond every generator",
+        lambda sb: ["generate", s(sb.run), "--seed", "99999999999999999999999"],
+        r"argument --seed: must be an integer from 0 to 4294967295",
+    ),
+    Case(
+        "train.seed beyond every generator",
+        lambda sb: ["train", s(sb.config), "train.seed=99999999999999999999999"],
+        r"train\.seed = 99999999999999999999999: should be less than 4294967296",
+    ),
+    Case(
+        "plot -o without a figure format",
+        lambda sb: ["plot", s(sb.run), "-o", s(sb.root / "curves")],
+        r"-o .*curves: has no file extension; end it in .*\.png",
+    ),
+    Case(
+        "heads -o a table's name",
+        lambda sb: ["heads", s(sb.run), "--data", s(sb.root / "valid.txt"), "-o", s(sb.root / "h.csv")],
+        r"'\.csv' is not a figure format",
+    ),
+    Case(
+        "attention -o without a figure format",
+        lambda sb: ["attention", s(sb.run), "--text", "KING", "-o", s(sb.root / "maps")],
+        r"has no file extension",
+    ),
+    Case(
+        "plot a file, not a run",
+        lambda sb: ["plot", s(sb.root / "valid.txt")],
+        r"valid\.txt: not a run directory",
+    ),
+    Case(
+        "heads --ref with another number of lines than --data (translation)",
+        lambda sb: (
+            (sb.root / "two.txt").write_text("a b\nc d\n"),
+            (sb.root / "three.txt").write_text("a\nb\nc\n"),
+            [
+                "heads",
+                s(sb.mt),
+                "--data",
+                s(sb.root / "two.txt"),
+                "--ref",
+                s(sb.root / "three.txt"),
+                "-o",
+                s(sb.root / "h.png"),
+            ],
+        )[-1],
+        r"--ref has 3 lines and --data 2",
+    ),
+    Case(
+        "widen to heads that do not fit in memory",
+        lambda sb: ["widen", s(sb.run), "--d-head", "99999999999", "-o", s(sb.root / "wide")],
+        r"out of memory \(.*\); the sizes asked for do not fit this machine",
+    ),
+    Case(
         "generate --temperature nan",
         lambda sb: ["generate", s(sb.run), "--temperature", "nan"],
         r"argument --temperature: must be a finite number",

@@ -164,12 +164,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_text(args, parser.command_parser)
         return module.run(args)
     except FullrankError as e:
-        _leave_process_group()
-        if int(os.environ.get("RANK", "0")) == 0:  # every rank meets the error; one says it
-            print(f"fullrank {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return _fail(args.command, str(e))
+    except (MemoryError, RuntimeError) as e:  # numpy's and PyTorch's failed allocations
+        if not _out_of_memory(e):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return _fail(
+            args.command,
+            f"out of memory ({first}); the sizes asked for do not fit this machine — ask for "
+            f"smaller ones (model, batch, beam, sequences, resamples)",
+        )
     finally:
         logger.removeHandler(handler)
+
+
+def _fail(command: str, message: str) -> int:
+    """Say ``message`` as the command's one-line error (once, on rank 0); exit status 2."""
+    _leave_process_group()
+    if int(os.environ.get("RANK", "0")) == 0:  # every rank meets the error; one says it
+        print(f"fullrank {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is a failed allocation: a ``MemoryError`` (numpy's too), PyTorch's CPU
+    allocator refusing, or a device running out of memory."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 class _OneLine(logging.Formatter):

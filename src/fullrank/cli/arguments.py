@@ -6,7 +6,8 @@
   naming the option (``--question: not valid UTF-8 (byte 0xe9 at character 4)``) before the
   command runs. Standard input is read as bytes and decoded by the same rule, line by line
   (:func:`fullrank.data.text.read_stdin_lines`).
-- **Numbers.** A float option is :func:`finite_float`: ``nan`` and ``inf`` are usage errors.
+- **Numbers.** A float option is :func:`finite_float`: ``nan`` and ``inf`` are usage errors; a
+  seed is :func:`seed`, an integer every random generator takes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 from pathlib import PurePath
 
 from fullrank.errors import check_utf8
+from fullrank.validation import SEED_LIMIT
 
 OVERRIDES = "KEY=VALUE"  # the metavar of a command's dotted key=value overrides
 
@@ -28,6 +30,17 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def seed(text: str) -> int:
+    """An argparse ``type``: ``text`` as a random seed, an integer in ``[0, 2³²)``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {SEED_LIMIT - 1}, got {text}")
     return value
 
 

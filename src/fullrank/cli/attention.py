@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
     from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
-    from fullrank.paths import check_output_files
+    from fullrank.paths import check_figure_name, check_output_files
     from fullrank.training.checkpoints import load_checkpoint
 
     if not args.text.strip():
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     lines = out.with_name(out.stem + "-lines" + out.suffix)
     check_output_files([out, lines], option="-o", overwrite=args.overwrite, inputs=[args.checkpoint])
+    check_figure_name(out, option="-o")
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:

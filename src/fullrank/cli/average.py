@@ -50,5 +50,6 @@ def run(args: argparse.Namespace) -> int:
         kind="a fullrank checkpoint",
     )
     out = average_checkpoints(paths, args.output, replace=args.overwrite)
-    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) → {out}")
+    names = ", ".join(p.name for p in paths)
+    print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''} ({names}) → {out}")
     return 0

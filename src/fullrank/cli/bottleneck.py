@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fullrank.cli.arguments import seed
 from fullrank.errors import ConfigError
 from fullrank.paths import atomic_path, check_output_dir
 
@@ -70,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "theorem 2: Levenberg-Marquardt 60)",
     )
     p.add_argument("--train-samples", type=int, default=64, help="inputs X fitted (--theorem 2)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
         "--out",
         type=Path,

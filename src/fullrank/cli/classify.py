@@ -1,12 +1,17 @@
 """``fullrank classify CKPT [--input FILE]``: label sentence pairs with a fine-tuned classifier.
 
 Each input line is one example: a text, or two texts separated by a TAB (premise, hypothesis).
-Each output line is the predicted label, then every label's probability.
+Each output line is the predicted label, then every label's probability; an empty input line
+gives an empty output line, so that output line ``i`` answers input line ``i``. A pair longer
+than the model's ``seq_len`` is cut (BERT's rule), with a warning naming its line.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,17 +43,28 @@ def run(args: argparse.Namespace) -> int:
             f"task={ckpt.task!r})"
         )
     labels = ckpt.info.labels
+    source = args.input or "stdin"
     lines = read_lines(args.input) if args.input else read_stdin_lines()
-    texts = [tuple(line.split("\t")) for line in lines if line.strip()]
-    widths = {len(t) for t in texts}
-    if len(widths) > 1 or not widths <= {1, 2}:
-        raise DataError(
-            f"{args.input or 'stdin'}: each line must be one text or two "
-            f"TAB-separated texts; found lines with {sorted(widths)} fields"
-        )
+    numbers = [i for i, line in enumerate(lines) if line.strip()]  # an empty line stays empty
+    texts = [tuple(lines[i].split("\t")) for i in numbers]
+    for i, t in zip(numbers, texts):
+        if len(t) > 2 or len(t) != len(texts[0]):
+            alike = f" where line {numbers[0] + 1} has {len(texts[0])}" if len(t) <= 2 else ""
+            raise DataError(
+                f"{source}:{i + 1}: {len(t)} field{'s' if len(t) != 1 else ''}{alike}; each line must be one "
+                f"text or two TAB-separated texts, all lines alike"
+            )
     if not texts:
+        if lines:
+            print("\n".join([""] * len(lines)))
         return 0
-    rows, segments = encode_texts(texts, ckpt.tokenizer, ckpt.config.seq_len)
+    cut: list[tuple[int, int]] = []
+    rows, segments = encode_texts(texts, ckpt.tokenizer, ckpt.config.seq_len, cut=cut)
+    for k, n in cut:
+        log.warning(
+            f"{source}:{numbers[k] + 1}: {n} tokens, more than the model's seq_len="
+            f"{ckpt.config.seq_len}: the longer text is cut to fit"
+        )
     batches = classification_batches(
         rows,
         segments,
@@ -57,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
     )
     probs, _ = SequenceClassification().predict(ckpt.model, batches.eval_batches(), device)
-    for row in in_file_order(probs, batches.eval_order()).tolist():
+    out = [""] * len(lines)
+    for i, row in zip(numbers, in_file_order(probs, batches.eval_order()).tolist()):
         best = max(range(len(row)), key=row.__getitem__)
-        print(labels[best] + "\t" + "\t".join(f"{name}={p:.4f}" for name, p in zip(labels, row)))
+        out[i] = labels[best] + "\t" + "\t".join(f"{name}={p:.4f}" for name, p in zip(labels, row))
+    print("\n".join(out))
     return 0

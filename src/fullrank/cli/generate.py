@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fullrank.cli.arguments import finite_float
+from fullrank.cli.arguments import finite_float, seed
 from fullrank.errors import CheckpointError
 
 
@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--temperature", type=finite_float, default=0.8, help="0 = greedy; higher = more random")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
 
 

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
     from fullrank.output import console as make_console
-    from fullrank.paths import atomic_path, check_output_files
+    from fullrank.paths import atomic_path, check_figure_name, check_output_files
     from fullrank.training.checkpoints import load_checkpoint, resolve
 
     if args.sequences < 1:
@@ -62,18 +62,24 @@ def run(args: argparse.Namespace) -> int:
         inputs=[p for p in (args.data, args.ref, args.checkpoint) if p],
         within=[ckpt_dir],
     )
+    check_figure_name(out, option="-o")
     ckpt = load_checkpoint(ckpt_dir)
     tok = ckpt.tokenizer
     if tok is None:
         raise CheckpointError(f"{ckpt.path}: no tokenizer.json in this checkpoint")
     cfg = ckpt.config
     if ckpt.task == "mt":
-        sources = [s for s in read_lines(args.data) if s.strip()][: args.sequences]
-        targets = (
-            [t for t in read_lines(args.ref) if t.strip()][: args.sequences]
-            if args.ref
-            else [o[0] for o in translate(ckpt.model, tok, sources, beam=1)]
-        )
+        lines = read_lines(args.data)
+        numbers = [i for i, s in enumerate(lines) if s.strip()][: args.sequences]
+        sources = [lines[i] for i in numbers]
+        if args.ref:
+            refs = aligned_refs(args.ref, lines, "translation")
+            targets = [refs[i] for i in numbers]
+            empty = next((i for i in numbers if not refs[i].strip()), None)
+            if empty is not None:
+                raise DataError(f"{args.ref}:{empty + 1}: empty translation of a sentence; give one")
+        else:
+            targets = [o[0] for o in translate(ckpt.model, tok, sources, beam=1)]
         batch = mt_batch(tok, sources, targets, max_len=cfg.max_len)
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask, tgt=batch.tgt, tgt_mask=batch.tgt_mask)
     elif ckpt.task == "parse":
@@ -82,12 +88,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = [lines[i - 1] for i in numbers]
         gold, where = None, [f"{args.data} line {i}" for i in numbers]
         if args.ref:
-            refs = read_lines(args.ref)
-            if len(refs) != len(lines):
-                raise DataError(
-                    f"--ref has {len(refs)} lines and --data {len(lines)}; give "
-                    f"one tree per sentence, in the same order"
-                )
+            refs = aligned_refs(args.ref, lines, "tree")
             gold = [read_clean_tree_line(refs[i - 1], source=args.ref, line_number=i) for i in numbers]
             where = [f"{args.ref} line {i}" for i in numbers]
         batch, _ = parse_batch(ckpt, sentences, gold, where=where)
@@ -122,3 +123,18 @@ def run(args: argparse.Namespace) -> int:
         f"{out.with_suffix('.csv')}"
     )
     return 0
+
+
+def aligned_refs(path: str, lines: list[str], what: str) -> list[str]:
+    """The lines of ``--ref`` file ``path``, one ``what`` per line of ``--data`` (``lines``);
+    one line naming both counts otherwise."""
+    from fullrank.data.text import read_lines
+    from fullrank.errors import DataError
+
+    refs = read_lines(path)
+    if len(refs) != len(lines):
+        raise DataError(
+            f"--ref has {len(refs)} lines and --data {len(lines)}; give one {what} per sentence, "
+            f"in the same order"
+        )
+    return refs

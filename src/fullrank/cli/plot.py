@@ -19,13 +19,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.paths import check_output_files
+    from fullrank.errors import ConfigError
+    from fullrank.paths import check_figure_name, check_output_files
     from fullrank.training.metrics import METRICS_FILE, plot_run
 
     run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: not a run directory; name the folder `fullrank train` wrote")
     out = Path(args.output) if args.output else run_dir / "curves.png"
     check_output_files(
         [out], option="-o", overwrite=args.overwrite or not args.output, inputs=[run_dir / METRICS_FILE]
     )
+    check_figure_name(out, option="-o")
     print(plot_run(run_dir, out))
     return 0

@@ -229,9 +229,14 @@ def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> None:
 
 
 def encode_texts(
-    texts: Sequence[Sequence[str]], tok: Tokenizer, max_seq_len: int
+    texts: Sequence[Sequence[str]],
+    tok: Tokenizer,
+    max_seq_len: int,
+    *,
+    cut: list[tuple[int, int]] | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """``[CLS] A [SEP] (B [SEP])`` token rows and their segment rows for every example."""
+    """``[CLS] A [SEP] (B [SEP])`` token rows and their segment rows for every example; ``cut``
+    collects ``(index, tokens)`` of each example longer than ``max_seq_len`` (then cut)."""
     n_texts = {len(t) for t in texts}
     if len(n_texts) > 1 or not n_texts <= {1, 2}:
         raise DataError(f"every example needs one text or a pair of texts, got {sorted(n_texts)}")
@@ -240,7 +245,10 @@ def encode_texts(
     rows, segments = [], []
     for i, a in enumerate(firsts):
         b = seconds[i] if seconds is not None else None
-        truncate_pair(a, b, max_seq_len - (3 if b is not None else 2))
+        special = 3 if b is not None else 2
+        if cut is not None and len(a) + (len(b) if b is not None else 0) + special > max_seq_len:
+            cut.append((i, len(a) + (len(b) if b is not None else 0) + special))
+        truncate_pair(a, b, max_seq_len - special)
         row = [tok.cls_id, *a, tok.sep_id] + ([*b, tok.sep_id] if b is not None else [])
         rows.append(np.asarray(row, dtype=np.int64))
         segments.append(np.asarray([0] * (len(a) + 2) + [1] * (len(row) - len(a) - 2), dtype=np.int64))
@@ -495,9 +503,9 @@ def make_windows(
         room = max_seq_len - len(qtok) - 3
         if room < 1:
             raise DataError(
-                f"question {q.id} has {len(qtok)} tokens, longer than the "
-                f"{max_seq_len}-token window can hold with any context; raise "
-                f"model.seq_len or shorten the question"
+                f"{q.id}: the question has {len(qtok)} tokens, more than a "
+                f"{max_seq_len}-token window can hold beside any context; shorten the "
+                f"question (or train a model with a larger model.seq_len)"
             )
         answer_tokens = None
         if training:

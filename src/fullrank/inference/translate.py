@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -42,6 +41,11 @@ def first_too_long(encoded: Sequence[Sequence[int]], max_len: int) -> tuple[int,
     return next(iter(too_long(encoded, max_len)), None)
 
 
+# bounds beyond which the length penalty ((5 + length) / 6)^alpha and the output length
+# a·|src| + b no longer fit a float or an integer
+MAX_ALPHA, MAX_A = 10.0, 1000.0
+
+
 def check_settings(
     *,
     beam: int,
@@ -54,8 +58,8 @@ def check_settings(
     name: Callable[[str], str] = str,
 ) -> None:
     """Raise :class:`ConfigError` unless ``beam ≥ 1``, ``1 ≤ n_best ≤ beam``, ``batch_size ≥ 1``,
-    ``a ≥ 0``, ``b ≥ 1`` (so that every output may have a token), ``workers ≥ 1`` and ``alpha``
-    is finite (``a`` and ``alpha`` finite numbers); ``name`` spells a setting for the message
+    ``0 ≤ a ≤ MAX_A``, ``b ≥ 1`` (so that every output may have a token), ``workers ≥ 1`` and
+    ``|alpha| ≤ MAX_ALPHA`` (NaN fails every bound); ``name`` spells a setting for the message
     (e.g. ``"decode.{}".format`` for a config)."""
     length = "outputs may have a·|src| + b tokens"
     checks = (
@@ -66,9 +70,13 @@ def check_settings(
         ),
         (batch_size >= 1, f"{name('batch_size')} must be >= 1, got {batch_size}"),
         (workers >= 1, f"{name('workers')} must be >= 1 (batches decoded at once), got {workers}"),
-        (0 <= a < math.inf, f"{name('a')} must be a finite number >= 0 ({length}), got {a}"),
+        (0 <= a <= MAX_A, f"{name('a')} must be a number from 0 to {MAX_A:g} ({length}), got {a}"),
         (b >= 1, f"{name('b')} must be >= 1 ({length}), got {b}"),
-        (math.isfinite(alpha), f"{name('alpha')} must be a finite number, got {alpha}"),
+        (
+            abs(alpha) <= MAX_ALPHA,
+            f"{name('alpha')} must be a number from -{MAX_ALPHA:g} to {MAX_ALPHA:g} (the length "
+            f"penalty's exponent; [V17]: 0.6), got {alpha}",
+        ),
     )
     for ok, message in checks:
         if not ok:

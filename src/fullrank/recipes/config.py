@@ -30,13 +30,14 @@ from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, Strict, TypeAdapter, ValidationError
 
 from fullrank.data.linearize import Leaves, Order
 from fullrank.data.text import check_utf8, decode_utf8, read_bytes
 from fullrank.data.tokenizers import TokenizerKind
 from fullrank.data.unknown_words import UnknownWords
 from fullrank.errors import ConfigError, FullrankError, closest
+from fullrank.inference.translate import MAX_A, MAX_ALPHA
 from fullrank.models import ModelConfig, config_to_dict
 from fullrank.models.decoder_lm import DecoderLMConfig
 from fullrank.models.encoder import EncoderConfig
@@ -272,6 +273,10 @@ class SampleConfig:
     top_k: PositiveInt | None = 50
 
 
+# the length penalty's exponent, within what ((5 + length) / 6)^alpha keeps finite
+LengthAlpha = Annotated[float, Strict(), Field(ge=0, le=MAX_ALPHA)]
+
+
 @config_dataclass
 class DecodeConfig:
     """How a translation or parsing run is evaluated at the end ([V17] §6.1, §6.3).
@@ -292,8 +297,8 @@ class DecodeConfig:
     """
 
     beam: PositiveInt = 4
-    alpha: NonNegativeFloat = 0.6
-    a: NonNegativeFloat = 1.0
+    alpha: LengthAlpha = 0.6
+    a: Annotated[float, Strict(), Field(ge=0, le=MAX_A)] = 1.0
     b: PositiveInt = 50
     batch_size: PositiveInt = 64
     workers: PositiveInt = 1
@@ -313,7 +318,7 @@ class MTDecode(DecodeConfig):
             the other splits.
     """
 
-    tune_alpha: tuple[NonNegativeFloat, ...] = ()
+    tune_alpha: tuple[LengthAlpha, ...] = ()
 
 
 @config_dataclass

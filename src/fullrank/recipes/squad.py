@@ -209,6 +209,6 @@ def answer_one(
     max_answer_len: int = 30,
 ) -> str:
     """The answer to one question about ``context`` (``fullrank answer``)."""
-    q = SquadQuestion("question", question, context, [], 0)
+    q = SquadQuestion("--question", question, context, [], 0)
     windows = make_windows([q], tok, max_seq_len=seq_len, doc_stride=doc_stride, training=False)
     return predict_answers(model, windows, [q], tok, device, n_best=n_best, max_answer_len=max_answer_len)[0]

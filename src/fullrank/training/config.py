@@ -12,6 +12,7 @@ from fullrank.validation import (
     PositiveFloat,
     PositiveInt,
     Probability,
+    Seed,
     Str,
     config_dataclass,
 )
@@ -94,7 +95,7 @@ class TrainConfig:
     save_every: PositiveInt = 1000
     keep_last: PositiveInt = 5
     log_every: PositiveInt = 10
-    seed: NonNegativeInt = 0
+    seed: Seed = 0
     precision: Literal["fp32", "bf16"] = "fp32"
     compile: Bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
