@@ -197,3 +197,71 @@ reference:
     assert "no arm 'Z'" in capsys.readouterr().err
     assert main(["sweep", str(tmp_path / "grid.yaml"), "--out", str(out), "--arms", "A", "train.lr=0.1"]) == 2
     assert "'train.lr=0.1' is an override; put KEY=VALUE overrides before --arms" in capsys.readouterr().err
+
+
+def _files(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with a file's bytes (``None`` for a folder)."""
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
+
+
+def _other_folder(tmp_path: Path) -> list[str]:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "thesis.tex").write_text("keep me")
+    return ["--out", str(tmp_path / "other")]
+
+
+def _run_checkpoints(tmp_path: Path) -> list[str]:
+    run = tmp_path / "runs" / "tiny"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("name: tiny\n")
+    return ["--out", str(run / "checkpoints")]
+
+
+def _another_sweep(tmp_path: Path) -> list[str]:
+    from fullrank.sweeps.plan import FORMAT, MANIFEST
+
+    (tmp_path / "swtiny").mkdir()
+    record = {"format": FORMAT, "sweep": "swtiny", "points": {}}
+    (tmp_path / "swtiny" / MANIFEST).write_text(json.dumps(record))
+    return ["--out", str(tmp_path / "swtiny")]
+
+
+def _other_settings(tmp_path: Path) -> list[str]:
+    from fullrank.sweeps.plan import claim_output, load_sweep, plan
+
+    out = tmp_path / "out"
+    the_plan = plan(load_sweep(tmp_path / "sweep.yaml"), out)
+    claim_output(the_plan, out)
+    (out / POINTS[0]).mkdir()  # a point trained with the sweep's own settings
+    return ["--out", str(out), "train.lr=0.01"]
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (_other_folder, "already exists and is not a sweep's output folder"),
+        (_run_checkpoints, "is the run"),
+        (_another_sweep, "holds sweep 'swtiny', not 'toy'"),
+        (_other_settings, "was trained with other settings (train.lr="),
+    ],
+)
+def test_dry_run_refuses_what_the_run_refuses(tmp_path, capsys, make, expected):
+    sweep = toy(tmp_path)
+    args = make(tmp_path)
+    before = _files(tmp_path)
+    assert main(["sweep", str(sweep), "--dry-run", *args]) == 2
+    dry = capsys.readouterr().err.strip().splitlines()
+    assert len(dry) == 1 and expected in dry[0], dry
+    assert _files(tmp_path) == before  # the dry run created and wrote nothing
+    assert main(["sweep", str(sweep), *args]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == dry  # the run refuses with the same line
+    assert _files(tmp_path) == before
+
+
+def test_dry_run_passes_on_the_sweeps_own_folder(tmp_path, capsys):
+    sweep = toy(tmp_path)
+    args = _other_settings(tmp_path)[:-1]  # the same settings as the points trained there
+    before = _files(tmp_path)
+    assert main(["sweep", str(sweep), "--dry-run", *args]) == 0
+    assert "fixed-n_heads2" in capsys.readouterr().out
+    assert _files(tmp_path) == before

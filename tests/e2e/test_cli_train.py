@@ -221,3 +221,40 @@ def test_a_batch_that_does_not_split_across_ranks_is_one_line_from_rank_0(tmp_pa
     frames = [line for line in ddp.stderr.splitlines() if line.strip().startswith("File ")]
     assert not [f for f in frames if "fullrank" in f], ddp.stderr
     assert not (tmp_path / "runs").exists()  # nothing was written
+
+
+def test_resume_with_other_data_is_refused_and_changes_nothing(tmp_path, capsys):
+    cfg = tiny_experiment(tmp_path, steps=2, save_every=2)
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    run = tmp_path / "runs" / "tiny"
+    (tmp_path / "other.txt").write_text((tmp_path / "train.txt").read_text()[::-1])
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    for change in (["data.train=other.txt"], ["data.tokenizer=word"]):
+        for resume in (["resume=auto"], ["--resume"]):
+            capsys.readouterr()
+            assert main(["train", str(cfg), "--quiet", "train.steps=4", *change, *resume]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            key = change[0].split("=")[0]
+            assert len(err) == 1 and f"cannot resume with {key}=" in err[0], err
+            assert "config.yaml" in err[0] and "choose a new name= or out_dir=" in err[0]
+            assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+    # what a resume legitimately changes: the length, the time budget, intervals, threads, caches,
+    # and the folder the same data files moved to
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for f in tmp_path.glob("*.txt"):
+        (moved / f.name).write_bytes(f.read_bytes())
+    longer = [
+        f"data.root={moved}",
+        "train.steps=4",
+        "train.max_minutes=30",
+        "train.log_every=1",
+        "train.eval_every=3",
+        "train.save_every=4",
+        "train.threads=2",
+        f"data.cache_dir={tmp_path / 'cache2'}",
+    ]
+    assert main(["train", str(cfg), "--quiet", "resume=auto", *longer]) == 0
+    assert "resuming from step-00000002" in capsys.readouterr().out
+    assert json.loads((run / "results.json").read_text())["steps"] == 4

@@ -34,7 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="validate every point's full config, print the points (parameters, "
-        "FLOPs per token, matching) and stop",
+        "FLOPs per token, matching), make the checks the run makes before it writes "
+        "(--out, points trained there with other settings, --executor, GPUs) and stop, "
+        "writing nothing",
     )
     p.add_argument(
         "--commands",
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.errors import ConfigError, closest
     from fullrank.recipes.config import parse_assignment
     from fullrank.sweeps.plan import claim_output, finished, load_sweep, plan, read_manifest, train_command
-    from fullrank.sweeps.run import check_devices, check_executor, run_ensembles, run_local, run_submitit
+    from fullrank.sweeps.run import run_ensembles, run_local, run_submitit
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
@@ -128,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             p = the_plan.unmatched[0]
             print(f"fullrank sweep: error: point {p.group} is {p.match}", file=sys.stderr)
             return 2
+        check_start(the_plan, out, args.executor)  # what the run checks before it writes
         return 0
     if args.commands:  # the points' folder must hold what the commands read (the tokenizer)
         if the_plan.unmatched:
@@ -151,9 +154,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{sweep.path}: point {p.group} is {p.match}; nothing was run (`--dry-run` lists every point)"
         )
-    check_executor(args.executor)  # before anything is written
-    if args.executor != "slurm":  # the points train on this machine
-        check_devices(the_plan)
+    check_start(the_plan, out, args.executor)  # before anything is written
     claim_output(the_plan, out)
     if args.executor == "local":
         outcome = run_local(the_plan, out, jobs=args.jobs, console=console, progress=not args.quiet)
@@ -178,6 +179,20 @@ def run(args: argparse.Namespace) -> int:
         + (f" ({', '.join(outcome.failed)}; logs in {out}/POINT/train.log)" if outcome.failed else "")
     )
     return 1 if outcome.failed else 0
+
+
+def check_start(the_plan: Plan, out: Path, executor: str) -> None:
+    """What a run of the sweep checks before it writes anything, and its dry run checks too: the
+    executor can run here, a point asking for a GPU has one where it trains, and ``out`` may
+    become the sweep's folder (:func:`~fullrank.sweeps.plan.check_output`: not a folder of other
+    files or another sweep's, no point trained there with other settings). Writes nothing."""
+    from fullrank.sweeps.plan import check_output
+    from fullrank.sweeps.run import check_devices, check_executor
+
+    check_executor(executor)
+    if executor != "slurm":  # the points train on this machine
+        check_devices(the_plan)
+    check_output(the_plan, out)
 
 
 def si(n: float) -> str:

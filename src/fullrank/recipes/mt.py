@@ -23,7 +23,7 @@ from torch import nn
 from fullrank.data.bpe_dropout import VARIANTS, BPEDropout
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.data.translation import EncodedPairs, ParallelBatches, encode_pairs, read_parallel
-from fullrank.errors import CheckpointError, DataError
+from fullrank.errors import CheckpointError, ConfigError, DataError
 from fullrank.evaluation.bleu import score
 from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import ModelConfig
@@ -63,6 +63,13 @@ class TranslationRecipe(Recipe):
         valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
         test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
         self.scored = {"valid": valid_raw, "test": test_raw, **extra}
+        max_len = getattr(model_cfg, "max_len")
+        # a pair too long for the model fails now, not mid-training or at the final validation
+        check_pair_lengths("train", train_pairs, max_len, data.max_sentence_len, lines_of(data, data.train))
+        if valid_pairs is not None and data.valid:
+            check_pair_lengths(
+                "valid", valid_pairs, max_len, data.max_sentence_len, lines_of(data, data.valid)
+            )
         for split in exp.decode.splits:  # a source too long fails now, not after training
             long = first_too_long(
                 tok.encode_batch([s for s, _ in self.scored.get(split, [])]), getattr(model_cfg, "max_len")
@@ -73,6 +80,13 @@ class TranslationRecipe(Recipe):
                     f"source tokens, more than model.max_len={model_cfg.max_len}; "
                     f"raise model.max_len or leave '{split}' out of decode.splits"
                 )
+        if data.bpe_dropout and data.max_sentence_len + 1 > max_len:
+            raise ConfigError(
+                f"data.bpe_dropout may segment a training sentence into up to "
+                f"data.max_sentence_len={data.max_sentence_len} tokens, {data.max_sentence_len + 1} "
+                f"positions with BOS/EOS, more than model.max_len={max_len}; lower "
+                f"data.max_sentence_len to at most {max_len - 1}, or raise model.max_len"
+            )
         self.dropped = train_pairs.n_dropped
         sampler, sides = None, None
         if data.bpe_dropout:
@@ -144,12 +158,45 @@ def pair_files(data: MTData, prefix: str) -> list[Path]:
     return [data.path(f"{prefix}.{data.src_lang}"), data.path(f"{prefix}.{data.tgt_lang}")]
 
 
+def lines_of(data: MTData, prefix: str) -> Callable[[int, int], str]:
+    """``(i, side) →`` where pair ``i`` of the split ``prefix`` is: its file of that side (0:
+    source, 1: target) and line."""
+    return lambda i, side: f"{pair_files(data, prefix)[side]} line {i + 1}"
+
+
 def load_split(data: MTData, prefix: str, tok: Tokenizer) -> tuple[list[tuple[str, str]], EncodedPairs]:
     pairs = read_parallel(*pair_files(data, prefix))
     return pairs, encode_pairs(pairs, tok, max_len=data.max_sentence_len)
 
 
 # ------------------------------------------------------------ what parsing shares with it
+def check_pair_lengths(
+    split: str,
+    pairs: EncodedPairs,
+    max_len: int,
+    max_sentence_len: int,
+    where: Callable[[int, int], str],
+    sides: tuple[str, str] = ("source sentence", "target sentence"),
+) -> None:
+    """Refuse in one line a pair of ``split`` (kept within ``data.max_sentence_len``) that
+    training or the teacher-forced validation would feed the model in more positions than its
+    ``max_len``: the source with its EOS, or the target with its BOS (the model's positional
+    table has ``max_len`` rows). ``where(i, side)`` names the pair's line (``i``: its index in
+    the split as read; ``side``: 0 source, 1 target); ``sides`` names what each side holds."""
+    if max_sentence_len + 1 <= max_len:  # every kept pair fits
+        return
+    for i, pair in enumerate(zip(pairs.src, pairs.tgt)):
+        for side, ids in enumerate(pair):
+            if len(ids) + 1 > max_len:
+                raise DataError(
+                    f"data.{split}: {where(int(pairs.kept[i]), side)} has a {sides[side]} of "
+                    f"{len(ids)} tokens, {len(ids) + 1} positions with its "
+                    f"{'EOS' if side == 0 else 'BOS'}, more than model.max_len={max_len}; raise "
+                    f"model.max_len, or lower data.max_sentence_len to at most {max_len - 1} to "
+                    f"drop such pairs (or shorten them in the data)"
+                )
+
+
 def pair_setup(
     run: Run,
     model_cfg: ModelConfig,

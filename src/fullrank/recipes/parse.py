@@ -44,7 +44,7 @@ from fullrank.inference.translate import first_too_long
 from fullrank.models import ModelConfig
 from fullrank.recipes.config import ParseData, ParseDecode, ParseExperiment
 from fullrank.recipes.init import planned_config
-from fullrank.recipes.mt import final_validation, not_scored, pair_setup, scored_models
+from fullrank.recipes.mt import check_pair_lengths, final_validation, not_scored, pair_setup, scored_models
 from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup
 from fullrank.training.checkpoints import load_checkpoint, read_meta
 
@@ -123,6 +123,18 @@ class ParsingRecipe(Recipe):
         valid_pairs = (
             encode_pairs(pairs["valid"], words, max_len=limit, target=trees) if "valid" in pairs else None
         )
+        max_len = getattr(model_cfg, "max_len")
+        # a pair too long for the model fails now, not mid-training or at the final validation
+        for split, encoded in (("train", train_pairs), ("valid", valid_pairs)):
+            if encoded is not None:
+                check_pair_lengths(
+                    split,
+                    encoded,
+                    max_len,
+                    limit,
+                    tree_line(splits[split]),
+                    sides=("sentence", "linearized tree"),
+                )
         self.splits, self.trees, self.dropped = splits, trees, train_pairs.n_dropped
         setup, self.exact_valid = pair_setup(
             run,
@@ -268,6 +280,16 @@ class ParsingRecipe(Recipe):
 
 
 # ------------------------------------------------------------------------ trees into pairs
+def tree_line(split: TreebankSplit) -> Callable[[int, int], str]:
+    """``(i, side) →`` where tree ``i`` of ``split`` is (its file and line), for either side."""
+
+    def where(i: int, side: int) -> str:
+        file, line = split.origins[i]
+        return f"the tree of {file} line {line}"
+
+    return where
+
+
 def load_splits(data: ParseData, only: Sequence[str] = SPLITS) -> dict[str, TreebankSplit]:
     """The cleaned trees of each split the data section names."""
     return {name: load_treebank(data.root, pattern) for name in only if (pattern := getattr(data, name))}

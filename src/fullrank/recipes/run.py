@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import torch
+import yaml
 from rich.console import Console
 
 from fullrank import fast
@@ -51,6 +52,7 @@ from fullrank.training.checkpoints import (
     latest_checkpoint,
     load_checkpoint,
     newest_readable,
+    read_meta,
     remove_temporaries,
     resolve,
 )
@@ -134,6 +136,50 @@ def find_resume_point(
     return found
 
 
+# data keys a resumed run may change: the folder the data files are found in (data that moved;
+# the files' names are still compared), where token caches and vocabularies are kept, and the
+# evaluation-only sets scored once training is over (never trained or validated on)
+RESUMABLE_DATA = frozenset({"root", "cache_dir", "eval_sets"})
+
+
+def recorded_data(run_dir: Path, checkpoint: Path) -> tuple[dict[str, Any], Path] | None:
+    """The ``data`` section a run was trained with and the file that records it: the run's
+    ``config.yaml``, else ``checkpoint``'s ``meta.json`` (``None`` where neither says)."""
+    record = run_dir / "config.yaml"
+    try:  # read as it was written (yaml.safe_dump), so that every value reads back the same
+        found = yaml.safe_load(record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        found = None
+    if not (isinstance(found, dict) and isinstance(found.get("data"), dict)):
+        record = checkpoint / "meta.json"
+        found = read_meta(checkpoint).get("experiment")
+    data = found.get("data") if isinstance(found, dict) else None
+    return (data, record) if isinstance(data, dict) else None
+
+
+def check_same_data(exp: Experiment, checkpoint: Path) -> None:
+    """Refuse in one line to resume ``exp``'s run from ``checkpoint`` with a ``data`` section
+    (the text trained and validated on, the tokenizer settings, the batching) other than the
+    one the run was trained with: the batches would continue from the old data's position in
+    another corpus. Changing what training length, logging or threads say is a resume; changing
+    the data is a new run. :data:`RESUMABLE_DATA` may change; a key the record lacks (written
+    before the key existed) is not compared."""
+    found = recorded_data(exp.run_dir, checkpoint)
+    if found is None:
+        return
+    before, record = found
+    now = json.loads(json.dumps(dataclasses.asdict(exp.data)))  # tuples as lists, as recorded
+    for key, value in now.items():
+        if key in RESUMABLE_DATA or key not in before or before[key] == value:
+            continue
+        raise ConfigError(
+            f"{exp.run_dir}: cannot resume with data.{key}={json.dumps(value)}: the run was "
+            f"trained with data.{key}={json.dumps(before[key])} ({record}); "
+            f"resume with the run's own data settings, or choose a new name= or out_dir= to "
+            f"start a new run"
+        )
+
+
 # every task's recipe, by the experiment's ``task``
 RECIPES: dict[str, type[Recipe]] = {
     "lm": LanguageModelRecipe,
@@ -167,6 +213,8 @@ def run(
     console = console or make_console()
     r = Run(exp, dist, None, None, console, progress)
     r.resume_from = find_resume_point(exp.run_dir, resume, resume_from=cfg.resume_from, dist=dist, log=r.say)
+    if r.resume_from is not None:  # before anything of the run is read or rewritten
+        check_same_data(exp, r.resume_from)
     r.start = find_start(exp)
     s = recipe.setup(r)
     model = s.prepare(

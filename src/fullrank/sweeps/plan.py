@@ -716,9 +716,13 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return data
 
 
-def claim_output(plan_: Plan, out: Path) -> None:
-    """Make ``out`` this sweep's folder, or refuse in one line: a folder that is not this sweep's
-    output, or a point already trained there with other settings, is never touched."""
+def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
+    """Refuse in one line unless ``out`` may become this sweep's folder: not a folder of other
+    files nor inside a run's records or a checkpoint, not another sweep's folder, and no point
+    already trained there with other settings. Returns the points that ``out``'s record lists
+    (none for a new folder). Leaves the disk as it found it (the write test's probe file is
+    removed). What :func:`claim_output` checks first, and what ``fullrank sweep --dry-run``
+    checks, so that a dry run that passes means the run starts."""
     check_output_dir(
         out,
         option="--out",
@@ -743,6 +747,14 @@ def claim_output(plan_: Plan, out: Path) -> None:
                 f"differs); choose another --out, or remove that folder to retrain "
                 f"the point"
             )
+    return points
+
+
+def claim_output(plan_: Plan, out: Path) -> None:
+    """Make ``out`` this sweep's folder, or refuse in one line (:func:`check_output`): a folder
+    that is not this sweep's output, or a point already trained there with other settings, is
+    never touched."""
+    points = check_output(plan_, out)
     out.mkdir(parents=True, exist_ok=True)
     for name, tok in plan_.tokenizers.items():
         if not (out / name).is_file():
