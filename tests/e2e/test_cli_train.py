@@ -258,3 +258,17 @@ def test_resume_with_other_data_is_refused_and_changes_nothing(tmp_path, capsys)
     assert main(["train", str(cfg), "--quiet", "resume=auto", *longer]) == 0
     assert "resuming from step-00000002" in capsys.readouterr().out
     assert json.loads((run / "results.json").read_text())["steps"] == 4
+
+
+def test_a_new_run_that_cannot_start_leaves_nothing_behind(tmp_path, capsys):
+    cfg = tiny_experiment(tmp_path, steps=2, save_every=2)
+    assert main(["train", str(cfg), "--quiet", "data.valid=missing.txt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.txt" in err[0]
+    assert not (tmp_path / "runs").exists()  # neither the run's folder nor the tokenizer in it
+    # a run that exists is left as it was
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    run = tmp_path / "runs" / "tiny"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert main(["train", str(cfg), "--quiet", "name=tiny", "data.valid=missing.txt", "resume=auto"]) == 2
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

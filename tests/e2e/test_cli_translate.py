@@ -281,7 +281,13 @@ decode: {{beam: 3, alpha: 0.6, average_last: 3, splits: [test, other], batch_siz
         )
         == 2
     )
-    assert "1 baseline but" in capsys.readouterr().err
+    printed = capsys.readouterr()  # refused before any score is printed
+    assert "has 1 lines and" in printed.err and "line by line" in printed.err and printed.out == ""
+    bleu = ["bleu", str(tmp_path / "out.txt"), "--ref", str(tmp_path / "in.txt")]
+    assert main([*bleu, "--resamples", "5"]) == 2
+    assert "give --baseline too" in capsys.readouterr().err
+    assert main([*bleu, "--baseline", str(tmp_path / "out.txt"), "--resamples", "0"]) == 2
+    assert "--resamples must be from 1 to 1,000,000" in capsys.readouterr().err
     assert main(["translate", str(tmp_path / "runs"), "-i", str(tmp_path / "in.txt")]) == 2
 
 

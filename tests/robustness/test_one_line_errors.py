@@ -929,6 +929,21 @@ DATA = [
         r"out of memory \(.*\); the sizes asked for do not fit this machine",
     ),
     Case(
+        "average the same checkpoint twice",
+        lambda sb: ["average", s(sb.older), s(sb.older), "-o", s(sb.root / "avg")],
+        r"step-00000002: named twice; an average counts each checkpoint once",
+    ),
+    Case(
+        "attention --view on a language model",
+        lambda sb: ["attention", s(sb.run), "--text", "KING", "--view", "cross", "-o", s(sb.root / "a.png")],
+        r"--view: .* is a language model, which has only its own self-attention",
+    ),
+    Case(
+        "attention --target empty",
+        lambda sb: ["attention", s(sb.mt), "--text", "a b", "--target", " ", "-o", s(sb.root / "a.png")],
+        r"--target is empty",
+    ),
+    Case(
         "generate --temperature nan",
         lambda sb: ["generate", s(sb.run), "--temperature", "nan"],
         r"argument --temperature: must be a finite number",

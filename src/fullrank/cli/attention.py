@@ -25,9 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--view",
         choices=VIEWS,
-        default="encoder",
+        default=None,
         help="translation and parsing: encoder self-, decoder self- or "
-        "cross-attention (a language model has only its own self-attention)",
+        "cross-attention (default: encoder; a language model has only its own self-attention)",
     )
     p.add_argument(
         "--layer",
@@ -79,6 +79,15 @@ def run(args: argparse.Namespace) -> int:
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:
         raise CheckpointError(f"{ckpt.path}: no tokenizer.json in this checkpoint")
+    if args.target is not None and not args.target.strip():
+        raise ConfigError("--target is empty; give the target, or leave --target out")
+    if ckpt.task not in ("mt", "parse") and (args.view is not None or args.target is not None):
+        option = "--view" if args.view is not None else "--target"
+        raise ConfigError(
+            f"{option}: {ckpt.path} is a language model, which has only its own self-attention "
+            f"over --text; leave {option} out"
+        )
+    view = args.view or "encoder"
     if ckpt.task in ("mt", "parse"):
         if ckpt.task == "mt":
             target = args.target or translate(ckpt.model, tok, [args.text], beam=1)[0][0]
@@ -92,17 +101,17 @@ def run(args: argparse.Namespace) -> int:
             batch, symbols = parse_batch(ckpt, [args.text], gold, where=["--target"])
             assert batch.tgt is not None  # a parser's batch has its target
             target = " ".join(token_strings(symbols, batch.tgt[0, 1:].tolist()))
-        n_layers = cfg.n_layers if args.view == "encoder" else getattr(cfg, "decoder_layers")
+        n_layers = cfg.n_layers if view == "encoder" else getattr(cfg, "decoder_layers")
         prefix = {
             "encoder": "encoder.{}.self_attn",
             "decoder": "decoder.{}.self_attn",
             "cross": "decoder.{}.cross_attn",
-        }[args.view]
+        }[view]
         src_strings = token_strings(tok, batch.tokens[0].tolist())
         assert batch.tgt is not None  # an encoder-decoder's batch has its target
         tgt_strings = token_strings(symbols, batch.tgt[0].tolist())
-        queries = src_strings if args.view == "encoder" else tgt_strings
-        keys = tgt_strings if args.view == "decoder" else src_strings
+        queries = src_strings if view == "encoder" else tgt_strings
+        keys = tgt_strings if view == "decoder" else src_strings
     else:
         batch = lm_batch(tok, args.text, seq_len=cfg.seq_len, n_sequences=1, eos_per_line=False)
         n_layers, prefix = cfg.n_layers, "layers.{}.self_attn"

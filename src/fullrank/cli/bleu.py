@@ -9,6 +9,8 @@ import re
 import sys
 from pathlib import Path
 
+RESAMPLES, MAX_RESAMPLES = 1000, 1_000_000
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("hypotheses", help="file of translations, one per line")
@@ -24,7 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "test whether the difference is chance (paired bootstrap)",
     )
     p.add_argument(
-        "--resamples", type=int, default=1000, help="bootstrap resamples for --baseline (default 1000)"
+        "--resamples",
+        type=int,
+        default=RESAMPLES,
+        help=f"bootstrap resamples for --baseline (default {RESAMPLES})",
     )
 
 
@@ -39,6 +44,7 @@ def target_language(ref: str, lang: str | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from fullrank.data.text import read_lines
+    from fullrank.errors import ConfigError, DataError
     from fullrank.evaluation.bleu import paired_bootstrap, score
 
     lang = target_language(args.ref, args.lang)
@@ -49,13 +55,23 @@ def run(args: argparse.Namespace) -> int:
             f"English rules (pass --lang to choose)",
             file=sys.stderr,
         )
+    if args.resamples != RESAMPLES and not args.baseline:
+        raise ConfigError("--resamples counts the bootstrap resamples of --baseline; give --baseline too")
+    if not 1 <= args.resamples <= MAX_RESAMPLES:
+        raise ConfigError(
+            f"--resamples must be from 1 to {MAX_RESAMPLES:,} (1000 is usual), got {args.resamples}"
+        )
     hyps, refs = read_lines(args.hypotheses, allow_blank=True), read_lines(args.ref)
+    baseline = read_lines(args.baseline, allow_blank=True) if args.baseline else None
+    if baseline is not None and len(baseline) != len(hyps):  # checked before anything is printed
+        raise DataError(
+            f"--baseline {args.baseline} has {len(baseline)} lines and {args.hypotheses} {len(hyps)}; "
+            f"they must translate the same sources, line by line"
+        )
     for line in score(hyps, refs, lang=lang).lines():
         print(line)
-    if args.baseline:
-        results = paired_bootstrap(
-            hyps, read_lines(args.baseline, allow_blank=True), refs, resamples=args.resamples
-        )
+    if baseline is not None:
+        results = paired_bootstrap(hyps, baseline, refs, resamples=args.resamples)
         print(
             f"\npaired bootstrap against {args.baseline} ({args.resamples} resamples; "
             f"* p < 0.05: unlikely to be chance):"

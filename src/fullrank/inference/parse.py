@@ -159,7 +159,7 @@ def parse(
         a=a,
         b=b,
         batch_size=batch_size,
-        progress=progress,
+        progress="parse" if progress else False,
         workers=workers,
         processes=processes,
         target=trees,

@@ -95,7 +95,7 @@ def translate(
     b: int = 50,
     batch_size: int = 64,
     n_best: int = 1,
-    progress: bool = False,
+    progress: bool | str = False,
     compile: bool = False,
     workers: int = 1,
     processes: bool = False,
@@ -118,7 +118,8 @@ def translate(
         a, b: maximum output length ``a·|src| + b`` tokens.
         batch_size: sentences per batch (sorted by length, so padding is small).
         n_best: translations per line (``≤ beam``).
-        progress: show progress over batches (:func:`fullrank.output.progress`).
+        progress: show progress over batches (:func:`fullrank.output.progress`), labelled
+            ``translate``, or with this label.
         compile: run the decoder steps ``torch.compile``d (:func:`compiled_decode`): about a
             minute of compiling first on a CPU, then faster steps; the same translations.
         workers: batches decoded at once on a CPU, each in its own thread with an equal share
@@ -192,7 +193,7 @@ def _translate(
     b: int,
     batch_size: int,
     n_best: int,
-    progress: bool,
+    progress: bool | str,
     compile: bool,
     workers: int,
     processes: bool,
@@ -258,7 +259,8 @@ def _translate(
         )
         return [[target.decode(h.tokens) for h in sentence] for sentence in hyps]
 
-    bar = progress_bar(total=len(batches), desc="translate", unit="batch", enabled=progress)
+    label = progress if isinstance(progress, str) else "translate"
+    bar = progress_bar(total=len(batches), desc=label, unit="batch", enabled=bool(progress))
     # the decoded batches lead the zip, so that their generator runs to its end (and tidies up)
     for translations, batch in zip(fast.map_batches(run, batches, workers, processes=processes), batches):
         for i, t in zip(batch, translations):

@@ -20,11 +20,13 @@ Works the same on one CPU, one GPU, or under ``torchrun`` with ``train.parallel`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -33,7 +35,7 @@ import yaml
 from rich.console import Console
 
 from fullrank import fast
-from fullrank.errors import ConfigError
+from fullrank.errors import ConfigError, FullrankError
 from fullrank.fast.workers import num_threads
 from fullrank.models.budget import count_params
 from fullrank.output import console as make_console
@@ -198,6 +200,22 @@ def recipe_of(task: str) -> Recipe:
     return RECIPES[task]()
 
 
+@contextlib.contextmanager
+def removed_on_failure(run_dir: Path, dist: DistInfo) -> Iterator[None]:
+    """Inside the block, the run's setup; if it fails, the run directory (and its parent folder,
+    when that is left empty) is removed again — but only when this command made it: a new run
+    that cannot start leaves nothing behind (its tokenizer, say), an existing run is left alone."""
+    made = [d for d in (run_dir.parent, run_dir) if not d.exists()]
+    try:
+        yield
+    except FullrankError:
+        if made and dist.is_main:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if run_dir.parent in made and run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
+                run_dir.parent.rmdir()
+        raise
+
+
 @keeps_thread_count
 def run(
     exp: Experiment, *, resume: Resume = "never", progress: bool = True, console: Console | None = None
@@ -216,12 +234,13 @@ def run(
     if r.resume_from is not None:  # before anything of the run is read or rewritten
         check_same_data(exp, r.resume_from)
     r.start = find_start(exp)
-    s = recipe.setup(r)
-    model = s.prepare(
-        build_initialised(
-            s.model_config, exp, r.start, resuming=r.resume_from is not None, rank=dist.rank, say=r.say
+    with removed_on_failure(exp.run_dir, dist):
+        s = recipe.setup(r)
+        model = s.prepare(
+            build_initialised(
+                s.model_config, exp, r.start, resuming=r.resume_from is not None, rank=dist.rank, say=r.say
+            )
         )
-    )
     parallel = parallel_batch(dist, per_rank=s.per_rank, grad_accum=cfg.grad_accum, unit=s.unit)
     header(r, s, parallel)
     meta = {

@@ -87,6 +87,9 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *, replace
     if not paths:
         raise CheckpointError("no checkpoints to average")
     dirs = [resolve(p) for p in paths]
+    twice = next((d for i, d in enumerate(dirs) if d.resolve() in {e.resolve() for e in dirs[:i]}), None)
+    if twice is not None:
+        raise CheckpointError(f"{twice}: named twice; an average counts each checkpoint once")
     first = load_checkpoint(dirs[0])
     total: dict[str, torch.Tensor] | None = None
     for d in dirs:
