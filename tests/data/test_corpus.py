@@ -99,7 +99,7 @@ def test_missing_file_and_no_tokens_are_one_line_errors(tmp_path):
     path = tmp_path / "ok.txt"
     path.write_text("some words here\n")
     tok = Tokenizer.train("wordpiece", [path], vocab_size=60)
-    with pytest.raises(DataError, match="no such file; check the path in the config"):
+    with pytest.raises(DataError, match="no such file; check the path"):
         tokenize_file(tmp_path / "valid.txt", tok, tmp_path / "cache", eos_per_line=False)
     control = tmp_path / "control.txt"
     control.write_text("\x01\x02\x03\n")  # not whitespace, but BERT's normaliser removes it all

@@ -35,7 +35,7 @@ def test_missing_file_names_the_path(tmp_path):
     path = tmp_path / "nope" / "train.txt"
     for fn in (read_text, read_lines):
         message = one_line_error(fn, path)
-        assert str(path) in message and "check the path in the config" in message
+        assert str(path) in message and "check the path" in message
 
 
 def test_directory_is_not_a_file(tmp_path):

@@ -944,6 +944,28 @@ DATA = [
         r"--target is empty",
     ),
     Case(
+        "advise --vocab-size 0",
+        lambda sb: [
+            "advise",
+            "--d-model",
+            "64",
+            "--seq-len",
+            "16",
+            "--layers",
+            "2",
+            "--param-budget",
+            "1M",
+            "--vocab-size",
+            "0",
+        ],
+        r"argument --vocab-size: must be at least 1, got 0",
+    ),
+    Case(
+        "info --vocab-size 0",
+        lambda sb: ["info", s(sb.config), "--vocab-size", "0"],
+        r"argument --vocab-size: must be at least 1, got 0",
+    ),
+    Case(
         "generate --temperature nan",
         lambda sb: ["generate", s(sb.run), "--temperature", "nan"],
         r"argument --temperature: must be a finite number",

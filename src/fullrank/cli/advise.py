@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fullrank.cli.arguments import positive_int
 from fullrank.cli.bottleneck import int_list
 from fullrank.cli.info import human
 from fullrank.errors import ConfigError
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--vocab-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="vocabulary (default: 30522 encoder, 32000 decoder_lm, 37000 encoder_decoder)",
     )

@@ -33,6 +33,17 @@ def finite_float(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: ``text`` as an integer of at least 1 (a size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def seed(text: str) -> int:
     """An argparse ``type``: ``text`` as a random seed, an integer in ``[0, 2³²)``."""
     try:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fullrank.cli.arguments import positive_int
 from fullrank.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="a preset name (see --list) or an experiment file (configs/…yaml)")
     p.add_argument(
         "--vocab-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="vocabulary size for an experiment file whose tokenizer sets it",
     )

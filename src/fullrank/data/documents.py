@@ -67,7 +67,7 @@ def corpus_files(spec: str | Path) -> list[Path]:
     if any(c in _GLOB for c in str(spec)) and not p.exists():
         found = sorted(Path(f) for f in glob.glob(str(spec)) if Path(f).is_file())
         if not found:
-            raise DataError(f"{spec}: no file matches this pattern; check the path in the config")
+            raise DataError(f"{spec}: no file matches this pattern; check the path")
         return found
     if p.is_dir():
         found = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
@@ -75,7 +75,7 @@ def corpus_files(spec: str | Path) -> list[Path]:
             raise DataError(f"{p}: the folder holds no files; point data.train at the corpus files")
         return found
     if not p.exists():
-        raise DataError(f"{p}: no such file or folder; check the path in the config")
+        raise DataError(f"{p}: no such file or folder; check the path")
     return [p]
 
 

@@ -32,9 +32,9 @@ def open_bytes(path: str | Path) -> BinaryIO:
     directory or an unreadable file."""
     p = Path(path)
     if not p.exists():
-        raise DataError(f"{p}: no such file; check the path in the config")
+        raise DataError(f"{p}: no such file; check the path")
     if p.is_dir():
-        raise DataError(f"{p}: is a directory, not a file; check the path in the config")
+        raise DataError(f"{p}: is a directory, not a file; check the path")
     try:
         return open(p, "rb")
     except OSError as e:
