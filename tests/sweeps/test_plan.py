@@ -245,6 +245,14 @@ def test_output_folder_that_is_not_this_sweeps_is_refused(tmp_path, capsys):
     with pytest.raises(ConfigError, match="holds sweep 'toy'"):
         claim_output(other, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["sweep"] == "toy"
+    # the same overrides recorded in another order: named as such, not a traceback
+    record = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    first = the_plan.points[0].name
+    assert len(record["points"][first]["overrides"]) > 1
+    record["points"][first]["overrides"].reverse()
+    (tmp_path / "out" / "sweep.json").write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match=r"other settings \(the same settings in another order\)"):
+        claim_output(the_plan, tmp_path / "out")
 
 
 def test_a_point_starts_from_the_upstream_point_at_its_own_coordinates(tmp_path):

@@ -741,11 +741,11 @@ def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
     for p in plan_.points:
         before = points.get(p.name)
         if before is not None and before["overrides"] != p.overrides and (out / p.name).exists():
-            changed = sorted(set(p.overrides) ^ set(before["overrides"]))
+            changed = sorted(set(map(str, p.overrides)) ^ set(map(str, before["overrides"])))
+            what = f"{changed[0]} differs" if changed else "the same settings in another order"
             raise ConfigError(
-                f"{out / p.name} was trained with other settings ({changed[0]} "
-                f"differs); choose another --out, or remove that folder to retrain "
-                f"the point"
+                f"{out / p.name} was trained with other settings ({what}); choose another "
+                f"--out, or remove that folder to retrain the point"
             )
     return points
 
