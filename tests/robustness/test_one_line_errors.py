@@ -966,6 +966,16 @@ DATA = [
         r"argument --vocab-size: must be at least 1, got 0",
     ),
     Case(
+        "train a directory",
+        lambda sb: ["train", s(sb.root)],
+        r"is a directory; name the config file",
+    ),
+    Case(
+        "info a directory",
+        lambda sb: ["info", s(sb.root)],
+        r"is a directory; name a preset",
+    ),
+    Case(
         "generate --temperature nan",
         lambda sb: ["generate", s(sb.run), "--temperature", "nan"],
         r"argument --temperature: must be a finite number",

@@ -83,6 +83,10 @@ def load(name: str, vocab_size: int | None) -> TransformerConfig:
     from fullrank.recipes.config import load_experiment
 
     path = Path(name)
+    if path.is_dir():
+        raise ConfigError(
+            f"{path}: is a directory; name a preset (`fullrank info --list`) or an experiment file"
+        )
     if path.suffix not in (".yaml", ".yml", ".toml"):
         return preset(name)
     exp = load_experiment(path)

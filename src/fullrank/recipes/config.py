@@ -572,6 +572,8 @@ def read_file(
     ``extends: OTHER_FILE`` (relative to this file) starts from that file's contents, so a
     variant states only what it changes.
     """
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; name the {kind} file (a .yaml or .toml file)")
     if not path.is_file():
         raise ConfigError(f"{path}: no such {kind} file")
     text = decode_utf8(read_bytes(path), path)
