@@ -246,8 +246,9 @@ def encode_texts(
     for i, a in enumerate(firsts):
         b = seconds[i] if seconds is not None else None
         special = 3 if b is not None else 2
-        if cut is not None and len(a) + (len(b) if b is not None else 0) + special > max_seq_len:
-            cut.append((i, len(a) + (len(b) if b is not None else 0) + special))
+        total = len(a) + (len(b) if b is not None else 0) + special
+        if cut is not None and total > max_seq_len:
+            cut.append((i, total))
         truncate_pair(a, b, max_seq_len - special)
         row = [tok.cls_id, *a, tok.sep_id] + ([*b, tok.sep_id] if b is not None else [])
         rows.append(np.asarray(row, dtype=np.int64))
