@@ -33,12 +33,16 @@ def finite_float(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An argparse ``type``: ``text`` as an integer of at least 1 (a size)."""
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: ``text`` as an integer of at least 1 (a size)."""
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
@@ -46,10 +50,7 @@ def positive_int(text: str) -> int:
 
 def seed(text: str) -> int:
     """An argparse ``type``: ``text`` as a random seed, an integer in ``[0, 2³²)``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    value = _integer(text)
     if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to {SEED_LIMIT - 1}, got {text}")
     return value

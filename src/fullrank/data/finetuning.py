@@ -289,6 +289,13 @@ class ExampleBatches:
         self.lengths, self.group_by_length = lengths, group_by_length
         self._order: tuple[int, np.ndarray] | None = None
 
+    @classmethod
+    def of_rows(
+        cls, rows: Sequence[Sequence[int] | np.ndarray], collate: Callable[[np.ndarray], Any], **kwargs: Any
+    ) -> ExampleBatches:
+        """Batches over token ``rows`` (one per example), their lengths taken from the rows."""
+        return cls(len(rows), collate, lengths=np.fromiter(map(len, rows), np.int64, len(rows)), **kwargs)
+
     def __len__(self) -> int:
         return self.n // self.batch_size
 
@@ -364,15 +371,8 @@ def classification_batches(
             torch.from_numpy(labels[idx]),
         )
 
-    lengths = np.fromiter(map(len, rows), np.int64, len(rows))
-    return ExampleBatches(
-        len(rows),
-        collate,
-        batch_size=batch_size,
-        seed=seed,
-        name=name,
-        lengths=lengths,
-        group_by_length=group_by_length,
+    return ExampleBatches.of_rows(
+        rows, collate, batch_size=batch_size, seed=seed, name=name, group_by_length=group_by_length
     )
 
 
@@ -566,13 +566,6 @@ def span_batches(
             torch.from_numpy(ends[idx]),
         )
 
-    lengths = np.fromiter(map(len, windows.rows), np.int64, len(windows))
-    return ExampleBatches(
-        len(windows),
-        collate,
-        batch_size=batch_size,
-        seed=seed,
-        name=name,
-        lengths=lengths,
-        group_by_length=group_by_length,
+    return ExampleBatches.of_rows(
+        windows.rows, collate, batch_size=batch_size, seed=seed, name=name, group_by_length=group_by_length
     )

@@ -45,9 +45,10 @@ def next_token(
     """
     if temperature == 0.0:
         return logits.argmax(dim=-1)
-    # in float64, shifted by the row's maximum first: a temperature as small as a float64 holds
-    # gives the maximum 0 and every other logit -inf, never inf - inf or 0 / 0
-    logits = logits.double()
+    # shifted by the row's maximum first, and the temperature kept a normal float32, so that a
+    # tiny temperature gives the maximum 0 and the others -inf, never inf - inf or 0 / 0
+    logits = logits.float()
+    temperature = max(temperature, torch.finfo(torch.float32).tiny)
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # (B, V), max 0
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
