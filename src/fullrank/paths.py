@@ -16,7 +16,8 @@ like ``git``'s refusal to overwrite:
   ``metrics.jsonl``, ``checkpoints/`` …) or anything under them; a new file beside them is fine;
 - a path that does not exist (or an empty directory) is written; an existing one only with
   ``--overwrite``, and a directory only if it is itself an output of the same kind (a fullrank
-  checkpoint, for ``average`` and ``widen``);
+  checkpoint, for ``average`` and ``widen``) holding nothing else (a file of the user's put
+  into it is never deleted with it);
 - the folder it goes into (the nearest one that exists; missing ones are made) must be a
   directory the command can write in — tried by creating and removing a file there, which
   also catches read-only file systems where permission bits say yes.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -151,6 +152,7 @@ def check_output_dir(
     inputs: Sequence[str | Path] = (),
     within: Sequence[str | Path] = (),
     replaceable: Callable[[Path], bool] = lambda p: False,
+    own: Callable[[Path], Collection[str]] | None = None,
     kind: str = "a fullrank output",
     fix: str = "pass --overwrite to replace it, or name a new directory",
     new: str = "name a new directory",
@@ -160,7 +162,8 @@ def check_output_dir(
 
     ``path`` is written when it does not exist or is an empty directory. An existing one is
     refused unless ``replaceable(path)`` — it is itself ``kind``, e.g. a fullrank checkpoint —
-    and ``overwrite`` is set (otherwise the message says ``fix``; for a path that is not
+    holds only the entries ``own(path)`` names as the kind's own (when ``own`` is given), and
+    ``overwrite`` is set (otherwise the message says ``fix``; for a path that is not
     ``kind``, ``new``). The working directory, the home directory, their parents, ``inputs``
     and their parents are always refused, and so is a path inside one of ``within`` (e.g. a
     checkpoint the command reads), inside any checkpoint or in a run's records, and one in a
@@ -179,6 +182,13 @@ def check_output_dir(
             )
         if not overwrite:
             raise ConfigError(f"{option} {path}: already holds {kind}; {fix}")
+        if own is not None:
+            foreign = sorted({q.name for q in where.iterdir()} - set(own(where)))
+            if foreign:
+                raise ConfigError(
+                    f"{option} {path}: holds {foreign[0]}, which is not part of {kind}; move it "
+                    f"out first, or {new} (fullrank never replaces what it did not write)"
+                )
     _check_writable(where if where.exists() else where.parent, path, option)
     return path
 

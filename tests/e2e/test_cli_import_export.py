@@ -182,6 +182,22 @@ def pickle_only(path: Path) -> Path:
     return path
 
 
+def untied(path: Path) -> Path:
+    """GPT-2's output projection stored beside the token embedding it is tied to, but different."""
+    from safetensors.torch import load_file, save_file
+
+    weights = path / "model.safetensors"
+    tensors = load_file(str(weights))
+    tensors["lm_head.weight"] = tensors["transformer.wte.weight"] + 1
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    return path
+
+
+def with_notes(path: Path) -> Path:
+    (path / "notes.txt").write_text("my notes\n")
+    return path
+
+
 def exported(hf: dict[str, Path], root: Path) -> Path:
     assert main(["import", str(hf["gpt2"]), "-o", str(root / "ckpt")]) == 0
     assert main(["export", str(root / "ckpt"), "-o", str(root / "hf-out")]) == 0
@@ -275,7 +291,7 @@ CASES: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
             "-o",
             str(r / "o"),
         ],
-        r"the tokenizer \(.*\) has 97 tokens but config\.json's vocab_size is 90",
+        r"the tokenizer \(.*\) has 97 tokens but the model's vocabulary is 90",
     ),
     (
         "import -o the user's own directory",
@@ -296,6 +312,49 @@ CASES: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
         "export to the source",
         lambda hf, r: ["export", str(exported(hf, r)), "-o", str(r / "ckpt"), "--overwrite"],
         r"-o .*ckpt: is the input",
+    ),
+    (
+        "a tied copy that differs from the tensor it is tied to",
+        lambda hf, r: ["import", str(untied(copy_of(hf, "gpt2", r))), "-o", str(r / "o")],
+        r"'lm_head\.weight' differs from 'transformer\.wte\.weight', to which a GPT2LMHeadModel "
+        r"with this config\.json ties it; set \"tie_word_embeddings\": false",
+    ),
+    (
+        "config.json with a larger vocabulary than the weights",
+        lambda hf, r: [
+            "import",
+            str(edit_config(copy_of(hf, "bert", r), vocab_size=10**12)),
+            "-o",
+            str(r / "o"),
+        ],
+        r"'bert\.embeddings\.word_embeddings\.weight' is \(97, 24\) but config\.json describes "
+        r"\(1000000000000, 24\)",
+    ),
+    (
+        "a setting fullrank cannot represent, in the directory named",
+        lambda hf, r: [
+            "import",
+            str(edit_config(copy_of(hf, "bert", r), hidden_act="relu")),
+            "-o",
+            str(r / "o"),
+        ],
+        r"my-bert/config\.json: hidden_act='relu' is not supported",
+    ),
+    (
+        "export --overwrite over a model directory holding a file of the user's",
+        lambda hf, r: [
+            "export",
+            str(exported(hf, r)),
+            "-o",
+            str(with_notes(r / "hf-out")),
+            "--overwrite",
+        ],
+        r"hf-out: holds notes\.txt, which is not part of a Hugging Face model directory; move it out",
+    ),
+    (
+        "import --overwrite over a checkpoint holding a file of the user's",
+        lambda hf, r: ["import", str(hf["gpt2"]), "-o", str(with_notes(exported(hf, r))), "--overwrite"],
+        r"ckpt: holds notes\.txt, which is not part of a fullrank checkpoint; move it out",
     ),
     (
         "export over the user's own directory",

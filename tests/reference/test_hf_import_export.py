@@ -371,3 +371,37 @@ def test_a_bert_config_that_names_no_class_is_read_by_its_tensors(models, name, 
     report = import_hf(tmp_path / "nameless", tmp_path / "imported")
     assert report.architecture == name
     assert export_hf(report.path, tmp_path / "exported").architecture == name
+
+
+@pytest.mark.parametrize(
+    "name, copy, source",
+    [
+        ("BertForMaskedLM", "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+        ("BertForPreTraining", "cls.predictions.decoder.bias", "cls.predictions.bias"),
+        ("GPT2LMHeadModel", "lm_head.weight", "transformer.wte.weight"),
+        ("MarianMTModel", "lm_head.weight", "model.shared.weight"),
+        ("MarianMTModel", "model.decoder.embed_tokens.weight", "model.shared.weight"),
+    ],
+)
+def test_a_tied_copy_that_differs_from_its_source_is_refused(models, name, copy, source, tmp_path):
+    """A checkpoint that stores a tied copy with other values computes another function in
+    ``transformers`` (which then leaves the two untied): import refuses it instead of dropping it;
+    the same copy stored equal imports, and is listed as dropped."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    hf_dir, _ = models[name]
+    for differs in (False, True):
+        where = tmp_path / f"{differs}"
+        shutil.copytree(hf_dir, where)
+        tensors = load_file(str(where / "model.safetensors"))
+        tensors[copy] = tensors[source] + (1 if differs else 0)
+        save_file(tensors, str(where / "model.safetensors"), metadata={"format": "pt"})
+        if differs:
+            with pytest.raises(CheckpointError, match=f"'{copy}' differs from '{source}', to which"):
+                import_hf(where, tmp_path / "refused")
+            assert not (tmp_path / "refused").exists()
+        else:
+            report = import_hf(where, tmp_path / "imported")
+            assert copy in dict(report.conversion.dropped)

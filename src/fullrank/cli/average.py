@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
-    from fullrank.training.checkpoints import is_checkpoint_dir, resolve
+    from fullrank.training.checkpoints import checkpoint_files, is_checkpoint_dir, resolve
 
     if args.last is not None:
         if len(args.paths) != 1 or args.last < 1:
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         inputs=[*args.paths, *sources],
         within=sources,
         replaceable=is_checkpoint_dir,
+        own=checkpoint_files,
         kind="a fullrank checkpoint",
     )
     out = average_checkpoints(paths, args.output, replace=args.overwrite)

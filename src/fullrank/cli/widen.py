@@ -45,7 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fullrank.analysis.widen import widen
     from fullrank.models import config_to_dict
-    from fullrank.training.checkpoints import is_checkpoint_dir, load_checkpoint, resolve, write_checkpoint
+    from fullrank.training.checkpoints import (
+        checkpoint_files,
+        is_checkpoint_dir,
+        load_checkpoint,
+        resolve,
+        write_checkpoint,
+    )
 
     source = resolve(args.checkpoint)
     check_output_dir(
@@ -55,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         inputs=[args.checkpoint, source],
         within=[source],
         replaceable=is_checkpoint_dir,
+        own=checkpoint_files,
         kind="a fullrank checkpoint",
     )
     ckpt = load_checkpoint(source)

@@ -22,6 +22,7 @@ list — is refused with one line naming the setting.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,14 +46,16 @@ from fullrank.models.convert_hf import (
     hf_architecture,
     hf_config,
     layout_of,
-    load_from_hf,
+    load_converted,
     marian_config_from_hf,
+    state_from_hf,
     state_to_hf,
     strip_prefix,
     tied_names,
 )
 from fullrank.paths import check_output_dir
 from fullrank.training.checkpoints import (
+    checkpoint_files,
     install_directory,
     is_checkpoint_dir,
     load_checkpoint,
@@ -69,6 +72,13 @@ PREFIXES: dict[str, str] = {"bert": "bert.", "gpt2": "transformer.", "marian": "
 # the head class each family's config.json defaults to when it names no architecture
 DEFAULT_ARCHITECTURE = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel"}
 _RESAVE = "re-save the model with transformers' save_pretrained"
+# the files a model's and its tokenizer's save_pretrained write: `export --overwrite` replaces a
+# Hugging Face model directory holding these alone
+HF_FILES = re.compile(
+    r"(generation_)?config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json"
+    r"|tokenizer(_config)?\.json|special_tokens_map\.json|added_tokens\.json|vocab\.(txt|json)"
+    r"|merges\.txt|(source|target)\.spm|chat_template\.jinja"
+)
 
 
 # ---------------------------------------------------------------------------------- import
@@ -236,6 +246,7 @@ def import_hf(
         inputs=[source],
         within=[source],
         replaceable=is_checkpoint_dir,
+        own=checkpoint_files,
         kind="a fullrank checkpoint",
     )
     named, family = architecture_of(hf, source / CONFIG)
@@ -248,26 +259,33 @@ def import_hf(
             config = gpt2_config_from_hf(hf)
         else:
             config = marian_config_from_hf(hf, raw)
-            check_marian_positions(strip_prefix(raw, PREFIXES[family]), config, str(weights))
     except KeyError as e:
         raise CheckpointError(
             f"{source / CONFIG}: has no {e.args[0]!r}, which a {family} config needs; {_RESAVE}"
         ) from None
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         raise CheckpointError(f"{source / CONFIG}: {e}") from None
+    if isinstance(config, EncoderDecoderConfig):
+        check_marian_positions(strip_prefix(raw, PREFIXES[family]), config, str(weights))
     architecture = named or hf_architecture(config)  # a BERT's by its heads
     tok, tok_source = read_hf_tokenizer(
         source, tokenizer_file=Path(tokenizer_file) if tokenizer_file else None
     )
+    # every name and shape against config.json first, on a model that takes no memory, so that a
+    # config.json that is wrong is named as such and a vocab_size of 10¹² is not an allocation
+    layout = layout_of(config, architecture)
+    with torch.device("meta"):
+        shapes = build_model(config).state_dict()
+    state, conversion = state_from_hf(layout, raw, shapes, where=str(weights))
     if tok.vocab_size != config.vocab_size:
         raise CheckpointError(
             f"{source}: the tokenizer ({tok_source}) has {tok.vocab_size} "
-            f"tokens but config.json's vocab_size is {config.vocab_size}; give "
+            f"tokens but the model's vocabulary is {config.vocab_size}; give "
             f"the tokenizer saved with this model"
         )
     _check_special_ids(hf, tok, family, source / CONFIG)
     model = build_model(config)
-    conversion = load_from_hf(model, layout_of(config, architecture), raw, where=str(weights))
+    load_converted(model, state)
     dtypes = {str(t.dtype).removeprefix("torch.") for t in raw.values() if t.is_floating_point()}
     task, extra = _task_and_meta(config, hf)
     meta = {
@@ -298,6 +316,12 @@ class Exported:
         ]
 
 
+def hf_model_files(path: Path) -> set[str]:
+    """The entries of ``path`` that a Hugging Face model and tokenizer's ``save_pretrained``
+    writes (:data:`HF_FILES`)."""
+    return {p.name for p in path.iterdir() if p.is_file() and HF_FILES.fullmatch(p.name)}
+
+
 def is_hf_model_dir(path: Path) -> bool:
     """Whether ``path`` holds a Hugging Face model (``config.json`` and safetensors weights)."""
     return (path / CONFIG).is_file() and ((path / WEIGHTS).is_file() or (path / WEIGHTS_INDEX).is_file())
@@ -314,6 +338,7 @@ def export_hf(checkpoint: str | Path, output: str | Path, *, overwrite: bool = F
         inputs=[checkpoint, ckpt.path],
         within=[ckpt.path],
         replaceable=is_hf_model_dir,
+        own=hf_model_files,
         kind="a Hugging Face model directory",
     )
     tok = ckpt.tokenizer

@@ -105,6 +105,9 @@ class Layout:
         pairs: every tensor of the fullrank model (tied copies once), with its source.
         derived: Hugging Face names (regular expressions) that hold no weights of their own →
             why: read and dropped on import, not written on export.
+        copies: the derived names that are tied copies → the Hugging Face name of the tensor
+            they must equal (an import whose copy differs computes another function).
+        untie: what a user can do when a tied copy differs from its source.
     """
 
     architecture: str
@@ -112,11 +115,20 @@ class Layout:
     base_class: bool
     pairs: tuple[Pair, ...]
     derived: dict[str, str] = field(default_factory=dict)
+    copies: dict[str, str] = field(default_factory=dict)
+    untie: str = "fullrank holds this model only with the two tied"
 
     def why_derived(self, name: str) -> str | None:
         for pattern, why in self.derived.items():
             if re.fullmatch(pattern, name):
                 return why
+        return None
+
+    def copy_of(self, name: str) -> str | None:
+        """The tensor that the tied copy ``name`` must equal (``None``: not a tied copy)."""
+        for pattern, source in self.copies.items():
+            if re.fullmatch(pattern, name):
+                return source
         return None
 
 
@@ -154,6 +166,7 @@ def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining")
     if config.has_pooler:
         pairs += _linear("pooler", "pooler.dense")
     derived = {r"(.*\.)?position_ids": "a buffer of the positions 0, 1, …"}
+    copies: dict[str, str] = {}
     if config.pretraining_heads:
         pairs += [
             *_linear("mlm.transform", "cls.predictions.transform.dense"),
@@ -162,13 +175,17 @@ def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining")
         ]
         derived[r"cls\.predictions\.decoder\.bias"] = "the same tensor as cls.predictions.bias"
         derived[r"cls\.predictions\.decoder\.weight"] = "tied to embeddings.word_embeddings.weight"
+        copies = {
+            r"cls\.predictions\.decoder\.bias": "cls.predictions.bias",
+            r"cls\.predictions\.decoder\.weight": "embeddings.word_embeddings.weight",
+        }
     if config.has_nsp_head:
         pairs += _linear("nsp", "cls.seq_relationship")
     if config.n_classes:
         pairs += _linear("classifier", "classifier")
     if config.span_head:
         pairs += _linear("span", "qa_outputs")
-    return Layout(architecture, "bert.", architecture == "BertModel", tuple(pairs), derived)
+    return Layout(architecture, "bert.", architecture == "BertModel", tuple(pairs), derived, copies)
 
 
 def gpt2_layout(config: DecoderLMConfig, architecture: str = "GPT2LMHeadModel") -> Layout:
@@ -186,11 +203,16 @@ def gpt2_layout(config: DecoderLMConfig, architecture: str = "GPT2LMHeadModel") 
         ]
     pairs += _linear("final_norm", "ln_f")
     derived = {r"h\.\d+\.attn\.(masked_)?bias": "a buffer of the causal mask, which fullrank builds itself"}
+    copies = {}
     if config.tie_embeddings:
         derived[r"lm_head\.weight"] = "tied to wte.weight"
+        copies[r"lm_head\.weight"] = "wte.weight"
     else:
         pairs.append(Pair("lm_head.weight", ("lm_head.weight",)))
-    return Layout(architecture, "transformer.", architecture == "GPT2Model", tuple(pairs), derived)
+    untie = 'set "tie_word_embeddings": false in config.json to import lm_head.weight as a tensor of its own'
+    return Layout(
+        architecture, "transformer.", architecture == "GPT2Model", tuple(pairs), derived, copies, untie
+    )
 
 
 def marian_layout(config: EncoderDecoderConfig) -> Layout:
@@ -229,11 +251,15 @@ def marian_layout(config: EncoderDecoderConfig) -> Layout:
         "fullrank computes (positions=sinusoidal_halves)",
     }
     derived[r"lm_head\.weight"] = "tied to shared.weight"
+    copies = {
+        r"(encoder|decoder)\.embed_tokens\.weight": "shared.weight",
+        r"lm_head\.weight": "shared.weight",
+    }
     if config.output_bias:
         pairs.append(Pair("output_bias", ("final_logits_bias",), row=True))
     else:
         derived[r"final_logits_bias"] = "all zeros: the model's projection has no bias"
-    return Layout("MarianMTModel", "model.", False, tuple(pairs), derived)
+    return Layout("MarianMTModel", "model.", False, tuple(pairs), derived, copies)
 
 
 # ----------------------------------------------------------------------------- tensors
@@ -264,7 +290,9 @@ def state_from_hf(
     state dict: names and shapes); float32. The state holds every pair's tensor.
 
     A tensor missing, of another shape, or that the layout has no place for is one
-    :class:`CheckpointError` naming it: the config and the weights do not match.
+    :class:`CheckpointError` naming it: the config and the weights do not match. So is a tied
+    copy (an output projection tied to the token embedding) that differs from its source:
+    dropping it would compute another function than the checkpoint's.
     """
 
     def stored(name: str) -> str | None:
@@ -309,6 +337,13 @@ def state_from_hf(
                 f"this config.json does not have; config.json and the "
                 f"weights do not match"
             )
+        source = layout.copy_of(key.removeprefix(layout.prefix))
+        original = stored(source) if source is not None else None
+        if original is not None and not torch.equal(tensors[key], tensors[original]):
+            raise CheckpointError(
+                f"{where}: '{key}' differs from '{original}', to which a "
+                f"{layout.architecture} with this config.json ties it; {layout.untie}"
+            )
         report.dropped.append((key, why))
     return state, report
 
@@ -333,10 +368,15 @@ def load_from_hf(
     """Load a Hugging Face checkpoint's ``tensors`` into ``model``
     (:func:`state_from_hf`): every tensor of the model is set."""
     state, report = state_from_hf(layout, tensors, model.state_dict(), where=where)
+    load_converted(model, state)
+    return report
+
+
+def load_converted(model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Load a :func:`state_from_hf` state into ``model``, its tied copies included."""
     aliases = tied_names(model)
     state.update({alias: state[kept] for alias, kept in aliases.items() if kept in state})
     model.load_state_dict(state, strict=True)
-    return report
 
 
 def state_to_hf(layout: Layout, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -385,14 +425,14 @@ def _refuse(hf: Mapping[str, Any], key: str, default: Any, allowed: Collection[A
     """One line when ``config.json`` sets ``key`` to a value fullrank cannot represent."""
     value = hf.get(key, default)
     if value not in allowed:
-        raise CheckpointError(f"config.json: {key}={value!r} is not supported ({why})")
+        raise CheckpointError(f"{key}={value!r} is not supported ({why})")
 
 
 def _activation(hf: Mapping[str, Any], key: str, default: str) -> str:
     name = hf.get(key, default)
     if name not in _ACTIVATIONS_READ:
         raise CheckpointError(
-            f"config.json: {key}={name!r} is not supported; fullrank's "
+            f"{key}={name!r} is not supported; fullrank's "
             f"feed-forward layers use {', '.join(sorted(_ACTIVATIONS_READ))}"
         )
     return _ACTIVATIONS_READ[name]
@@ -432,7 +472,7 @@ def bert_config_from_hf(
         heads["n_classes"] = int(hf.get("num_labels", len(hf.get("id2label") or {}) or 2))
         if heads["n_classes"] < 2:
             raise CheckpointError(
-                "config.json: num_labels=1 is regression, which fullrank's "
+                "num_labels=1 is regression, which fullrank's "
                 "classifier does not do; it needs at least 2 classes"
             )
     heads["pooler"] = "pooler.dense.weight" in names and not (heads["next_sentence"] or heads["n_classes"])
@@ -500,7 +540,7 @@ def marian_config_from_hf(
     ):
         if hf[enc] != hf[dec]:
             raise CheckpointError(
-                f"config.json: {enc}={hf[enc]} and {dec}={hf[dec]} differ; "
+                f"{enc}={hf[enc]} and {dec}={hf[dec]} differ; "
                 f"fullrank's encoder-decoder has one {ours} for both"
             )
     _refuse(
@@ -520,7 +560,7 @@ def marian_config_from_hf(
     )
     if hf.get("decoder_vocab_size") not in (None, hf["vocab_size"]):
         raise CheckpointError(
-            f"config.json: decoder_vocab_size={hf['decoder_vocab_size']} is "
+            f"decoder_vocab_size={hf['decoder_vocab_size']} is "
             f"not vocab_size={hf['vocab_size']}; fullrank imports Marian "
             f"models with one shared vocabulary"
         )

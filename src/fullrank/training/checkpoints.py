@@ -375,6 +375,16 @@ def is_checkpoint_dir(path: Path) -> bool:
         return False
 
 
+def checkpoint_files(path: Path) -> set[str]:
+    """The names of the files that make up checkpoint directory ``path``: ``meta.json`` and the
+    files it records (anything else in the directory was put there by someone else)."""
+    try:
+        files = read_json(path / META_FILE, "").get("files")
+    except (CheckpointError, AttributeError):
+        files = None
+    return {META_FILE, *(files if isinstance(files, dict) else ())}
+
+
 def remove_temporaries(root: Path) -> list[Path]:
     """Delete what a process killed while saving under ``root`` left behind (a half-written
     checkpoint, a replaced one not yet removed, a half-written ``latest``); returns them."""
