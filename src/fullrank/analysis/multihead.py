@@ -36,8 +36,7 @@ def single_thread() -> AbstractContextManager[int]:
     """Run torch single-threaded inside the block, restoring the thread count after.
 
     The fits here multiply matrices of a few dozen rows thousands of times; intra-op threads
-    cost more than they give at that size (on a busy 2-core machine a fit ran 7× slower with
-    2 threads than with 1).
+    cost more than they give at that size.
     """
     return num_threads(1)
 

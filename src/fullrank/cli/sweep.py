@@ -35,8 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="validate every point's full config, print the points (parameters, "
         "FLOPs per token, matching), make the checks the run makes before it writes "
-        "(--out, points trained there with other settings, --executor, GPUs) and stop, "
-        "writing nothing",
+        "(--out, points trained there with other settings, --executor, GPUs) and stop. "
+        "It writes nothing but the vocabularies it trains to count parameters, kept in "
+        "data.cache_dir, where the runs then find them",
     )
     p.add_argument(
         "--commands",

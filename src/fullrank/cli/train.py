@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Literal
+from typing import Any, Literal
 
 from fullrank.errors import ConfigError
 
 Resume = Literal["never", "auto", "always"]
-RESUME_WORDS: dict[str, Resume] = {
+# what resume=VALUE may say, read as YAML like every other value: auto, or a truth value
+RESUME_WORDS: dict[Any, Resume] = {
     "auto": "auto",
-    "true": "always",
+    True: "always",
     "always": "always",
-    "false": "never",
+    False: "never",
     "never": "never",
 }
 
@@ -33,19 +34,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.recipes.config import load_experiment
+    from fullrank.recipes.config import load_experiment, parse_assignment
     from fullrank.recipes.run import run as run_experiment
 
     resume: Resume = "always" if args.resume else "never"
     overrides = []
     for item in args.overrides:
-        if item.startswith("resume="):
-            word = item.split("=", 1)[1]
-            if word not in RESUME_WORDS:
-                raise ConfigError(f"'{item}': resume must be auto, true or false")
-            resume = RESUME_WORDS[word]
-        else:
+        key, value = parse_assignment(item)
+        if key != "resume":
             overrides.append(item)
+        elif isinstance(value, (bool, str)) and value in RESUME_WORDS:
+            resume = RESUME_WORDS[value]
+        else:
+            raise ConfigError(f"'{item}': resume must be auto, true or false")
     exp = load_experiment(args.config, overrides)
     run_experiment(exp, resume=resume, progress=not args.quiet)
     return 0

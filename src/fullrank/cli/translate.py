@@ -34,16 +34,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         help="CPU: decode this many batches at once, each on an equal share of the "
-        "threads, the lines shared out evenly (a file of several batches; beam "
-        "search on 2 cores about 1.1× faster with 2, greedy not faster); the "
-        "same translations",
+        "threads, the lines shared out evenly (for a file of several batches; "
+        "docs/speed.md measures when it pays); the same translations",
     )
     p.add_argument(
         "--processes",
         action="store_true",
-        help="with --workers: the workers are forked processes, not threads (Linux): "
-        "on 2 cores with 2 workers beam search 1.2–1.3× and greedy 1.1–1.2× "
-        "faster than one batch at a time; the same translations",
+        help="with --workers: the workers are forked processes, not threads (Linux), "
+        "which share the cores with less contention; the same translations",
     )
     p.add_argument(
         "--strict",

@@ -168,8 +168,7 @@ class TransformerConfig:
                 f"d_head={dh}, d_value={dv}: above {FUSED_MAX_HEAD}, no fused "
                 f"scaled_dot_product_attention kernel (FlashAttention) accepts these heads on "
                 f"CUDA; fullrank runs them through its query-chunked path there (memory linear "
-                f"in n; on an H200 at n=4096 about 0.8x the TFLOP/s of cuDNN's kernel at "
-                f"d_head 256, bench/gpu.py). CPUs are unaffected."
+                f"in n, slower than a fused kernel; docs/speed.md). CPUs are unaffected."
             )
         return None
 

@@ -13,7 +13,6 @@ RUN/parses/test.last.trees --ref RUN/data/test.gold`` prints the table again.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import time
 from collections import Counter
@@ -45,7 +44,7 @@ from fullrank.models import ModelConfig
 from fullrank.recipes.config import ParseData, ParseDecode, ParseExperiment
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.mt import check_pair_lengths, final_validation, not_scored, pair_setup, scored_models
-from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup
+from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, planned_once
 from fullrank.training.checkpoints import load_checkpoint, read_meta
 
 # said beside every figure: these are not [V17]'s Table 4 conditions
@@ -248,35 +247,39 @@ class ParsingRecipe(Recipe):
             data.tree_order,
             str(data.tokenizer_file),
         ]
-        name = "tokenizer-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12] + ".json"
-        if f"{name}:trees" not in cache:
+        trees = "trees:" + "\0".join(parts)  # the tree vocabulary's size, by the settings
+        if trees not in cache:
             with tempfile.TemporaryDirectory() as tmp:
                 data_dir = Path(tmp)
                 splits = load_splits(data, only=("train",))
                 pairs = {"train": pairs_of(splits["train"], data.tree_leaves, data.tree_order)}
                 write_data(data, data_dir, splits, pairs)
-                if data.tokenizer_file:
-                    words = Tokenizer.load(data.path(data.tokenizer_file))
-                elif name in cache or (out / name).is_file():
-                    words = cache.get(name) or Tokenizer.load(out / name)
-                else:
-                    source = "train.source" if data.unknown_words == "signature" else "train.words"
-                    words = Tokenizer.train(
-                        data.tokenizer,
-                        [data_dir / source],
-                        data.vocab_size,
-                        min_frequency=data.min_frequency,
-                        lowercase=data.lowercase,
+                source = "train.source" if data.unknown_words == "signature" else "train.words"
+                words, overrides = (
+                    (Tokenizer.load(data.path(data.tokenizer_file)), [])
+                    if data.tokenizer_file
+                    else planned_once(
+                        "tokenizer",
+                        parts,
+                        out,
+                        cache,
+                        lambda: Tokenizer.train(
+                            data.tokenizer,
+                            [data_dir / source],
+                            data.vocab_size,
+                            min_frequency=data.min_frequency,
+                            lowercase=data.lowercase,
+                        ),
                     )
+                )
                 write_targets(data_dir, with_known_words(pairs, words, data))
-                cache[f"{name}:trees"] = tree_symbols(data_dir / "train.trees", words).vocab_size
-            if not data.tokenizer_file:
-                cache[name] = words
-            cache[f"{name}:words"] = words.vocab_size
-        overrides = [] if data.tokenizer_file else [f"data.tokenizer_file={(out / name).resolve()}"]
-        return planned_config(
-            exp, cache[f"{name}:trees"], None, src_vocab_size=cache[f"{name}:words"]
-        ), overrides
+                cache[trees] = (
+                    words.vocab_size,
+                    tree_symbols(data_dir / "train.trees", words).vocab_size,
+                    overrides,
+                )
+        n_words, n_trees, overrides = cache[trees]
+        return planned_config(exp, n_trees, None, src_vocab_size=n_words), overrides
 
 
 # ------------------------------------------------------------------------ trees into pairs

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fullrank.errors import ConfigError
+from fullrank.fast.workers import num_threads
 from fullrank.recipes.run import recipe_of
 from fullrank.sweeps.plan import Plan, Point, finished, own_threads, train_command
 from fullrank.sweeps.report import ensemble_file, ensemble_sizes, figures, label
@@ -363,7 +364,8 @@ def _submit(
 
 def run_ensembles(plan: Plan, out: Path, console: Console | None = None) -> list[Path]:
     """Score the ensembles the sweep asks for (``ensemble``) whose seeds have all finished and
-    that are not scored yet: ``OUT/ensembles/GROUP-kK/`` (outputs and ``results.json``)."""
+    that are not scored yet: ``OUT/ensembles/GROUP-kK/`` (outputs and ``results.json``), on the
+    thread count the members were trained with (``train.threads``; PyTorch's otherwise)."""
     console = console or Console(highlight=False)
     written = []
     for group, points in plan.groups().items():
@@ -377,9 +379,11 @@ def run_ensembles(plan: Plan, out: Path, console: Console | None = None) -> list
             def say(line: str, group: str = group) -> None:
                 console.print(f"{group}: {line}", markup=False)
 
-            results = recipe_of(members[0].task).ensemble(
-                members[0].experiment, [out / p.name for p in members], record.parent, say=say
-            )
+            exp = members[0].experiment
+            with num_threads(exp.train.threads):  # the members' own count (train.threads), if set
+                results = recipe_of(members[0].task).ensemble(
+                    exp, [out / p.name for p in members], record.parent, say=say
+                )
             record.write_text(
                 json.dumps({"members": [p.name for p in members], **results}, indent=1), encoding="utf-8"
             )
