@@ -68,7 +68,7 @@ model: {{d_model: 24, n_heads: 3, d_head: 10, d_value: 6, d_ff: 37, n_layers: 1,
 data: {{root: {tmp}, train: train, valid: val, src_lang: en, tgt_lang: de, tokenizer: bpe,
         vocab_size: 60, max_tokens: 128, max_sentence_len: 20, cache_dir: {tmp / "cache"}}}
 train: {{lr: 2.0, schedule: noam, warmup: 8, label_smoothing: 0.1, log_every: 2, threads: 1}}
-decode: {{splits: [], average_last: 0}}
+decode: {{splits: [valid], beam: 1, a: 0.5, b: 6, average_last: 0}}
 """)
         return cfg, []
     if task == "parse":
@@ -76,7 +76,8 @@ decode: {{splits: [], average_last: 0}}
         cfg = tmp / "parse.yaml"
         cfg.write_text(PARSE_CONFIG.format(out=tmp / "runs", root=tmp))
         return cfg, [
-            "decode.splits=[]",
+            "decode.splits=[valid]",
+            "decode.beam=1",
             "decode.average_last=0",
             "data.max_tokens=256",
             "model.decoder_cursor=true",
@@ -122,21 +123,39 @@ def launch(cfg: Path, *args: str, processes: int) -> str:
     return done.stdout
 
 
+# what a final evaluation records beside its scores: how long it took
+TIMINGS = ("seconds", "sentences_per_s")
+
+
 def figures(results: dict) -> dict[str, float]:
-    """The numbers of a run's final evaluation (``valid`` and ``test``), by dotted key."""
-    out = {}
+    """The numbers of a run's final evaluation (``valid`` and ``test``, and the decoded splits'
+    BLEU and parse scores), by dotted key; timings left out."""
+    out: dict[str, float] = {}
+
+    def walk(node: object, key: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k not in TIMINGS:
+                    walk(v, f"{key}.{k}")
+        elif isinstance(node, (int, float)) and not isinstance(node, bool):
+            out[key] = float(node)
+
     for split in ("valid", "test"):
-        for k, v in (results.get(split) or {}).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[f"{split}.{k}"] = float(v)
+        walk(results.get(split) or {}, split)
+    for scores in ("bleu", "parse"):
+        walk(results.get("extra", {}).get(scores, {}), scores)
     return out
 
 
-def assert_same(run: Path, reference: Path) -> None:
+def assert_same(run: Path, reference: Path, decoded: bool = False) -> None:
+    """``run`` ended as ``reference`` did: every figure of its final evaluation (``decoded``: the
+    decoded split's scores among them) and every weight, within float rounding."""
     a, b = (json.loads((r / "results.json").read_text()) for r in (run, reference))
     assert a["steps"] == b["steps"] == 4
     fa, fb = figures(a), figures(b)
     assert fa.keys() == fb.keys() and fa, (fa, fb)
+    if decoded:
+        assert any(k.startswith(("bleu.", "parse.")) for k in fa), fa
     for k in fa:
         assert fa[k] == pytest.approx(fb[k], rel=1e-4, abs=1e-4), (run.name, k, fa[k], fb[k])
     wa, wb = (
@@ -162,7 +181,7 @@ def test_ddp_and_fsdp_evaluate_like_one_process_and_fsdp_resumes_in_one(task, tm
     assert "data parallel: world size 2" in printed
     launch(cfg, *args, *tok, "name=fsdp", "train.parallel=fsdp", processes=2)
     for name in ("ddp", "fsdp"):
-        assert_same(runs / name, runs / "one")
+        assert_same(runs / name, runs / "one", decoded=task in SEQ2SEQ)
     # the FSDP run's step-2 checkpoint (whole tensors, gathered on rank 0) resumes in one
     # process; a bucket-batched task takes its two ranks' batches as two micro-batches, whose
     # data position counts them apart, so it is held to finishing, the others to the same run
