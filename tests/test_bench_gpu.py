@@ -14,6 +14,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
 @pytest.fixture(scope="module")
 def gpu():
     spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -16,6 +16,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 def scaling():
     sys.path.insert(0, str(BENCH))  # scaling.py imports its sibling harness.py
     spec = importlib.util.spec_from_file_location("bench_scaling", BENCH / "scaling.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -73,8 +73,9 @@ def test_encoder_stack_matches_torch(norm_first):
     )
     ref = nn.TransformerEncoder(layer, n, enable_nested_tensor=False)
     perturb_norms(ref)
-    ours = nn.ModuleList(EncoderBlock(spec(d, h, f, norm_first)) for _ in range(n))
-    for r, o in zip(ref.layers, ours):
+    blocks = [EncoderBlock(spec(d, h, f, norm_first)) for _ in range(n)]
+    ours = nn.ModuleList(blocks)
+    for r, o in zip(ref.layers, blocks):
         copy_encoder_layer(r, o)
     ref.eval(), ours.eval()
     x = torch.randn(5, 7, d)
@@ -98,8 +99,9 @@ def test_decoder_stack_matches_torch(norm_first):
     )
     ref = nn.TransformerDecoder(layer, n)
     perturb_norms(ref)
-    ours = nn.ModuleList(DecoderBlock(spec(d, h, f, norm_first)) for _ in range(n))
-    for r, o in zip(ref.layers, ours):
+    blocks = [DecoderBlock(spec(d, h, f, norm_first)) for _ in range(n)]
+    ours = nn.ModuleList(blocks)
+    for r, o in zip(ref.layers, blocks):
         copy_decoder_layer(r, o)
     ref.eval(), ours.eval()
     t, s = 6, 9

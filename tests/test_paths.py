@@ -4,6 +4,8 @@ file; and atomic writes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fullrank.errors import ConfigError
@@ -64,7 +66,7 @@ def test_refusals(tree, out, message):
 
 
 def test_what_may_be_written(tree):
-    kw = dict(option="-o", inputs=[tree / "inputs" / "ckpt"], replaceable=ours)
+    kw: dict[str, Any] = dict(option="-o", inputs=[tree / "inputs" / "ckpt"], replaceable=ours)
     assert check_output_dir(tree / "new" / "deeper", **kw) == tree / "new" / "deeper"
     assert check_output_dir(tree / "empty", **kw) == tree / "empty"
     assert check_output_dir(tree / "ours", overwrite=True, **kw) == tree / "ours"

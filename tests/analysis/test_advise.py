@@ -6,7 +6,7 @@ import pytest
 
 from fullrank.analysis.advise import advise, fixed_head_sizes, parse_count
 from fullrank.errors import ConfigError
-from fullrank.models import build_model
+from fullrank.models import DecoderLMConfig, EncoderConfig, EncoderDecoderConfig, build_model
 
 
 @pytest.mark.parametrize(
@@ -58,6 +58,7 @@ def test_counts_match_the_built_model(family):
     (c, *_) = advise(
         d_model=24, seq_len=10, n_layers=2, param_budget=60_000, family=family, vocab_size=50, heads=(3,)
     )
+    assert isinstance(c.config, (DecoderLMConfig, EncoderConfig, EncoderDecoderConfig))
     model = build_model(c.config)
     assert c.params == sum(p.numel() for p in model.parameters())
 

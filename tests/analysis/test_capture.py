@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fullrank.analysis.capture import capture_attention
-from fullrank.layers.attention import ScaledDotProduct, attend, attention_logits
+from fullrank.layers.attention import MultiHeadAttention, ScaledDotProduct, attend, attention_logits
 from fullrank.layers.masks import causal_mask, padding_mask
 from fullrank.models import (
     DecoderLM,
@@ -68,6 +68,7 @@ def test_captured_probs_equal_recomputation_with_padding():
     # recompute layer 0 by hand from its own projections
     x = model.embed(tokens)
     attn = model.layers[0].self_attn
+    assert isinstance(attn, MultiHeadAttention)
     q, k, v = attn.project_qkv(x)
     mask = padding_mask(keep) & causal_mask(8)
     _, probs = attend(q, k, v, mask=mask, return_probs=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -64,7 +65,10 @@ def test_padding_rows_and_columns_are_dropped():
 
 @pytest.mark.parametrize("family", ["lm", "encoder", "encdec"])
 def test_head_report_on_each_family(family):
-    common = dict(vocab_size=V, d_model=16, n_heads=4, d_head=3, d_ff=20, n_layers=2, dropout=0.0)
+    common: dict[str, Any] = dict(
+        vocab_size=V, d_model=16, n_heads=4, d_head=3, d_ff=20, n_layers=2, dropout=0.0
+    )
+    model: DecoderLM | Encoder | EncoderDecoder
     if family == "lm":
         model = DecoderLM(DecoderLMConfig(seq_len=10, **common))
     elif family == "encoder":

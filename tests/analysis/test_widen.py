@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
+from torch import nn
 
 from fullrank.analysis.widen import widen
 from fullrank.errors import ConfigError
+from fullrank.layers.attention import MultiHeadAttention
 from fullrank.models import (
     DecoderLM,
     DecoderLMConfig,
@@ -17,7 +22,8 @@ from fullrank.models import (
 )
 
 V = 31
-STANDARD = dict(vocab_size=V, d_model=24, n_heads=3, d_ff=37, n_layers=2, dropout=0.0)  # Dh = 8
+# Dh = 8
+STANDARD: dict[str, Any] = dict(vocab_size=V, d_model=24, n_heads=3, d_ff=37, n_layers=2, dropout=0.0)
 
 
 def mask_of(lengths, t):
@@ -34,7 +40,9 @@ def outputs(model, tokens, mask, tgt=None, tgt_mask=None):
         return model(tokens, mask=mask)
 
 
-FAMILIES = {
+Model = DecoderLM | Encoder | EncoderDecoder
+
+FAMILIES: dict[str, Callable[..., Model]] = {
     "lm": lambda **kw: DecoderLM(DecoderLMConfig(seq_len=12, **{**STANDARD, **kw})),
     "lm_pre_ln_nobias": lambda **kw: DecoderLM(
         DecoderLMConfig(seq_len=12, norm_first=True, bias=False, **{**STANDARD, **kw})
@@ -53,6 +61,7 @@ def test_widened_model_computes_the_same_function(family, d_head, d_value):
     assert model.config.standard_rule and model.config.head_sizes == (8, 8)
     wide = widen(model, d_head=d_head, d_value=d_value)
     assert type(wide) is type(model) and not wide.training
+    assert isinstance(wide, (DecoderLM, Encoder, EncoderDecoder))
     assert wide.config.head_sizes == (d_head, d_head if d_value is None else d_value)
     assert wide.config.d_model == 24 and wide.config.n_heads == 3
     tokens = torch.randint(0, V, (3, 10))
@@ -67,6 +76,7 @@ def test_widened_model_computes_the_same_function(family, d_head, d_value):
 def test_widened_lm_decodes_with_cache_like_the_original():
     model = FAMILIES["lm"]().eval()
     wide = widen(model, d_head=20)
+    assert isinstance(model, DecoderLM) and isinstance(wide, DecoderLM)
     tokens = torch.randint(0, V, (2, 6))
     outs = []
     for m in (model, wide):
@@ -76,16 +86,24 @@ def test_widened_lm_decodes_with_cache_like_the_original():
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=0)
 
 
+def first_self_attention(lm: nn.Module) -> MultiHeadAttention:
+    assert isinstance(lm, DecoderLM)
+    attn = lm.layers[0].self_attn
+    assert isinstance(attn, MultiHeadAttention)
+    return attn
+
+
 def test_new_coordinates_add_nothing_yet_receive_gradients():
     model = FAMILIES["lm"]()
     wide = widen(model, d_head=12, d_value=10)
-    attn = wide.layers[0].self_attn
+    attn = first_self_attention(wide)
     w = attn.qkv_proj.weight
     q, k, v = w[:36].reshape(3, 12, 24), w[36:72].reshape(3, 12, 24), w[72:].reshape(3, 10, 24)
     out_cols = attn.out_proj.weight.reshape(24, 3, 10)
     assert (k[:, 8:] == 0).all() and (out_cols[:, :, 8:] == 0).all()  # the zero side
     assert (q[:, 8:] != 0).all() and (v[:, 8:] != 0).all()  # the random side
     wide(torch.randint(0, V, (2, 5))).logsumexp(-1).mean().backward()
+    assert w.grad is not None and attn.out_proj.weight.grad is not None
     k_grad = w.grad[36:72].reshape(3, 12, 24)[:, 8:]
     out_grad = attn.out_proj.weight.grad.reshape(24, 3, 10)[:, :, 8:]
     assert k_grad.abs().sum() > 0 and out_grad.abs().sum() > 0
@@ -93,9 +111,10 @@ def test_new_coordinates_add_nothing_yet_receive_gradients():
 
 def test_zero_init_is_a_saddle():
     wide = widen(FAMILIES["lm"](), d_head=12, zero_init=True)
-    attn = wide.layers[0].self_attn
+    attn = first_self_attention(wide)
     wide(torch.randint(0, V, (2, 5))).logsumexp(-1).mean().backward()
     grad = attn.qkv_proj.weight.grad
+    assert grad is not None and attn.out_proj.weight.grad is not None
     assert grad[:72].reshape(6, 12, 24)[:, 8:].abs().sum() == 0  # new q and k rows never move
     assert attn.out_proj.weight.grad.reshape(24, 3, 12)[:, :, 8:].abs().sum() == 0
 
@@ -103,6 +122,7 @@ def test_zero_init_is_a_saddle():
 def test_explicit_d_value_is_kept_and_shrinking_is_refused():
     model = DecoderLM(DecoderLMConfig(seq_len=8, d_head=4, d_value=8, **{k: v for k, v in STANDARD.items()}))
     wide = widen(model, d_head=8)
+    assert isinstance(wide, DecoderLM)
     assert wide.config.head_sizes == (8, 8) and wide.config.d_value == 8
     with pytest.raises(ConfigError, match="must not shrink"):
         widen(model, d_head=2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 import torch
@@ -12,8 +14,8 @@ PAD, BOS, EOS = 0, 2, 3
 
 
 def test_collate_pairs_places_bos_eos_and_padding():
-    src = [np.array([11, 12, 13]), [21]]
-    tgt = [[31], np.array([41, 42, 43, 44])]
+    src: list[Sequence[int] | np.ndarray] = [np.array([11, 12, 13]), [21]]
+    tgt: list[Sequence[int] | np.ndarray] = [[31], np.array([41, 42, 43, 44])]
     b = collate_pairs(src, tgt, pad_id=PAD, bos_id=BOS, eos_id=EOS)
     assert b.src.tolist() == [[11, 12, 13, EOS], [21, EOS, PAD, PAD]]
     assert b.src_mask.tolist() == [[True] * 4, [True, True, False, False]]

@@ -124,9 +124,12 @@ def test_long_lines_are_tokenized_in_bounded_pieces_with_the_same_ids(tmp_path, 
     whole = tok.encode(line)
     seen: list[int] = []
     encode_batch = tok.encode_batch
-    monkeypatch.setattr(
-        tok, "encode_batch", lambda texts: seen.extend(map(len, texts)) or encode_batch(texts)
-    )
+
+    def counted(texts):
+        seen.extend(map(len, texts))
+        return encode_batch(texts)
+
+    monkeypatch.setattr(tok, "encode_batch", counted)
     monkeypatch.setattr(corpus_module, "_PIECE_CHARS", 97)
     monkeypatch.setattr(corpus_module, "_CALL_CHARS", 1000)
     for eos in (False, True):

@@ -132,13 +132,15 @@ def wordpiece() -> Tokenizer:
 
 def test_the_cache_holds_what_tokenizing_in_memory_gives_and_is_reused(tmp_path, monkeypatch):
     path = write(tmp_path / "wiki.txt.xz", ARTICLES)
-    tok, heard = wordpiece(), []
+    tok = wordpiece()
+    heard: list[str] = []
     built = cached_documents(path, "wikiextractor", tok, tmp_path / "cache", say=heard.append)
     expected = tokenize_documents(DOCS, tok)
     for name in ("ids", "sent_starts", "doc_starts"):
         assert np.array_equal(getattr(built, name), getattr(expected, name))
     assert isinstance(built.ids, np.memmap) and built.ids.dtype == np.uint16
-    assert "tokenized in" in heard[-1] and built.info["files"][0]["sha256"]
+    files = built.info["files"]
+    assert "tokenized in" in heard[-1] and isinstance(files, list) and files[0]["sha256"]
 
     def no_encoding(*args, **kwargs):
         raise AssertionError("a cache hit must not tokenize again")
@@ -190,7 +192,8 @@ def test_runs_started_together_tokenize_the_corpus_once(tmp_path, monkeypatch):
 
 def test_a_changed_corpus_or_a_damaged_cache_is_tokenized_again(tmp_path):
     path = write(tmp_path / "wiki.txt", ARTICLES)
-    tok, heard = wordpiece(), []
+    tok = wordpiece()
+    heard: list[str] = []
     cache = tmp_path / "cache"
     first = cached_documents(path, "wikiextractor", tok, cache)
     write(path, ARTICLES.replace("It affects people.", "It affects people. Some say so."))

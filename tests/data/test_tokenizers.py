@@ -52,6 +52,12 @@ def corpora(tmp_path):
     }
 
 
+def token(tok: Tokenizer, i: int) -> str:
+    t = tok.id_to_token(i)
+    assert t is not None, i
+    return t
+
+
 def trained(kind: TokenizerKind, corpora) -> Tokenizer:
     return Tokenizer.train(kind, [corpora[kind]], vocab_size=300 if kind in ("bpe", "wordpiece") else None)
 
@@ -66,7 +72,7 @@ def test_char_round_trip_is_exact_with_newlines(corpora):
     assert tok.encode("\n") == [tok.token_to_id("\n")]
     assert tok.encode("Z") == [tok.unk_id]  # unseen character
     # characters are numbered in code-point order after the specials
-    chars = [tok.id_to_token(i) for i in range(4, tok.vocab_size)]
+    chars = [token(tok, i) for i in range(4, tok.vocab_size)]
     assert chars == sorted(chars)
 
 
@@ -143,7 +149,7 @@ def test_wordpiece_is_bert_style(corpora):
     assert (tok.bos_id, tok.eos_id) == (tok.cls_id, tok.sep_id)
     ids = tok.encode("Männer laufen [MASK]")
     assert ids[-1] == tok.mask_id
-    assert any(tok.id_to_token(i).startswith("##") for i in tok.encode("Gruppenmänner"))
+    assert any(token(tok, i).startswith("##") for i in tok.encode("Gruppenmänner"))
     assert tok.decode(tok.encode("A man in green holds a guitar.")) == "a man in green holds a guitar."
 
 
@@ -218,7 +224,11 @@ def test_fingerprint_changes_with_the_training_data(corpora):
 
 def test_train_rejects_bad_settings(corpora):
     with pytest.raises(ConfigError, match="did you mean 'bpe'"):
-        Tokenizer.train("bpee", [corpora["bpe"]], vocab_size=100)
+        Tokenizer.train(
+            "bpee",  # type: ignore[arg-type]  # a wrong kind, on purpose
+            [corpora["bpe"]],
+            vocab_size=100,
+        )
     with pytest.raises(ConfigError, match="needs a vocab_size"):
         Tokenizer.train("bpe", [corpora["bpe"]])
     with pytest.raises(ConfigError, match="vocab_size = 4"):

@@ -26,7 +26,8 @@ def test_the_bundled_sample_reads_with_the_line_each_tree_starts_on():
     found = read_tree_file(TINY)
     assert [line for line, _ in found] == [1, 13, 25, 41, 54, 57, 58, 59]
     line, first = found[0]
-    assert first.label == "" and first.children[0].label == "S"  # the unlabelled outer bracket
+    top = first.children[0]
+    assert first.label == "" and isinstance(top, Tree) and top.label == "S"  # the unlabelled outer bracket
     assert first.leaves()[:3] == ["The", "small", "company"]
     assert "0" in first.leaves()  # a trace, still there before cleaning
 
@@ -55,7 +56,8 @@ def test_clean_drops_traces_empty_constituents_function_tags_and_the_outer_brack
 
 def test_clean_labels_an_outer_bracket_over_several_constituents_top_and_keeps_nothing_of_traces():
     ((_, raw),) = read_trees("( (NP (NNP Acme)) (. .) )")
-    assert clean(raw).label == "TOP"
+    cleaned = clean(raw)
+    assert cleaned is not None and cleaned.label == "TOP"
     ((_, traces),) = read_trees("( (S (NP-SBJ (-NONE- *)) (VP (-NONE- *?*))) )")
     assert clean(traces) is None
 
@@ -80,7 +82,8 @@ def test_function_tags_and_indices_are_stripped(label, stripped):
 def test_to_string_writes_one_line_and_escapes_bracket_words():
     tree = Tree("S", [Tree("NP", [Tree("XX", ["("]), Tree("XX", ["it"]), Tree("XX", [")"])])])
     assert tree.to_string() == "(S (NP (XX -LRB-) (XX it) (XX -RRB-)))"
-    assert read_tree_line(tree.to_string(), source="x", line_number=1).leaves() == ["-LRB-", "it", "-RRB-"]
+    back = read_tree_line(tree.to_string(), source="x", line_number=1)
+    assert back is not None and back.leaves() == ["-LRB-", "it", "-RRB-"]
 
 
 @pytest.mark.parametrize(
@@ -90,7 +93,8 @@ def test_to_string_writes_one_line_and_escapes_bracket_words():
 def test_brackets_inside_a_word_are_escaped_so_the_tree_reads_back(word, written):
     line = Tree("S", [Tree("XX", [word]), Tree("XX", ["b"])]).to_string()
     assert line == f"(S (XX {written}) (XX b))"
-    assert read_tree_line(line, source="x", line_number=1).leaves() == [written, "b"]
+    back = read_tree_line(line, source="x", line_number=1)
+    assert back is not None and back.leaves() == [written, "b"]
 
 
 def test_a_tree_nested_ten_thousand_deep_reads_writes_cleans_and_linearizes():
@@ -100,9 +104,9 @@ def test_a_tree_nested_ten_thousand_deep_reads_writes_cleans_and_linearizes():
     depth = 10_000  # ten times Python's recursion limit
     line = "( " + "(NP-SBJ " * depth + "(NN a) (-NONE- *T*)" + ")" * depth + " )"
     tree = read_tree_line(line, source="x", line_number=1)
-    assert tree.to_string() == "(NP-SBJ " * depth + "(NN a) (-NONE- *T*)" + ")" * depth
+    assert tree is not None and tree.to_string() == "(NP-SBJ " * depth + "(NN a) (-NONE- *T*)" + ")" * depth
     cleaned = clean(tree)
-    assert cleaned.to_string() == "(NP " * depth + "(NN a)" + ")" * depth
+    assert cleaned is not None and cleaned.to_string() == "(NP " * depth + "(NN a)" + ")" * depth
     tokens = linearize(cleaned)
     assert tokens == ["(NP"] * depth + ["XX"] + [")NP"] * depth
     assert delinearize(tokens, ["a"]).tree.to_string() == with_placeholder_tags(cleaned).to_string()
@@ -134,7 +138,8 @@ def test_a_malformed_tree_is_one_line_naming_the_file_and_line(tmp_path, text, l
 
 def test_read_tree_line_takes_one_tree_per_line():
     assert read_tree_line("  ", source="f", line_number=3) is None
-    assert read_tree_line("( (S (NN x)) )", source="f", line_number=3).label == "S"
+    tree = read_tree_line("( (S (NN x)) )", source="f", line_number=3)
+    assert tree is not None and tree.label == "S"
     with pytest.raises(DataError, match="^f line 3: 2 trees on one line"):
         read_tree_line("(S (NN x)) (S (NN y))", source="f", line_number=3)
 

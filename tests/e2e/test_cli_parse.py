@@ -10,10 +10,17 @@ import sys
 import pytest
 
 from fullrank.cli import main
-from fullrank.data.treebank import read_tree_line
+from fullrank.data.treebank import Tree, read_tree_line
 from fullrank.training.checkpoints import read_meta
 
 NOUNS = "dog cat man house car".split()
+
+
+def one_tree(line: str, *, source: str, line_number: int) -> Tree:
+    """The tree on a line that is not empty (where read_tree_line gives None)."""
+    tree = read_tree_line(line, source=source, line_number=line_number)
+    assert tree is not None
+    return tree
 
 
 def noun_phrase(rng: random.Random, tag: str = "NP") -> str:
@@ -100,7 +107,7 @@ def test_parse_writes_one_tree_per_line_and_keeps_empty_lines(parse_run, tmp_pat
     for line, tree in zip(lines, out):
         if line:
             words = [{"(": "-LRB-", ")": "-RRB-"}.get(w, w) for w in line.split()]
-            assert read_tree_line(tree, source="out", line_number=1).leaves() == words
+            assert one_tree(tree, source="out", line_number=1).leaves() == words
     assert "parsed 3 sentences" in captured.err
     # the [V17] settings by default (beam 21, α 0.3, +300), from and to files
     (tmp_path / "in.txt").write_text("a man likes the house .\n")
@@ -141,7 +148,7 @@ def test_the_word_scheme_and_unconstrained_search(parse_run, tmp_path, capsys, m
         captured = capsys.readouterr()
         assert len(captured.out.splitlines()) == 2 and "parsed 2 sentences;" in captured.err
         for line, tree in zip(["the dog sees a cat .", "John runs ."], captured.out.splitlines()):
-            assert read_tree_line(tree, source="out", line_number=1).leaves() == line.split()
+            assert one_tree(tree, source="out", line_number=1).leaves() == line.split()
 
 
 def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, monkeypatch):
@@ -180,7 +187,7 @@ def test_unknown_words_go_in_as_their_signatures(parse_run, tmp_path, capsys, mo
     capsys.readouterr()
     monkeypatch.setattr(sys, "stdin", io.StringIO("Zorba likes the zebras .\n"))
     assert main(["parse", str(run), "--beam", "2"]) == 0
-    tree = read_tree_line(capsys.readouterr().out.strip(), source="out", line_number=1)
+    tree = one_tree(capsys.readouterr().out.strip(), source="out", line_number=1)
     assert tree.leaves() == "Zorba likes the zebras .".split()
 
 
@@ -241,12 +248,12 @@ def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, cursor_run, 
     capsys.readouterr()
     monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
     assert main(["parse", str(run), "--beam", "2"]) == 0
-    tree = read_tree_line(capsys.readouterr().out.strip(), source="out", line_number=1)
+    tree = one_tree(capsys.readouterr().out.strip(), source="out", line_number=1)
     assert tree.leaves() == "the dog sees a cat .".split()
     # decoding freely, the model counts the words it wrote itself: a tree over the words
     monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
     assert main(["parse", str(run), "--unconstrained"]) == 0
-    tree = read_tree_line(capsys.readouterr().out.strip(), source="out", line_number=1)
+    tree = one_tree(capsys.readouterr().out.strip(), source="out", line_number=1)
     assert tree.leaves() == "the dog sees a cat .".split()
     # an ensemble needs one vocabulary and one kind of leaves
     monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
@@ -256,6 +263,7 @@ def test_in_order_trees_and_a_decoder_told_its_next_word(parse_run, cursor_run, 
 
 def test_attention_maps_and_head_statistics_of_a_parser(cursor_run, tmp_path, capsys):
     from fullrank.analysis.inputs import parse_batch
+    from fullrank.models import EncoderDecoder
     from fullrank.training.checkpoints import load_checkpoint
 
     run, leaves = cursor_run
@@ -264,12 +272,20 @@ def test_attention_maps_and_head_statistics_of_a_parser(cursor_run, tmp_path, ca
     # word it counts at each of them
     ckpt = load_checkpoint(run)
     sentences = words.read_text().splitlines()[:5]
-    trees = [read_tree_line(t, source="gold", line_number=1) for t in gold.read_text().splitlines()[:5]]
+    trees = [one_tree(t, source="gold", line_number=1) for t in gold.read_text().splitlines()[:5]]
     batch, symbols = parse_batch(ckpt, sentences, trees, where=["gold"] * 5)
     expected = (run / "data" / "test.trees").read_text().splitlines()[:5]
-    for row, cursor, want in zip(batch.tgt, ckpt.model.cursor(batch.tgt), expected):
-        tokens = [symbols.id_to_token(int(i)) for i in row[1:] if i != symbols.pad_id]
-        unk = symbols.id_to_token(symbols.unk_id)
+    model = ckpt.model
+    assert isinstance(model, EncoderDecoder) and batch.tgt is not None
+
+    def token(i: int) -> str:
+        t = symbols.id_to_token(i)
+        assert t is not None
+        return t
+
+    for row, cursor, want in zip(batch.tgt, model.cursor(batch.tgt), expected):
+        tokens = [token(int(i)) for i in row[1:] if i != symbols.pad_id]
+        unk = token(symbols.unk_id)
         assert tokens == [t if symbols.token_to_id(t) is not None else unk for t in want.split()]
         placed = [0] + [
             sum(not t.startswith(("(", ")")) for t in tokens[: k + 1]) for k in range(len(tokens))
@@ -370,7 +386,7 @@ def test_several_checkpoints_parse_as_an_ensemble(parse_run, capsys, monkeypatch
         outs.append(capsys.readouterr().out.splitlines())
     assert outs[1] == outs[0]  # an ensemble of one model twice is that model
     for line, tree in zip(lines.splitlines(), outs[2]):
-        assert read_tree_line(tree, source="out", line_number=1).leaves() == line.split()
+        assert one_tree(tree, source="out", line_number=1).leaves() == line.split()
 
 
 def test_parse_eval_prints_the_table(parse_run, capsys):
@@ -395,7 +411,7 @@ def test_bad_input_is_one_line(parse_run, tmp_path, capsys, monkeypatch):
     gold = run / "data" / "test.gold"
     # a tree whose leaves are not the reference's sentence
     trees = gold.read_text().splitlines()
-    wrong = read_tree_line(trees[4], source="gold", line_number=5)
+    wrong = one_tree(trees[4], source="gold", line_number=5)
     wrong.preterminals()[0].children = ["xyz"]
     trees[4] = wrong.to_string()
     (tmp_path / "hyp.txt").write_text("\n".join(trees) + "\n")

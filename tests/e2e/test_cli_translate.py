@@ -401,7 +401,12 @@ def test_a_tuned_alpha_equal_to_decode_alpha_reuses_the_decoded_splits(tmp_path,
 
     calls = []
     real = mt.evaluate_bleu
-    monkeypatch.setattr(mt, "evaluate_bleu", lambda *a, **k: calls.append(a[-2].name) or real(*a, **k))
+
+    def evaluate_bleu(*a, **k):
+        calls.append(a[-2].name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(mt, "evaluate_bleu", evaluate_bleu)
     write_corpus(tmp_path, (("train", 50, 0), ("val", 6, 1), ("test", 5, 2)))
     cfg = small_config(tmp_path, rest="decode: {average_last: 1, tune_alpha: [0.6]}")
     assert main(["train", str(cfg), "--quiet", "train.steps=4"]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -14,6 +15,11 @@ from fullrank.fast.attention import CPU_EXACT_MAX_QUERIES, CPU_WRITTEN_OUT_MAX_B
 from fullrank.layers.attention import ScaledDotProduct, attend
 
 HAS_SETTING = precision.current_setting() is not None
+
+
+def fp32_precision() -> str:
+    """``torch.backends.mkldnn.matmul.fp32_precision`` (torch >= 2.9; the stubs lack it)."""
+    return getattr(torch.backends.mkldnn, "matmul").fp32_precision
 
 
 def engine_core() -> ScaledDotProduct:
@@ -30,12 +36,18 @@ def sdpa_calls(monkeypatch):
 
     calls: list[int] = []
     real = F.scaled_dot_product_attention
-    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
     return calls
 
 
 def _equal_with_gradients(out, q, k, v, **ref_kwargs):
     ref = attend(q, k, v, **ref_kwargs)
+    assert isinstance(ref, torch.Tensor)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(ref.sum(), (q, k, v))):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
@@ -89,18 +101,17 @@ def test_a_decoding_step_with_few_queries_runs_at_full_precision(monkeypatch, sd
         pytest.skip("this PyTorch has no oneDNN float32 setting, so the rule never applies")
     seen: list[str] = []
     real, real_kept = attention.attend, attention.kept_probabilities
-    monkeypatch.setattr(
-        attention,
-        "attend",
-        lambda *a, **kw: seen.append(torch.backends.mkldnn.matmul.fp32_precision) or real(*a, **kw),
-    )
-    monkeypatch.setattr(
-        attention,
-        "kept_probabilities",
-        lambda *a, **kw: (
-            seen.append("training " + torch.backends.mkldnn.matmul.fp32_precision) or real_kept(*a, **kw)
-        ),
-    )
+
+    def seen_attend(*a, **kw):
+        seen.append(fp32_precision())
+        return real(*a, **kw)
+
+    def seen_kept(*a, **kw):
+        seen.append("training " + fp32_precision())
+        return real_kept(*a, **kw)
+
+    monkeypatch.setattr(attention, "attend", seen_attend)
+    monkeypatch.setattr(attention, "kept_probabilities", seen_kept)
     buf_k, buf_v = (torch.randn(3, 2, 16, 8) for _ in range(2))
     k, v = buf_k[:, :, :12], buf_v[:, :, :12]  # a cache's filled part: strided
     q = torch.randn(3, 2, CPU_EXACT_MAX_QUERIES, 8)
@@ -110,9 +121,9 @@ def test_a_decoding_step_with_few_queries_runs_at_full_precision(monkeypatch, sd
         assert seen == ["ieee"] and not sdpa_calls
         core(q.requires_grad_(), k, v)  # training: the ambient setting
         assert seen == ["ieee", "training bf16"]
-    torch.testing.assert_close(
-        out, real(q.detach().double(), k.double(), v.double()).float(), rtol=1e-5, atol=1e-6
-    )
+    exact = real(q.detach().double(), k.double(), v.double())
+    assert isinstance(exact, torch.Tensor)
+    torch.testing.assert_close(out, exact.float(), rtol=1e-5, atol=1e-6)
 
 
 def _fused_projection_views(b: int, t: int, h: int, dh: int, dv: int, s: int | None = None):
@@ -143,16 +154,18 @@ def test_kept_probabilities_is_attend_with_gradients_in_float64(case):
     b, h, t, dh, dv = 4, 3, 7, 10, 6
     s = 9 if case == "cross" else t
     q, k, v, leaf = _fused_projection_views(b, t, h, dh, dv, s)
-    kwargs = {
+    cases: dict[str, dict[str, Any]] = {
         "plain": {},
         "padding": {"mask": _padding(b, s)},
         "causal": {"is_causal": True},
         "causal+padding": {"mask": _padding(b, s), "is_causal": True},
         "bias": {"mask": torch.randn(b, 1, t, s, dtype=torch.float64)},
         "cross": {"mask": _padding(b, s)},
-    }[case]
+    }
+    kwargs = cases[case]
     out = attention.kept_probabilities(q, k, v, **kwargs)
     ref = attend(q, k, v, **kwargs)
+    assert isinstance(ref, torch.Tensor)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     assert not out.isnan().any()
     w = torch.randn_like(ref)  # a loss that weighs every output differently
@@ -177,6 +190,7 @@ def test_kept_probabilities_draws_dropout_as_attend():
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     undropped = attend(q.detach(), k.detach(), v.detach(), mask=_padding(3, 6))
+    assert isinstance(undropped, torch.Tensor)
     assert not torch.allclose(got[0], undropped)  # the draws did drop something
 
 
@@ -186,7 +200,9 @@ def test_kept_probabilities_only_differentiates_what_needs_it():
     v = torch.randn(2, 2, 5, 3, dtype=torch.float64)
     out = attention.kept_probabilities(q, k, v, is_causal=True)
     grads = torch.autograd.grad(out.sum(), (q, k))
-    refs = torch.autograd.grad(attend(q, k, v, is_causal=True).sum(), (q, k))
+    ref = attend(q, k, v, is_causal=True)
+    assert isinstance(ref, torch.Tensor)
+    refs = torch.autograd.grad(ref.sum(), (q, k))
     for a, b in zip(grads, refs):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -197,10 +213,17 @@ def test_training_calls_written_out_take_the_kept_probabilities_kernel(monkeypat
     attend()'s result."""
     ran: list[str] = []
     real_attend, real_kept = attention.attend, attention.kept_probabilities
-    monkeypatch.setattr(attention, "attend", lambda *a, **kw: ran.append("attend") or real_attend(*a, **kw))
-    monkeypatch.setattr(
-        attention, "kept_probabilities", lambda *a, **kw: ran.append("kept") or real_kept(*a, **kw)
-    )
+
+    def ran_attend(*a, **kw):
+        ran.append("attend")
+        return real_attend(*a, **kw)
+
+    def ran_kept(*a, **kw):
+        ran.append("kept")
+        return real_kept(*a, **kw)
+
+    monkeypatch.setattr(attention, "attend", ran_attend)
+    monkeypatch.setattr(attention, "kept_probabilities", ran_kept)
     core = engine_core()
     q, k, v, _ = _fused_projection_views(2, 12, 2, 4, 4)
 

@@ -136,6 +136,12 @@ def test_beam_cache_attention_equals_a_copied_cache_and_new_positions_stay_causa
         BeamKVCache().append(torch.randn(1, 1, 1, 2, requires_grad=True), torch.randn(1, 1, 1, 2))
 
 
+def beam_kv(c: KVCache) -> BeamKVCache:
+    """A self-attention cache of :func:`beam_caches` (a plain KVCache to mypy)."""
+    assert isinstance(c, BeamKVCache)
+    return c
+
+
 def test_the_layers_of_a_beam_decoder_cache_share_one_bias_per_step():
     """The beam caches of a stack append and reorder together, so one attention bias serves every
     layer of a step: built once, and equal to what each layer's own slot table says."""
@@ -147,15 +153,16 @@ def test_the_layers_of_a_beam_decoder_cache_share_one_bias_per_step():
         for c in cache.self_attn:
             k = torch.randn(rows, h, 1, d, generator=gen)
             c.append(k, k)
-        biases = [c.visible_bias(1) for c in cache.self_attn]
+        biases = [beam_kv(c).visible_bias(1) for c in cache.self_attn]
         if step == 0:
             assert biases == [None] * layers  # one row per group: nothing to hide
         else:
             assert all(b is biases[0] for b in biases)  # built once for the step
             for c in cache.self_attn:
-                seen = c.visible(1)
+                seen, bias = beam_kv(c).visible(1), biases[0]
+                assert seen is not None and bias is not None
                 expected = torch.zeros(seen.shape).masked_fill(~seen, float("-inf"))
-                assert torch.equal(biases[0], expected)
+                assert torch.equal(bias, expected)
         index = (
             torch.arange(n).repeat_interleave(g)
             if step == 0
@@ -177,15 +184,17 @@ def test_reserve_leaves_room_for_the_next_step_and_changes_no_row():
         k = torch.randn(rows, h, 1, d, generator=gen)
         if step:
             reserved.reserve(1)
-            assert reserved.length + 1 < reserved._k.shape[2]
+            assert reserved._k is not None and reserved.length + 1 < reserved._k.shape[2]
             before = reserved._k.data_ptr()
         reserved.append(k, -k)
         grown.append(k, -k)
         if step:
-            assert reserved._k.data_ptr() == before  # written in place
+            assert reserved._k is not None and reserved._k.data_ptr() == before  # written in place
         assert torch.equal(reserved.keys, grown.keys) and torch.equal(reserved.values, grown.values)
-        seen = reserved.visible(1)
-        assert (seen is None and grown.visible(1) is None) or torch.equal(seen, grown.visible(1))
+        seen, want = reserved.visible(1), grown.visible(1)
+        assert (seen is None and want is None) or (
+            seen is not None and want is not None and torch.equal(seen, want)
+        )
         if step == 0:
             index = torch.arange(n).repeat_interleave(g)
         else:
@@ -193,4 +202,5 @@ def test_reserve_leaves_room_for_the_next_step_and_changes_no_row():
         reserved.reorder(index)
         grown.reorder(index)
         rows = index.numel()
+    assert grown._k is not None and reserved._k is not None
     assert grown._k.shape[2] >= 40 and reserved._k.shape[2] > 40

@@ -3,6 +3,8 @@ and brute force: the same searches, the same outputs, in float64."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -33,10 +35,11 @@ def test_engine_decoding_equals_plain_and_uncached_decoding(norm_first, output_b
     torch.manual_seed(1)
     model = translation_model(norm_first=norm_first, output_bias=output_bias)
     if output_bias:
+        assert model.output_bias is not None
         with torch.no_grad():
             model.output_bias.uniform_(-2, 2)
     src, keep = padded_sources([6, 2, 4, 5], V)
-    kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=5))
+    kw: dict[str, Any] = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=5))
     decoders = (BeamDecoder, Seq2SeqDecoder, UncachedSeq2SeqDecoder)
     greedy = [greedy_search(d(model, src, keep), **kw) for d in decoders]
     assert greedy[0] == greedy[1] == greedy[2]
@@ -76,7 +79,7 @@ def test_engine_batched_decoding_equals_one_sentence_at_a_time():
     lengths = [7, 2, 5, 3]
     src, keep = padded_sources(lengths, V)
     limit = max_output_len(keep.sum(1), b=4)
-    kw = dict(bos_id=BOS, eos_id=EOS)
+    kw: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS)
     batch = beam_search(
         BeamDecoder(model, src, keep),
         batch_size=4,
@@ -104,7 +107,7 @@ def test_engine_batched_decoding_equals_one_sentence_at_a_time():
 def test_engine_beam_size_one_is_greedy():
     model = translation_model()
     src, keep = padded_sources([7, 3, 5, 1], V)
-    kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=6))
+    kw: dict[str, Any] = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=6))
     beam = beam_search(BeamDecoder(model, src, keep), beam_size=1, alpha=0.0, **kw)
     assert [h[0].tokens for h in beam] == greedy_search(BeamDecoder(model, src, keep), **kw)
 
@@ -118,7 +121,7 @@ def test_compiled_engine_decoding_equals_eager():
     torch._dynamo.utils.counters.clear()  # the graphs counted below are this test's
     model = translation_model(n_layers=1, n_decoder_layers=1)  # tracing time grows with layers
     src, keep = padded_sources([6, 2, 4, 5], V)
-    kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
+    kw: dict[str, Any] = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
     decode = compiled_decode(model, backend="aot_eager")
     compiled = beam_search(BeamDecoder(model, src, keep, decode=decode), beam_size=3, n_best=3, **kw)
     # one graph each for the first step, the steps after it and those of the last sentence: not
@@ -140,7 +143,7 @@ def test_a_compiled_step_is_not_specialised_to_a_batch_as_large_as_the_head_size
     model = translation_model(n_layers=1, n_decoder_layers=1)
     assert model.config.d_head == 10
     src, keep = padded_sources([6, 2, 4, 5, 3, 6, 2, 5, 4, 3], V)
-    kw = dict(batch_size=10, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
+    kw: dict[str, Any] = dict(batch_size=10, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=4))
     decode = compiled_decode(model, backend="aot_eager")
     compiled = greedy_search(BeamDecoder(model, src, keep, decode=decode), **kw)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # the first step, the others

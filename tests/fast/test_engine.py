@@ -5,6 +5,7 @@ accuracy against float64); compiled models still trace whole."""
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from fullrank import fast
 from fullrank.fast import precision
 from fullrank.fast.attention import cpu_attention
 from fullrank.fast.packed import PackedProduct
-from fullrank.layers.attention import ScaledDotProduct
+from fullrank.layers.attention import MultiHeadAttention, ScaledDotProduct
 from fullrank.layers.linear import Linear
 from fullrank.models import (
     DecoderLM,
@@ -34,13 +35,20 @@ def lm(dtype=torch.float64, **kw) -> DecoderLM:
     return DecoderLM(cfg).to(dtype)
 
 
+def grad_of(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None
+    return p.grad
+
+
 def cores(model):
     return [m for m in model.modules() if isinstance(m, ScaledDotProduct)]
 
 
 def test_the_block_installs_its_seams_and_undoes_every_one():
     model = lm()
-    model.layers[0].self_attn.core.fused = False  # an explicit core is left alone
+    attn = model.layers[0].self_attn
+    assert isinstance(attn, MultiHeadAttention)
+    attn.core.fused = False  # an explicit core is left alone
     weights = {n: p.data_ptr() for n, p in model.named_parameters()}
     with fast.cpu(model) as same:
         assert same is model
@@ -79,7 +87,7 @@ def test_training_inside_equals_training_outside_in_float64(fast_setting):
         model.zero_grad()
         out = model(short, mask=keep).square().mean() + model(long).square().mean()
         out.backward()
-        return out.detach(), [p.grad.clone() for p in model.parameters()]
+        return out.detach(), [grad_of(p).clone() for p in model.parameters()]
 
     plain = step()
     setting = precision._matmul_precision("bf16") if fast_setting else contextlib.nullcontext()
@@ -95,7 +103,7 @@ def test_bert_training_with_dropout_inside_equals_written_out_attention_in_float
     the block (the training kernel for the written-out route) the loss and every gradient equal
     those of the same model with written-out cores (``attend()``) outside, from the same seed:
     the same dropout draws, the same arithmetic."""
-    cfg = dict(
+    cfg: dict[str, Any] = dict(
         vocab_size=53,
         n_layers=2,
         seq_len=12,

@@ -3,6 +3,8 @@ and the model exactly as it was afterwards."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -63,7 +65,7 @@ def test_decoding_inside_gives_the_same_outputs():
     torch.manual_seed(0)
     model = translation_model(vocab_size=V, tie_embeddings=False)
     src, keep = padded_sources([7, 3, 5], V)
-    kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=6))
+    kw: dict[str, Any] = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=6))
     outside = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=4, n_best=4, **kw)
     greedy = greedy_search(Seq2SeqDecoder(model, src, keep), **kw)
     with decoding_layout(model):
@@ -91,7 +93,7 @@ def test_the_block_keeps_one_transposed_output_weight_for_every_decoder():
     outside = transposed(w)
     assert outside.is_contiguous() and torch.equal(outside, w.t())
     assert transposed(w).data_ptr() != outside.data_ptr()  # a fresh copy each time
-    kw = dict(batch_size=2, bos_id=BOS, eos_id=EOS, max_len=6)
+    kw: dict[str, Any] = dict(batch_size=2, bos_id=BOS, eos_id=EOS, max_len=6)
     plain = beam_search(BeamDecoder(model, src, keep), beam_size=3, **kw)
     with decoding_layout(model):
         shared = transposed(w)
@@ -136,7 +138,7 @@ def test_decoding_layout_packs_instead_of_moving_weights_and_decodes_the_same(mo
     torch.manual_seed(0)
     model = translation_model().float()  # packing is for float32
     src, keep = padded_sources([7, 3, 5], model.config.vocab_size)
-    kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=9)
+    kw: dict[str, Any] = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=9)
 
     def decode():
         beams = beam_search(BeamDecoder(model, src, keep), beam_size=4, n_best=2, **kw)
@@ -154,7 +156,9 @@ def test_decoding_layout_packs_instead_of_moving_weights_and_decodes_the_same(mo
         assert all(isinstance(m.product, PackedProduct) for m in ours)
         assert model.extra.weight.t().is_contiguous()
         packed = decode()
-        assert len(ours[0].product) > 0  # the attention and feed-forward weights were packed
+        product = ours[0].product
+        assert isinstance(product, PackedProduct)
+        assert len(product) > 0  # the attention and feed-forward weights were packed
     assert all(m.product is F.linear for m in ours)
     assert model.extra.weight.is_contiguous()
     assert packed[1] == plain[1]
@@ -170,7 +174,7 @@ def test_without_usable_packing_the_layout_goes_column_major(monkeypatch):
     monkeypatch.setattr(layout, "packing_available", lambda: False)
     model = translation_model(vocab_size=V, tie_embeddings=False)
     src, keep = padded_sources([4, 6], V)
-    kw = dict(batch_size=2, bos_id=BOS, eos_id=EOS, max_len=7)
+    kw: dict[str, Any] = dict(batch_size=2, bos_id=BOS, eos_id=EOS, max_len=7)
     plain = greedy_search(Seq2SeqDecoder(model, src, keep), **kw)
     with decoding_layout(model):
         assert all(

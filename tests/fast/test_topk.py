@@ -3,6 +3,8 @@ unchanged by them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -37,7 +39,7 @@ def test_searches_over_a_wide_vocabulary_are_unchanged_by_the_block_selections()
     torch.manual_seed(3)
     model = translation_model(vocab_size=4 * 8 * TOPK_BLOCK + 11)
     src, keep = padded_sources([6, 3, 5], 40)
-    kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=6))
+    kw: dict[str, Any] = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=max_output_len(keep.sum(1), b=6))
     blocks = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=4, n_best=4, topk=topk_rows, **kw)
     plain = beam_search(Seq2SeqDecoder(model, src, keep), beam_size=4, n_best=4, **kw)
     assert tokens(blocks) == tokens(plain)

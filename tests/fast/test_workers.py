@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
+from typing import cast
 
 import pytest
 import torch
@@ -81,7 +83,8 @@ def test_plan_batches_keeps_one_batch_whole_and_evens_out_more(two_threads):
     assert [len(b) for b in plan_batches(list(range(17)), 16, workers=2)] == [9, 8]
     assert [len(b) for b in plan_batches(list(range(130)), 64, workers=2)] == [33, 33, 32, 32]
     rows = torch.arange(40 * 3).view(40, 3)  # a tensor of sources is cut along its rows
-    batches = plan_batches(rows, 16, workers=2)
+    # a tensor slices as a sequence of its rows, each batch a tensor
+    batches = cast("list[torch.Tensor]", plan_batches(cast("Sequence[torch.Tensor]", rows), 16, workers=2))
     assert [b.shape for b in batches] == [(10, 3)] * 4 and torch.equal(torch.cat(batches), rows)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         plan_batches([1, 2], 0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from typing import Any
 
 import pytest
 import torch
@@ -50,6 +51,7 @@ def test_attention_on_cuda_matches_the_float64_reference(heads, case):
     d, b, t, s = 48, 3, 37, 29
     mha = MultiHeadAttention(d, h, dh, dv).eval()
     x = torch.randn(b, t, d)
+    kw: dict[str, Any]
     if case == "causal":
         mem, kw = x, dict(is_causal=True)
         allowed = causal_mask(t, t)[None].expand(b, t, t)
@@ -120,7 +122,7 @@ def test_decoding_on_cuda_equals_the_cpu_and_the_uncached_reference(norm_first, 
     model = translation_model(norm_first=norm_first)
     src, keep = padded_sources([6, 2, 4, 9], 13)
     limit = max_output_len(keep.sum(1), b=8)
-    kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=limit)
+    kw: dict[str, Any] = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=limit)
 
     def decode(m, s, k, dev):
         s, k = s.to(dev), k.to(dev)

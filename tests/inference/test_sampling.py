@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -85,11 +87,12 @@ def test_top_k_restricts_the_choice():
 
 
 def test_bad_settings_are_one_line_errors(model, prompt):
-    for kw, word in [
+    cases: list[tuple[dict[str, Any], str]] = [
         (dict(temperature=-1.0), "temperature"),
         (dict(top_k=0), "top_k"),
         (dict(max_new_tokens=-1), "max_new_tokens"),
-    ]:
+    ]
+    for kw, word in cases:
         with pytest.raises(ConfigError, match=word):
             sample(LMDecoder(model), prompt, **{"max_new_tokens": 3, **kw})
 

@@ -4,10 +4,13 @@ sentence at a time, and constructed cases for finishing, stopping and pruning.""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 import torch
 
+from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError
 from fullrank.inference import (
     Seq2SeqDecoder,
@@ -87,7 +90,7 @@ def test_cached_decoding_equals_uncached(norm_first):
     model = translation_model(norm_first=norm_first)
     src, keep = padded_sources([6, 2, 4], V)
     limit = max_output_len(keep.sum(1), b=5)
-    kw = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=limit)
+    kw: dict[str, Any] = dict(batch_size=3, bos_id=BOS, eos_id=EOS, max_len=limit)
     assert greedy_search(Seq2SeqDecoder(model, src, keep), **kw) == greedy_search(
         UncachedSeq2SeqDecoder(model, src, keep), **kw
     )
@@ -103,7 +106,7 @@ def test_batched_decoding_equals_one_sentence_at_a_time():
     lengths = [7, 2, 5, 3, 6]
     src, keep = padded_sources(lengths, V)
     limit = max_output_len(keep.sum(1), b=4)
-    kw = dict(bos_id=BOS, eos_id=EOS)
+    kw: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS)
     batch_greedy = greedy_search(Seq2SeqDecoder(model, src, keep), batch_size=5, max_len=limit, **kw)
     batch_beam = beam_search(
         Seq2SeqDecoder(model, src, keep), batch_size=5, beam_size=3, n_best=3, max_len=limit, **kw
@@ -222,23 +225,25 @@ def test_bad_settings_are_one_line_errors():
     with pytest.raises(ConfigError, match="max_len"):
         greedy_search(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS, max_len=0)
     for search_fn in (greedy_search, beam_search):
-        kw = dict(beam_size=2) if search_fn is beam_search else {}
+        kw: dict[str, Any] = dict(beam_size=2) if search_fn is beam_search else {}
         with pytest.raises(ConfigError, match=f"eos_id={V} must be below"):
             search_fn(Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=V, max_len=5, **kw)
     with pytest.raises(ConfigError, match="model.eval"):
         Seq2SeqDecoder(model.train(), src)
     from fullrank.inference.translate import translate  # checked before the model is touched
 
+    no_tokenizer = cast(Tokenizer, None)  # the settings are checked before the tokenizer is used
+
     with pytest.raises(ConfigError, match=r"n_best must be between 1 and beam \(1\), got 2"):
-        translate(model.eval(), None, ["a"], beam=1, n_best=2)
+        translate(model.eval(), no_tokenizer, ["a"], beam=1, n_best=2)
     with pytest.raises(ConfigError, match=r"batch_size must be >= 1, got 0"):
-        translate(model.eval(), None, ["a"], batch_size=0)
+        translate(model.eval(), no_tokenizer, ["a"], batch_size=0)
     with pytest.raises(ConfigError, match=r"^b must be >= 1"):
-        translate(model.eval(), None, ["a"], b=0)
+        translate(model.eval(), no_tokenizer, ["a"], b=0)
     with pytest.raises(ConfigError, match=r"^workers must be >= 1"):
-        translate(model.eval(), None, ["a"], workers=0)
+        translate(model.eval(), no_tokenizer, ["a"], workers=0)
     with pytest.raises(ConfigError, match=r"compiled decoding runs one batch at a time"):
-        translate(model.eval(), None, ["a"], workers=2, compile=True)
+        translate(model.eval(), no_tokenizer, ["a"], workers=2, compile=True)
 
 
 def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():
@@ -254,7 +259,11 @@ def test_outputs_fill_the_positional_table_and_one_more_is_a_clear_error():
         )
     ).eval()
     src = torch.randint(3, V, (2, 5))
-    for search_fn, kw in ((greedy_search, {}), (beam_search, dict(beam_size=3))):
+    runs: tuple[tuple[Callable[..., list[list[Any]]], dict[str, Any]], ...] = (
+        (greedy_search, {}),
+        (beam_search, dict(beam_size=3)),
+    )
+    for search_fn, kw in runs:
         out = search_fn(
             Seq2SeqDecoder(model, src), batch_size=2, bos_id=BOS, eos_id=EOS, max_len=8, min_len=8, **kw
         )
@@ -278,7 +287,7 @@ def test_compiled_decoding_equals_eager():
     model = translation_model(n_layers=1, n_decoder_layers=1)  # tracing time grows with layers
     src, keep = padded_sources([6, 2, 4, 5], V)
     limit = max_output_len(keep.sum(1), b=4)
-    kw = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=limit)
+    kw: dict[str, Any] = dict(batch_size=4, bos_id=BOS, eos_id=EOS, max_len=limit)
     decode = compiled_decode(model, backend="aot_eager")
     assert greedy_search(Seq2SeqDecoder(model, src, keep, decode=decode), **kw) == greedy_search(
         Seq2SeqDecoder(model, src, keep), **kw
@@ -308,7 +317,7 @@ def test_beam_search_writes_log_probabilities_over_float_logits_and_beside_low_p
     def table(p):
         return [0.1, 0.3, 0.25, 0.2, 0.15] if len(p) < 4 else [0.6, 0.1, 0.1, 0.1, 0.1]
 
-    kw = dict(batch_size=2, beam_size=3, alpha=0.6, bos_id=1, eos_id=0, max_len=6)
+    kw: dict[str, Any] = dict(batch_size=2, beam_size=3, alpha=0.6, bos_id=1, eos_id=0, max_len=6)
     results = {}
     for dtype in (torch.float32, torch.bfloat16):
         dec = _Cast(table, 2, dtype)

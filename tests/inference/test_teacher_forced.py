@@ -23,6 +23,7 @@ def test_teacher_forced_pairs_are_what_the_parser_reads_and_writes(tmp_path):
         source="t",
         line_number=1,
     )
+    assert tree is not None
     sentence = "Zorba barks ( the dog ) ."
     sig = signature("Zorba")
     [(src, tgt)] = teacher_forced(

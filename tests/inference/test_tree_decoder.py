@@ -181,10 +181,12 @@ def test_a_cursor_model_decodes_the_same_cached_uncached_and_in_the_beam_layout(
     from fullrank import fast
     from fullrank.inference import Seq2SeqDecoder, UncachedSeq2SeqDecoder
     from fullrank.inference.parse import tell_words
+    from fullrank.models import EncoderDecoder
     from tests.inference.toy import padded_sources, translation_model
 
     torch.manual_seed(1)
     model = tell_words(translation_model(trees.vocab_size, decoder_cursor=True), trees)
+    assert isinstance(model, EncoderDecoder)
     sentences = [["the", "dog", "sees", "a", "cat"], ["dog"], ["a", "zebra", "sees"]]
     src, keep = padded_sources([len(s) + 1 for s in sentences], 9)
     limits = torch.tensor([len(s) + 12 for s in sentences])
@@ -209,6 +211,7 @@ def test_a_model_that_prefers_a_well_formed_in_order_tree_gets_it_unchanged(tree
         source="gold",
         line_number=1,
     )
+    assert gold is not None
     written = linearize(gold, "word", "in_order")
     assert written[:3] == ["the", "(NP", "dog"]  # the outer NP is named after the inner one
     target = [trees.token_to_id(t) for t in written] + [trees.eos_id]

@@ -4,6 +4,7 @@ decoupled sizes, fused vs explicit paths, masks, and the standard-rule error."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -160,18 +161,21 @@ def test_fully_masked_query_rows_are_zero_not_nan(fused):
     assert torch.isfinite(out).all()
     q, k, v = mha.project_qkv(x)
     core = attend(q, k, v, mask=mask)
+    assert isinstance(core, torch.Tensor)
     assert torch.isfinite(core).all()
     assert core[0, :, :2].abs().max() == 0  # nothing to attend: zero output
     out.sum().backward()
-    assert all(torch.isfinite(p.grad).all() for p in mha.parameters())
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in mha.parameters())
 
 
 def test_all_masked_rows_have_finite_gradients_on_explicit_path():
     q = torch.randn(1, 1, 3, 4, requires_grad=True)
     k, v = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
     mask = torch.tensor([[False, False, False], [True, False, False], [True, True, True]])
-    attend(q, k, v, mask=mask).sum().backward()
-    assert torch.isfinite(q.grad).all()
+    out = attend(q, k, v, mask=mask)
+    assert isinstance(out, torch.Tensor)
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
 def test_heads_need_not_divide_d_model():
@@ -231,8 +235,9 @@ def test_chunked_attention_equals_attend_with_gradients(case):
     keep = torch.rand(2, k.shape[2]) > 0.3
     keep[:, 0] = True
     mask = padding_mask(keep) if case != "causal" else None
-    kw = dict(mask=mask, is_causal=case.startswith("causal"))
+    kw: dict[str, Any] = dict(mask=mask, is_causal=case.startswith("causal"))
     ref = attend(q, k, v, **kw)
+    assert isinstance(ref, torch.Tensor)
     out = chunked_attention(q, k, v, chunk=8, **kw)
     torch.testing.assert_close(out, ref)
     g = torch.randn_like(ref)

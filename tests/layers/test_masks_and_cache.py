@@ -23,7 +23,7 @@ def test_padding_mask_shape_and_combine():
     m = padding_mask(keep)
     assert m.shape == (2, 1, 1, 3)
     both = combine(m, causal_mask(3), None)
-    assert both.shape == (2, 1, 3, 3)
+    assert both is not None and both.shape == (2, 1, 3, 3)
     assert both[1, 0].tolist() == [[True, False, False], [True, False, False], [True, False, False]]
     assert combine(None, None) is None
 

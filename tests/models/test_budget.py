@@ -32,6 +32,7 @@ def test_nearest_value_is_nearest(field):
 def test_at_most_and_multiple():
     target = BASE.num_params() + 5000
     found = solve_for(BASE, "d_ff", target, multiple=8, mode="at_most")
+    assert found is not None
     assert found.config.d_ff % 8 == 0 and found.params <= target
     assert dataclasses.replace(found.config, d_ff=found.config.d_ff + 8).num_params() > target
     assert solve_for(BASE, "d_ff", 10, mode="at_most") is None
@@ -41,6 +42,7 @@ def test_invalid_values_are_stepped_over():
     # the standard rule: d_model must be a multiple of n_heads = 7
     cfg = dataclasses.replace(BASE, n_heads=7, d_head=None, d_model=28)
     found = solve_for(cfg, "d_model", cfg.num_params() * 4)
+    assert found is not None
     assert found.config.d_model % 7 == 0 and found.params == built(found.config)
 
 
@@ -63,6 +65,7 @@ def test_non_embedding_count():
     )
     assert count_params(cfg, "non_embedding") == built(cfg) - embedding
     found = solve_for(cfg, "d_ff", 20_000, which="non_embedding")
+    assert found is not None
     assert abs(found.gap) < 0.01
 
 

@@ -7,9 +7,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch import nn
 
 from fullrank.analysis.capture import capture_attention
+from fullrank.blocks import EncoderBlock
 from fullrank.errors import ConfigError, DataError
+from fullrank.layers.attention import MultiHeadAttention
 from fullrank.layers.embeddings import sinusoid_shift, sinusoidal_table
 from fullrank.models import (
     DecoderLM,
@@ -37,6 +40,12 @@ def ed_config(**kw) -> EncoderDecoderConfig:
 
 def enc_config(**kw) -> EncoderConfig:
     return EncoderConfig(**{**dict(vocab_size=V, n_layers=2, max_len=32, seq_len=16, **ODD), **kw})
+
+
+def self_attention(layer: nn.Module) -> MultiHeadAttention:
+    """An encoder block's self-attention (the layers of a model are plain modules to mypy)."""
+    assert isinstance(layer, EncoderBlock)
+    return layer.self_attn
 
 
 CONFIGS = [
@@ -132,6 +141,7 @@ def test_output_bias_is_added_to_the_logits_and_the_loss():
     from fullrank.training.tasks import Translation
 
     model = EncoderDecoder(ed_config(output_bias=True, dropout=0.0)).eval()
+    assert model.output_bias is not None
     with torch.no_grad():
         model.output_bias.uniform_(-1, 1)
     h = torch.randn(2, 3, 24)
@@ -299,7 +309,7 @@ def test_encoder_attn_init_local_starts_each_head_on_its_offset():
     )
     model = Encoder(config).eval()
     for layer in model.layers:  # W_k = W_q · shift, head by head
-        q, k, _ = layer.self_attn._qkv_weights()
+        q, k, _ = self_attention(layer)._qkv_weights()
         for h, offset in enumerate((-1, 1, -2, 2)):
             rows = slice(16 * h, 16 * (h + 1))
             torch.testing.assert_close(k[rows], q[rows] @ sinusoid_shift(64, offset))
@@ -318,8 +328,8 @@ def test_encoder_attn_init_mimetic_sets_every_layers_queries_to_its_keys():
     torch.manual_seed(0)
     plain, mimetic = Encoder(enc_config()), Encoder(enc_config(attn_init="mimetic"))
     for p_layer, m_layer in zip(plain.layers, mimetic.layers, strict=True):
-        pq, pk, _ = p_layer.self_attn._qkv_weights()
-        mq, mk, _ = m_layer.self_attn._qkv_weights()
+        pq, pk, _ = self_attention(p_layer)._qkv_weights()
+        mq, mk, _ = self_attention(m_layer)._qkv_weights()
         assert not torch.equal(pq, pk)
         assert torch.equal(mq, mk)
         assert mq.std() > 3 * pq.std()  # N(0, 1/Dh), not BERT's N(0, 0.02)
@@ -337,7 +347,7 @@ def test_attn_init_logit_sets_a_tokens_starting_logit_with_itself_at_any_width(d
             vocab_size=V, d_model=d_model, n_heads=n_heads, d_head=d_head, d_ff=64, n_layers=1,
             attn_init="mimetic", attn_init_logit=logit,
         )  # fmt: skip
-        attn = Encoder(config).layers[0].self_attn
+        attn = self_attention(Encoder(config).layers[0])
         q, k, _ = attn.project_qkv(x[None])
         self_logit = (q * k).sum(-1).mean() / math.sqrt(attn.d_head)
         expected = logit if logit is not None else d_model / math.sqrt(attn.d_head)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fullrank.errors import ConfigError
-from fullrank.models import build_model
+from fullrank.models import DecoderLMConfig, EncoderConfig, EncoderDecoderConfig, build_model
 from fullrank.models.presets import (
     B20_TABLE1,
     B20_TABLE2A,
@@ -113,6 +113,7 @@ def test_b20_lm_presets():
 @pytest.mark.parametrize("name", ["aiayn_big", "b20_bert_table2a_h32", "b20_lm_fixed_h70"])
 def test_presets_build_to_their_closed_form_count(name):
     cfg = preset(name)
+    assert isinstance(cfg, (DecoderLMConfig, EncoderConfig, EncoderDecoderConfig))
     with torch.device("meta"):
         model = build_model(cfg)
     assert sum(p.numel() for p in model.parameters()) == cfg.num_params()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fullrank.errors import ConfigError, FullrankError
-from fullrank.recipes.config import apply_overrides, load_experiment
+from fullrank.recipes.config import LMExperiment, MTExperiment, apply_overrides, load_experiment
 
 # experiment files (sweep files, under configs/sweeps, are loaded by tests/recipes/test_sweep.py)
 CONFIGS = [
@@ -74,6 +74,7 @@ def test_decode_splits_must_name_a_split_or_an_evaluation_set(tmp_path):
         "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, eval_sets: {news13: wmt/newstest2013}}"
     )
     exp = load_experiment(write(tmp_path, mt), ["decode.splits=[test,news13]"])
+    assert isinstance(exp, MTExperiment)
     assert exp.decode.splits == ("test", "news13")
     assert exp.data.eval_sets == {"news13": "wmt/newstest2013"}
     with pytest.raises(
@@ -92,7 +93,8 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
     mt = BASE.replace("task: lm", "task: mt").replace(
         "{train: train.txt}", "{train: tr, src_lang: en, tgt_lang: de, tokenizer: bpe, vocab_size: 100}"
     )
-    assert load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1"]).data.bpe_dropout == 0.1
+    exp = load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1"])
+    assert isinstance(exp, MTExperiment) and exp.data.bpe_dropout == 0.1
     with pytest.raises(ConfigError, match=r"data\.bpe_dropout = 1\.0: should be less than 1"):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=1.0"])
     with pytest.raises(ConfigError, match=r"data\.bpe_dropout = -0\.1: should be greater"):
@@ -108,12 +110,10 @@ def test_bpe_dropout_is_for_translation_with_bpe(tmp_path):
         r"data\.max_sentence_len \+ 1 = 129",
     ):
         load_experiment(write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100"])
-    assert (
-        load_experiment(
-            write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100", "data.max_sentence_len=99"]
-        ).data.max_sentence_len
-        == 99
+    exp = load_experiment(
+        write(tmp_path, mt), ["data.bpe_dropout=0.1", "data.max_tokens=100", "data.max_sentence_len=99"]
     )
+    assert isinstance(exp, MTExperiment) and exp.data.max_sentence_len == 99
 
 
 @pytest.mark.parametrize(
@@ -176,6 +176,7 @@ def test_overrides_and_toml(tmp_path):
     exp = load_experiment(
         write(tmp_path, BASE), ["train.steps=7", "model.d_head=24", "model.n_heads=3", "data.valid=v.txt"]
     )
+    assert isinstance(exp, LMExperiment)
     assert exp.train.steps == 7 and exp.data.valid == "v.txt"
     assert exp.model_config(50).head_sizes == (24, 24)
     toml = write(

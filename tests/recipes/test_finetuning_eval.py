@@ -41,7 +41,10 @@ def encoder(tok: Tokenizer, **heads) -> Encoder:
 
 def test_classification_predictions_return_to_file_order(tok):
     rng = np.random.default_rng(1)
-    words = lambda n: " ".join(rng.choice(WORDS, n))  # noqa: E731
+
+    def words(n: int) -> str:
+        return " ".join(rng.choice(WORDS, n))
+
     texts = [(words(int(rng.integers(1, 12))), words(3)) for _ in range(11)]
     rows, segs = encode_texts(texts, tok, 32)
     assert len({len(r) for r in rows}) > 3  # lengths differ, so the order changes

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from fullrank.errors import ConfigError
-from fullrank.recipes.config import load_experiment
+from fullrank.models import EncoderDecoderConfig
+from fullrank.recipes.config import ParseExperiment, load_experiment
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "parse"
 
@@ -23,6 +24,7 @@ def test_the_shipped_parse_configs_have_v17s_decoding_and_separate_vocabularies(
         assert exp.data.unknown_words == "signature" and exp.data.word_dropout == 0.25
         assert exp.data.tree_order == "in_order" and exp.model["decoder_cursor"]
     a, b = standard.model_config(57, 5326), fixed.model_config(57, 5326)
+    assert isinstance(a, EncoderDecoderConfig)
     assert a.src_vocab_size == 5326 and not a.shared_vocab
     assert a.head_sizes == (32, 32) and a.standard_rule
     assert b.head_sizes == (32, 32) and not b.standard_rule and b.n_heads * 32 > b.d_model
@@ -38,6 +40,12 @@ def write(tmp_path: Path, extra: str = "") -> Path:
     return p
 
 
+def load_parse(path: Path, overrides: list[str]) -> ParseExperiment:
+    exp = load_experiment(path, overrides)
+    assert isinstance(exp, ParseExperiment)
+    return exp
+
+
 def test_parse_refuses_bleu_only_settings_and_a_bad_min_frequency(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'decode.tune_alpha'"):  # BLEU's
         load_experiment(write(tmp_path), ["decode.tune_alpha=[0.3,0.6]"])
@@ -48,7 +56,7 @@ def test_parse_refuses_bleu_only_settings_and_a_bad_min_frequency(tmp_path):
 
 
 def test_unknown_word_signatures_are_for_a_word_level_parsing_source(tmp_path):
-    exp = load_experiment(write(tmp_path), ["data.unknown_words=signature"])
+    exp = load_parse(write(tmp_path), ["data.unknown_words=signature"])
     assert exp.data.unknown_words == "signature"
     with pytest.raises(
         ConfigError,
@@ -69,7 +77,7 @@ def test_unknown_word_signatures_are_for_a_word_level_parsing_source(tmp_path):
     ):
         load_experiment(write(tmp_path), ["data.word_dropout=0.25"])
     assert (
-        load_experiment(
+        load_parse(
             write(tmp_path), ["data.unknown_words=signature", "data.word_dropout=0.25"]
         ).data.word_dropout
         == 0.25
@@ -78,7 +86,8 @@ def test_unknown_word_signatures_are_for_a_word_level_parsing_source(tmp_path):
 
 def test_the_decoder_cursor_is_for_parsing(tmp_path):
     exp = load_experiment(write(tmp_path), ["model.decoder_cursor=true"])
-    assert exp.model_config(60, 50).decoder_cursor
+    config = exp.model_config(60, 50)
+    assert isinstance(config, EncoderDecoderConfig) and config.decoder_cursor
     mt = (
         write(tmp_path)
         .read_text()
@@ -95,7 +104,7 @@ def test_the_decoder_cursor_is_for_parsing(tmp_path):
 
 
 def test_the_tree_order_is_for_parsing(tmp_path):
-    assert load_experiment(write(tmp_path), ["data.tree_order=in_order"]).data.tree_order == "in_order"
+    assert load_parse(write(tmp_path), ["data.tree_order=in_order"]).data.tree_order == "in_order"
     with pytest.raises(
         ConfigError,
         match=r"data\.tree_order = 'inorder': should be 'top_down' "

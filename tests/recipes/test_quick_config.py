@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fullrank.recipes.config import load_experiment
+from fullrank.recipes.config import MTExperiment, load_experiment
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "mt" / "multi30k_quick.yaml"
 
@@ -13,6 +13,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "configs" / "mt" / "multi30k_quic
 def test_the_quick_config_is_step_limited_and_can_average_its_last_checkpoints():
     exp = load_experiment(CONFIG)
     full = load_experiment(CONFIG.with_name("multi30k_en_de.yaml"))
+    assert isinstance(exp, MTExperiment) and isinstance(full, MTExperiment)
     train, decode = exp.train, exp.decode
     assert train.max_minutes is None  # the result does not depend on the machine's load
     assert train.steps % train.save_every == 0  # the last step is a regular checkpoint

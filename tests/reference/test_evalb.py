@@ -74,6 +74,12 @@ def perturb(tree: Tree, rng: random.Random) -> Tree:
     return t
 
 
+def gold_tree(line: str, line_number: int) -> Tree:
+    tree = read_tree_line(line, source="gold", line_number=line_number)
+    assert tree is not None  # gold lines are never empty
+    return tree
+
+
 def evalb_lines(output: str) -> list[list[str]]:
     return [line.split() for line in output.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d\s", line)]
 
@@ -97,6 +103,7 @@ def test_every_sentence_scores_as_evalb_scores_it(tmp_path, source):
     for name, lines in (("gold", gold_lines), ("hyp", hyp_lines)):
         (tmp_path / name).write_text("\n".join(lines) + "\n")
     (tmp_path / "rules.prm").write_text(PRM)
+    assert EVALB is not None  # skipped without it
     out = subprocess.run(
         [EVALB, "-p", str(tmp_path / "rules.prm"), str(tmp_path / "gold"), str(tmp_path / "hyp")],
         capture_output=True,
@@ -106,7 +113,7 @@ def test_every_sentence_scores_as_evalb_scores_it(tmp_path, source):
     theirs = evalb_lines(out)
     ours = score_trees(
         [read_tree_line(h, source="hyp", line_number=i) for i, h in enumerate(hyp_lines, 1)],
-        [read_tree_line(g, source="gold", line_number=i) for i, g in enumerate(gold_lines, 1)],
+        [gold_tree(g, i) for i, g in enumerate(gold_lines, 1)],
     )
     assert len(theirs) == len(ours.sentences) == len(golds)
     for row, s in zip(theirs, ours.sentences):
@@ -121,6 +128,6 @@ def test_every_sentence_scores_as_evalb_scores_it(tmp_path, source):
             ("Complete match", mine.exact_match),
             ("Number of Skip  sentence", mine.skipped),
         ):
-            assert float(re.search(name + r"\s*=\s*([\d.]+)", block).group(1)) == pytest.approx(
-                value, abs=0.006
-            )
+            found = re.search(name + r"\s*=\s*([\d.]+)", block)
+            assert found is not None, name
+            assert float(found.group(1)) == pytest.approx(value, abs=0.006)

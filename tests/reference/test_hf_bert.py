@@ -3,6 +3,8 @@ weights (a tiny, odd-sized model built offline from a config)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -163,6 +165,11 @@ def test_pretraining_loss_matches_hugging_face_on_the_same_masked_batch():
     torch.testing.assert_close(ours.mlm.bias.grad, hf.cls.predictions.bias.grad, atol=1e-5, rtol=1e-4)
 
 
+def prefixed(name: str) -> Callable[[str], str]:
+    """An assert_close message naming the pair that differs."""
+    return lambda m: f"{name}: {m}"
+
+
 @pytest.mark.reference
 def test_classification_loss_and_gradients_match_hugging_face():
     """The classification loss reads the first position alone (the last block computed there
@@ -203,4 +210,4 @@ def test_classification_loss_and_gradients_match_hugging_face():
         "classifier": (ours.classifier.weight.grad, hf.classifier.weight.grad),
     }
     for name, (a, b) in pairs.items():
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=prefixed(name))

@@ -15,8 +15,8 @@ from fullrank.cli import main
 from fullrank.errors import ConfigError
 from fullrank.models import build_model
 from fullrank.recipes import bert as bert_recipe
-from fullrank.recipes.config import parse_assignment
-from fullrank.sweeps.plan import claim_output, load_sweep, own_threads, plan, train_command
+from fullrank.recipes.config import Experiment, parse_assignment
+from fullrank.sweeps.plan import Point, claim_output, load_sweep, own_threads, plan, train_command
 from tests.e2e.lm_fixture import tiny_experiment
 from tests.helpers import shared_data
 
@@ -44,6 +44,12 @@ def toy_sweep(tmp_path: Path, text: str = TOY, **kw) -> Path:
     return path
 
 
+def experiment_of(p: Point) -> Experiment:
+    """A planned point's experiment (``plan`` sets it)."""
+    assert p.experiment is not None
+    return p.experiment
+
+
 def test_points_cross_axes_arms_and_seeds_and_match_the_target(tmp_path):
     the_plan = plan(load_sweep(toy_sweep(tmp_path)), tmp_path / "out")
     assert [p.name for p in the_plan.points] == [
@@ -65,7 +71,7 @@ def test_points_cross_axes_arms_and_seeds_and_match_the_target(tmp_path):
         assert f"model.d_ff={standard.model.d_ff}" in standard.overrides
     for p in the_plan.points:  # the counts are the built models', vocabulary from the tokenizer
         assert p.params == sum(q.numel() for q in build_model(p.model).parameters())
-        assert p.experiment.model_config(p.model.vocab_size) == p.model
+        assert experiment_of(p).model_config(p.model.vocab_size) == p.model
 
 
 def test_command_line_overrides_win_over_the_sweep_file(tmp_path):
@@ -74,7 +80,7 @@ def test_command_line_overrides_win_over_the_sweep_file(tmp_path):
     sweep = load_sweep(toy_sweep(tmp_path, text))
     before = plan(sweep, tmp_path / "out").points
     assert {
-        (p.arm, p.experiment.train.steps, p.experiment.train.lr, p.experiment.model["dropout"])
+        (p.arm, experiment_of(p).train.steps, experiment_of(p).train.lr, experiment_of(p).model["dropout"])
         for p in before
     } == {("fixed", 6, 0.01, 0.2), ("standard", 6, 0.01, 0.1)}
     overridden = sweep.with_overrides(
@@ -83,7 +89,8 @@ def test_command_line_overrides_win_over_the_sweep_file(tmp_path):
     after = plan(overridden, tmp_path / "out").points
     assert [p.name for p in after] == [p.name for p in before]
     assert {
-        (p.experiment.train.steps, p.experiment.train.lr, p.experiment.model["dropout"]) for p in after
+        (experiment_of(p).train.steps, experiment_of(p).train.lr, experiment_of(p).model["dropout"])
+        for p in after
     } == {(3, 0.002, 0.0)}
     # each point's command line gives them after the file's values (`fullrank train` applies
     # the last value of a key)

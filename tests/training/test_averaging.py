@@ -17,7 +17,7 @@ CFG = EncoderDecoderConfig(
 )
 
 
-def saved(tmp_path, i: int) -> tuple[EncoderDecoder, object]:
+def saved(tmp_path, i: int) -> tuple[EncoderDecoder, Path]:
     torch.manual_seed(i)
     model = EncoderDecoder(CFG)
     path = write_checkpoint(
@@ -30,6 +30,7 @@ def test_average_of_three_with_three_way_tied_embeddings(tmp_path):
     models, paths = zip(*(saved(tmp_path, i) for i in (1, 2, 3)))
     out = average_checkpoints(list(paths), tmp_path / "avg")
     avg = load_checkpoint(out).model
+    assert isinstance(avg, EncoderDecoder)
     for name, p in avg.named_parameters():
         expected = sum(dict(m.named_parameters())[name] for m in models) / 3
         torch.testing.assert_close(p, expected, msg=name)

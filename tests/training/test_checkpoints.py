@@ -86,12 +86,14 @@ def test_latest_pointer_pruning_and_stale_temporaries(tmp_path):
     for step in range(1, 6):
         save_training_checkpoint(tmp_path, step, model, cfg, None, opt, {}, keep_last=2)
     assert [p.name for p in step_dirs(tmp_path)] == ["step-00000004", "step-00000005"]
-    assert latest_checkpoint(tmp_path).name == "step-00000005"
+    latest = latest_checkpoint(tmp_path)
+    assert latest is not None and latest.name == "step-00000005"
     assert not list(tmp_path.glob(".*"))
     (tmp_path / "latest").write_text("step-00000004")
     assert resolve(tmp_path / "latest").name == "step-00000004"  # the pointer file itself
     (tmp_path / "latest").write_text("step-00000099")  # stale pointer: fall back to newest
-    assert latest_checkpoint(tmp_path).name == "step-00000005"
+    latest = latest_checkpoint(tmp_path)
+    assert latest is not None and latest.name == "step-00000005"
 
 
 def test_truncated_file_is_one_line_naming_it(tmp_path):
@@ -432,6 +434,7 @@ def test_sigkill_during_saves_always_leaves_a_loadable_checkpoint(tmp_path):
     for attempt in range(3):
         root = tmp_path / f"root{attempt}"
         proc = subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
         for _ in range(2 + attempt):
             proc.stdout.readline()  # at least one complete save
         time.sleep(0.05 * attempt)  # land somewhere inside a later save

@@ -69,7 +69,8 @@ def test_fsdp_on_two_processes_matches_one_and_halves_the_bytes(tmp_path):
 
     # stopped after step 3 and resumed on two processes: the same weights as straight through
     launch(resumed, "6", "fsdp", "3", processes=2)
-    assert latest_checkpoint(resumed / "checkpoints").name == "step-00000003"
+    stopped = latest_checkpoint(resumed / "checkpoints")
+    assert stopped is not None and stopped.name == "step-00000003"
     launch(resumed, "6", "fsdp", "--resume", processes=2)
     c = weights(resumed)
     for k in b:

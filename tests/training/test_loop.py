@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -122,7 +123,9 @@ def test_bf16_autocast_trains_on_cpu():
 @pytest.mark.slow
 def test_torch_compile_option_matches_eager():
     eager, compiled = make_model(), make_model()
-    cfg = dict(steps=3, batch_size=4, lr=1e-3, schedule="constant", warmup=1, optimizer="adamw", eps=1.0)
+    cfg: dict[str, Any] = dict(
+        steps=3, batch_size=4, lr=1e-3, schedule="constant", warmup=1, optimizer="adamw", eps=1.0
+    )
     run(eager, TrainConfig(**cfg))
     run(compiled, TrainConfig(**cfg, compile=True))
     for name, a in weights(eager).items():
@@ -148,6 +151,7 @@ def test_time_budget_counts_the_time_before_a_resume(tmp_path):
     first = make_model()
     run(first, dataclasses.replace(cfg, stop_after=2), out=out)
     ckpt = latest_checkpoint(out.checkpoints)
+    assert ckpt is not None
     meta_path = ckpt / "meta.json"
     meta = json.loads(meta_path.read_text())
     assert 0 < meta["loop"]["elapsed_s"] < 60
@@ -188,8 +192,9 @@ def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tm
     run(make_model(), cfg, out=straight)
     split = RunOutput(tmp_path / "split", make_model().config, None, {"task": "lm"})
     run(make_model(), dataclasses.replace(cfg, stop_after=7), out=split)
-    assert latest_checkpoint(split.checkpoints).name == "step-00000007"
-    run(make_model(), cfg, out=split, resume_from=latest_checkpoint(split.checkpoints))
+    stopped = latest_checkpoint(split.checkpoints)
+    assert stopped is not None and stopped.name == "step-00000007"
+    run(make_model(), cfg, out=split, resume_from=stopped)
     names = [p.name for p in sorted(straight.checkpoints.glob("step-*"))]
     assert names == ["step-00000006", "step-00000008", "step-00000009"]
     assert [p.name for p in sorted(split.checkpoints.glob("step-*"))] == names
@@ -198,7 +203,9 @@ def test_a_stopped_and_resumed_run_leaves_the_checkpoints_of_one_straight_run(tm
 def test_stop_after_runs_the_first_steps_of_the_schedule_and_resume_finishes_it(tmp_path):
     # train.stop_after stops at that step with the learning rate of the whole schedule; the
     # resumed run (without it) ends with the weights of the run that never stopped
-    cfg = dict(steps=6, batch_size=4, lr=1e-3, schedule="linear", warmup=2, save_every=3, log_every=1)
+    cfg: dict[str, Any] = dict(
+        steps=6, batch_size=4, lr=1e-3, schedule="linear", warmup=2, save_every=3, log_every=1
+    )
     straight = make_model()
     run(straight, TrainConfig(**cfg, optimizer="adamw"))
     out = RunOutput(tmp_path, make_model().config, None, {"task": "lm"})
@@ -287,6 +294,7 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp
             make_model(), BreaksAt(4 if not nll else 5, nll=nll), data, cfg, dist=CPU, progress=False, out=out
         )
     good = latest_checkpoint(out.checkpoints)
+    assert good is not None
     assert good.name == ("step-00000004" if nll else "step-00000002")
     assert [p.name for p in step_dirs(out.checkpoints)][-1] == good.name
     ckpt = load_checkpoint(good)

@@ -59,8 +59,12 @@ def test_fused_linear_cross_entropy_equals_the_plain_path(eps, ignore, chunk_row
         min_chunk_rows=1,
     )
     (0.3 * fused.loss).backward()
+    assert h.grad is not None and w.grad is not None
     grads = h.grad.clone(), w.grad.clone()
-    grad_b = b.grad.clone() if b is not None else None
+    grad_b = None
+    if b is not None:
+        assert b.grad is not None
+        grad_b = b.grad.clone()
     h.grad = w.grad = None
     if b is not None:
         b.grad = None
@@ -118,7 +122,9 @@ def test_fused_cross_entropy_of_no_rows_and_a_second_backward():
         torch.randn(0, 24, dtype=torch.float64, requires_grad=True), w, torch.zeros(0, dtype=torch.long)
     )
     empty.loss.backward()
-    assert float(empty.loss.detach()) == 0.0 and torch.equal(w.grad, torch.zeros_like(w))
+    assert (
+        float(empty.loss.detach()) == 0.0 and w.grad is not None and torch.equal(w.grad, torch.zeros_like(w))
+    )
     h = torch.randn(5, 24, dtype=torch.float64, requires_grad=True)
     out = linear_cross_entropy(h, w, torch.randint(0, 37, (5,)))
     out.loss.backward(retain_graph=True)
@@ -141,6 +147,7 @@ def test_padding_positions_get_no_gradient():
     logits = torch.randn(2, 4, 9, requires_grad=True)
     target = torch.tensor([[3, 4, 0, 0], [5, 0, 0, 0]])
     label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=0).loss.backward()
+    assert logits.grad is not None
     assert logits.grad[0, 2:].abs().sum() == 0 and logits.grad[1, 1:].abs().sum() == 0
     assert logits.grad[0, :2].abs().sum() > 0
 
