@@ -16,13 +16,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import torch
+from torch import nn
 
 from fullrank.analysis.widen import widen
+from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError
 from fullrank.interop.huggingface import export_hf, import_hf
+from fullrank.models import DecoderLM, Encoder, EncoderDecoder
 from fullrank.training.checkpoints import load_checkpoint
 from tests.reference.hf_models import BERT_CLASSES, SAMPLES, bert_dir, gpt2_dir, marian_dir, transformers
 
@@ -52,6 +56,22 @@ def models(tmp_path_factory):
     return out
 
 
+M = TypeVar("M", bound=nn.Module)
+
+
+def loaded(path: Path, kind: type[M]) -> M:
+    """The model of the checkpoint at ``path``, checked to be a ``kind``."""
+    model = load_checkpoint(path).model
+    assert isinstance(model, kind), type(model)
+    return model
+
+
+def tokenizer_of(path: Path) -> Tokenizer:
+    tok = load_checkpoint(path).tokenizer
+    assert tok is not None
+    return tok
+
+
 def hf_model(hf_dir, architecture):
     return getattr(transformers, architecture).from_pretrained(hf_dir).eval()
 
@@ -68,7 +88,7 @@ def batch(vocab: int, *, rows: int = 5, length: int = 11, low: int = 5):
 @pytest.mark.parametrize("name", [c for c in DIRS if c.startswith("Bert")])
 def test_imported_bert_computes_what_hugging_face_computes(models, name):
     hf_dir, report = models[name]
-    ours = load_checkpoint(report.path).model
+    ours = loaded(report.path, Encoder)
     hf = hf_model(hf_dir, report.architecture)
     tokens, keep = batch(ours.config.vocab_size)
     segments = (torch.arange(11) >= 6).long().expand(5, 11)
@@ -100,7 +120,7 @@ def test_imported_bert_computes_what_hugging_face_computes(models, name):
 @pytest.mark.parametrize("name", ["GPT2LMHeadModel", "GPT2LMHeadModel (untied)"])
 def test_imported_gpt2_computes_what_hugging_face_computes(models, name):
     hf_dir, report = models[name]
-    ours = load_checkpoint(report.path).model
+    ours = loaded(report.path, DecoderLM)
     hf = hf_model(hf_dir, "GPT2LMHeadModel")
     tokens, keep = batch(ours.config.vocab_size)
     with torch.no_grad():
@@ -111,7 +131,7 @@ def test_imported_gpt2_computes_what_hugging_face_computes(models, name):
 
 def test_imported_marian_computes_what_hugging_face_computes(models):
     hf_dir, report = models["MarianMTModel"]
-    ours = load_checkpoint(report.path).model
+    ours = loaded(report.path, EncoderDecoder)
     assert ours.config.output_bias and ours.config.activation == "silu"
     hf = hf_model(hf_dir, "MarianMTModel")
     src, keep = batch(ours.config.vocab_size - 1, low=2)
@@ -141,7 +161,7 @@ def test_import_then_export_gives_back_every_tensor(models, name, tmp_path):
 @pytest.mark.parametrize("name", [n for n in DIRS if not n.startswith("Marian")])
 def test_the_tokenizer_gives_the_ids_of_transformers_in_and_out(models, name, tmp_path):
     hf_dir, report = models[name]
-    tok = load_checkpoint(report.path).tokenizer
+    tok = tokenizer_of(report.path)
     exported = export_hf(report.path, tmp_path / "exported").path
     for directory in (hf_dir, exported):
         theirs = transformers.AutoTokenizer.from_pretrained(directory)
@@ -156,7 +176,7 @@ def test_the_tokenizer_gives_the_ids_of_transformers_in_and_out(models, name, tm
 
 def test_marian_tokenizer_round_trips(models, tmp_path):
     hf_dir, report = models["MarianMTModel"]
-    tok = load_checkpoint(report.path).tokenizer
+    tok = tokenizer_of(report.path)
     assert (tok.pad_id, tok.bos_id, tok.eos_id) == (tok.vocab_size - 1, tok.vocab_size - 1, 0)
     theirs = transformers.AutoTokenizer.from_pretrained(export_hf(report.path, tmp_path / "e").path)
     for text in SAMPLES:
@@ -167,15 +187,17 @@ def test_marian_tokenizer_round_trips(models, tmp_path):
 def test_an_imported_model_widened_computes_the_same_function(models, name):
     _, report = models[name]
     model = load_checkpoint(report.path).model
+    assert isinstance(model, (EncoderDecoder, DecoderLM, Encoder))
     wide = widen(model, d_head=11)
-    assert wide.config.head_sizes == (11, 11)
+    assert isinstance(wide, type(model)) and wide.config.head_sizes == (11, 11)
     tokens, keep = batch(model.config.vocab_size - 1)
     with torch.no_grad():
-        if name == "MarianMTModel":
+        if isinstance(model, EncoderDecoder):
             before, after = model(tokens, tokens, src_mask=keep), wide(tokens, tokens, src_mask=keep)
-        elif name == "GPT2LMHeadModel":
+        elif isinstance(model, DecoderLM):
             before, after = model(tokens, mask=keep), wide(tokens, mask=keep)
         else:
+            assert isinstance(wide, Encoder)
             h, hw = model(tokens, mask=keep), wide(tokens, mask=keep)
             before, after = model.mlm_logits(h), wide.mlm_logits(hw)
     torch.testing.assert_close(after[keep], before[keep], atol=1e-5, rtol=0)
@@ -187,6 +209,7 @@ def test_a_widened_model_is_refused_in_one_line(models, tmp_path):
     _, report = models["GPT2LMHeadModel"]
     ckpt = load_checkpoint(report.path)
     wide = widen(ckpt.model, d_head=11)
+    assert isinstance(wide, DecoderLM)
     write_checkpoint(tmp_path / "wide", wide, wide.config, ckpt.tokenizer, {"task": "lm"})
     with pytest.raises(
         CheckpointError,
@@ -347,7 +370,7 @@ def test_the_mapping_tables_of_the_docs_are_the_code_s():
     from fullrank.models.convert_hf import bert_layout, gpt2_layout, hf_names, marian_layout
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "import-export.md").read_text()
-    sizes = dict(vocab_size=10, d_model=8, n_heads=2, n_layers=2, max_len=8, seq_len=8)
+    sizes: dict[str, Any] = dict(vocab_size=10, d_model=8, n_heads=2, n_layers=2, max_len=8, seq_len=8)
     layouts = [
         bert_layout(EncoderConfig(n_classes=3, span_head=True, **sizes)),
         gpt2_layout(DecoderLMConfig(**sizes)),

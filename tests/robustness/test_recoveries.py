@@ -27,7 +27,8 @@ def test_resume_passes_over_a_truncated_checkpoint_and_removes_temporaries(sandb
     assert "removed 2 temporary file(s) left by a save that was killed" in out
     assert not list(checkpoints.glob(".*"))
     # the run went on from step 2; step 4 was written again, whole
-    assert latest_checkpoint(checkpoints).name == "step-00000006"
+    last = latest_checkpoint(checkpoints)
+    assert last is not None and last.name == "step-00000006"
     assert main(["verify", str(sandbox.run)]) == 0
     assert capsys.readouterr().out.count(": ok — ") == 4  # three checkpoints and latest
 
@@ -85,6 +86,6 @@ def test_a_diverged_run_keeps_its_last_good_checkpoint_as_latest(sandbox, capsys
     )
     checkpoints = sandbox.root / "runs" / "diverged" / "checkpoints"
     good = latest_checkpoint(checkpoints)
-    assert good.name == "step-00000001"
+    assert good is not None and good.name == "step-00000001"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-00000001"]
     assert all(torch.isfinite(p).all() for p in load_checkpoint(good).model.parameters())

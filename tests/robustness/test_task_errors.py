@@ -517,7 +517,9 @@ def test_every_float_option_of_every_command_is_checked_finite():
 
     floats = []
     for command in COMMANDS:
-        for action in build_parser(command).command_parser._actions:
+        parser = build_parser(command).command_parser
+        assert parser is not None
+        for action in parser._actions:
             assert action.type is not float, f"fullrank {command} {action.option_strings}"
             floats += [action] if action.type is finite_float else []
     assert len(floats) >= 5  # translate and parse --alpha, --max-len-a; generate --temperature
@@ -569,7 +571,8 @@ def test_the_undamaged_checkpoints_work_so_each_error_above_is_the_damage(sandbo
         == 0
     )
     line = (sandbox.root / "trees.txt").read_text().splitlines()[0]
-    assert read_tree_line(line, source="x", line_number=1).leaves() == ["-LRB-a-RRB-", "b", "-RRB-"]
+    tree = read_tree_line(line, source="x", line_number=1)
+    assert tree is not None and tree.leaves() == ["-LRB-a-RRB-", "b", "-RRB-"]
     assert main(["parse-eval", s(sandbox.root / "trees.txt"), "--ref", s(sandbox.root / "trees.txt")]) == 0
     assert "100.00" in capsys.readouterr().out
     assert main(["train", s(classify_config(sandbox, sandbox.classify)), "--quiet"]) == 0
