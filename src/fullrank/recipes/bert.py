@@ -79,7 +79,7 @@ def train_wordpiece(data: PretrainData, out: Path) -> Tokenizer:
     return tok
 
 
-class PretrainingRecipe(Recipe):
+class PretrainingRecipe(Recipe[PretrainExperiment]):
     """``task: bert``."""
 
     metrics = {
@@ -88,8 +88,8 @@ class PretrainingRecipe(Recipe):
         "valid_mlm_ppl": (("valid", "mlm_ppl"), "validation MLM perplexity", True),
     }
 
-    def setup(self, run: Run) -> Setup:
-        exp: PretrainExperiment = run.exp
+    def setup(self, run: Run[PretrainExperiment]) -> Setup:
+        exp = run.exp
         data, cfg = exp.data, exp.train
         with tempfile.TemporaryDirectory() as tmp:  # the tokenizer's text, if one is trained
             tok = run.tokenizer(
@@ -184,7 +184,9 @@ class PretrainingRecipe(Recipe):
             validate=validation(cfg.eval_batches),
         )
 
-    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
+    def evaluate(
+        self, run: Run[PretrainExperiment], setup: Setup, model: nn.Module, report: RunReport
+    ) -> None:
         if self.exact_valid is None:
             return
         report.valid = v = self.exact_valid(model)

@@ -77,7 +77,7 @@ def score(
     return accuracy(probs.argmax(-1).numpy(), gold.numpy(), labels)
 
 
-class ClassificationRecipe(Recipe):
+class ClassificationRecipe(Recipe[ClassifyExperiment]):
     """``task: classify``."""
 
     metrics = {
@@ -85,8 +85,8 @@ class ClassificationRecipe(Recipe):
         "{set}_accuracy": (("extra", "eval_sets", "{set}", "accuracy"), "{set} accuracy (%)", False),
     }
 
-    def setup(self, run: Run) -> Setup:
-        exp: ClassifyExperiment = run.exp
+    def setup(self, run: Run[ClassifyExperiment]) -> Setup:
+        exp = run.exp
         data, cfg = exp.data, exp.train
         tok = run.tokenizer(None)
         labels = label_set(data)
@@ -136,7 +136,9 @@ class ClassificationRecipe(Recipe):
             meta={"labels": labels},
         )
 
-    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
+    def evaluate(
+        self, run: Run[ClassifyExperiment], setup: Setup, model: nn.Module, report: RunReport
+    ) -> None:
         results = {
             name: score(self.loss, model, s, self.labels, run.dist.device, self.eval_bs)
             for name, s in self.sets.items()

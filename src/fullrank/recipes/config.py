@@ -27,7 +27,7 @@ import sys
 from collections.abc import Hashable
 from dataclasses import field
 from pathlib import Path, PurePath
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, Field, Strict, TypeAdapter, ValidationError
@@ -336,7 +336,7 @@ class ParseDecode(DecodeConfig):
 
 # ---------------------------------------------------------------------------- experiments
 @config_dataclass
-class _Experiment:
+class BaseExperiment:
     """What every experiment has: a name, the model section as written (validated against the
     task's model config; :meth:`model_config` completes it), training settings and where runs
     go."""
@@ -345,6 +345,9 @@ class _Experiment:
     model: dict[Str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     out_dir: Str = "runs"
+    if TYPE_CHECKING:  # what each task's class declares: its name and its own data section
+        task: str
+        data: Any
 
     @property
     def run_dir(self) -> Path:
@@ -354,9 +357,8 @@ class _Experiment:
         """The model config with ``vocab_size`` from the tokenizer (and, for separate source
         and target vocabularies, ``src_vocab_size`` from the source tokenizer) where the model
         section does not set them."""
-        task: str = getattr(self, "task")
         fields = {} if src_vocab_size is None else {"src_vocab_size": src_vocab_size}
-        return build_model_config(task, {**fields, **self.model}, vocab_size)
+        return build_model_config(self.task, {**fields, **self.model}, vocab_size)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -372,7 +374,7 @@ def _check_splits(decode: DecodeConfig, known: list[str], hint: str = "") -> Non
 
 
 @config_dataclass
-class LMExperiment(_Experiment):
+class LMExperiment(BaseExperiment):
     """A language model ([B20] §4): next-token prediction, exact perplexity, a sample."""
 
     task: Literal["lm"] = "lm"
@@ -381,7 +383,7 @@ class LMExperiment(_Experiment):
 
 
 @config_dataclass
-class MTExperiment(_Experiment):
+class MTExperiment(BaseExperiment):
     """Translation ([V17] §5–6): BLEU of the last and averaged checkpoints."""
 
     task: Literal["mt"]
@@ -408,7 +410,7 @@ class MTExperiment(_Experiment):
 
 
 @config_dataclass
-class ParseExperiment(_Experiment):
+class ParseExperiment(BaseExperiment):
     """Constituency parsing ([V17] §6.3): EVALB-rule F1 of the last and averaged checkpoints."""
 
     task: Literal["parse"]
@@ -420,7 +422,7 @@ class ParseExperiment(_Experiment):
 
 
 @config_dataclass
-class _EncoderExperiment(_Experiment):
+class _EncoderExperiment(BaseExperiment):
     """An experiment of an encoder task (BERT pre-training and fine-tuning)."""
 
     def __post_init__(self) -> None:
@@ -433,7 +435,7 @@ class _EncoderExperiment(_Experiment):
             raise ConfigError(
                 "train.init_weights=false takes the architecture of train.init_from, which is not set"
             )
-        if self.train.init_from and getattr(self, "data").tokenizer_file:
+        if self.train.init_from and self.data.tokenizer_file:
             raise ConfigError(
                 "data.tokenizer_file and train.init_from both give a tokenizer; "
                 "drop data.tokenizer_file (the checkpoint's tokenizer is used)"
@@ -469,7 +471,7 @@ Experiment = Annotated[
     LMExperiment | MTExperiment | ParseExperiment | PretrainExperiment | ClassifyExperiment | SquadExperiment,
     Field(discriminator="task"),
 ]
-EXPERIMENTS: dict[str, type[_Experiment]] = {
+EXPERIMENTS: dict[str, type[BaseExperiment]] = {
     "lm": LMExperiment,
     "mt": MTExperiment,
     "parse": ParseExperiment,

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
 from fullrank.models import ModelConfig, build_model, config_from_dict, family_of
-from fullrank.recipes.config import TASK_MODELS, build_model_config
+from fullrank.recipes.config import TASK_MODELS, BaseExperiment, build_model_config
 from fullrank.training.checkpoints import (
     TOKENIZER_FILE,
     check_readable,
@@ -67,7 +67,7 @@ def _names(names: list[str]) -> str:
     return ", ".join(names) if names else "none"
 
 
-def find_start(exp: Any) -> Start | None:
+def find_start(exp: BaseExperiment) -> Start | None:
     """The ``train.init_from`` checkpoint of ``exp`` (``None`` without one); its family must be
     the one the task trains."""
     if not exp.train.init_from:
@@ -94,13 +94,15 @@ def find_start(exp: Any) -> Start | None:
     return Start(path, config, Tokenizer.load(verified_tokenizer(path)), meta.get("step"))
 
 
-def start_config(exp: Any, start: Start | None, vocab_size: int, **fields: Any) -> ModelConfig:
+def start_config(exp: BaseExperiment, start: Start | None, vocab_size: int, **fields: Any) -> ModelConfig:
     """The run's model config: the checkpoint's (when there is one) with the ``model`` section
     and ``fields`` (e.g. ``n_classes``) on top."""
     return planned_config(exp, vocab_size, start.config if start else None, **fields)
 
 
-def planned_config(exp: Any, vocab_size: int, base: ModelConfig | None, **fields: Any) -> ModelConfig:
+def planned_config(
+    exp: BaseExperiment, vocab_size: int, base: ModelConfig | None, **fields: Any
+) -> ModelConfig:
     """The model config of a run of ``exp``: ``base`` (the model of the checkpoint it starts
     from; ``None``: none, and ``vocab_size`` from the tokenizer) with the ``model`` section and
     ``fields`` on top."""
@@ -151,7 +153,7 @@ def load_start_weights(model: nn.Module, start: Start) -> LoadReport:
 
 
 def init_weights(
-    model: nn.Module, exp: Any, start: Start | None, *, resuming: bool, say: Any = print
+    model: nn.Module, exp: BaseExperiment, start: Start | None, *, resuming: bool, say: Any = print
 ) -> LoadReport | None:
     """Load ``start``'s weights into ``model`` unless the run resumes (its own checkpoint then
     has them) or ``train.init_weights`` is off; print what was loaded, new and dropped."""
@@ -170,7 +172,13 @@ def init_weights(
 
 
 def build_initialised(
-    model_cfg: ModelConfig, exp: Any, start: Start | None, *, resuming: bool, rank: int, say: Any = print
+    model_cfg: ModelConfig,
+    exp: BaseExperiment,
+    start: Start | None,
+    *,
+    resuming: bool,
+    rank: int,
+    say: Any = print,
 ) -> nn.Module:
     """The model of ``model_cfg``, its weights drawn from ``train.seed`` and then taken from
     ``start`` (:func:`init_weights`); the random state is left at ``train.seed + rank``, so that

@@ -26,7 +26,7 @@ from fullrank.training.distributed import DistInfo
 from fullrank.training.tasks import LanguageModeling
 
 
-class LanguageModelRecipe(Recipe):
+class LanguageModelRecipe(Recipe[LMExperiment]):
     """``task: lm``."""
 
     metrics = {
@@ -40,8 +40,8 @@ class LanguageModelRecipe(Recipe):
         check_world(exp.train.batch_size, dist.rank, dist.world)
         super().check(exp, dist)
 
-    def setup(self, run: Run) -> Setup:
-        exp: LMExperiment = run.exp
+    def setup(self, run: Run[LMExperiment]) -> Setup:
+        exp = run.exp
         data, cfg = exp.data, exp.train
         tok = run.tokenizer(lambda: [data.path(data.train)])
         model_cfg = run.model_config(tok)
@@ -84,8 +84,8 @@ class LanguageModelRecipe(Recipe):
         )
         return self.loss.evaluate(model, blocks.eval_batches(bs), run.dist.device, limit=limit)
 
-    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
-        exp: LMExperiment = run.exp
+    def evaluate(self, run: Run[LMExperiment], setup: Setup, model: nn.Module, report: RunReport) -> None:
+        exp = run.exp
         for split in ("valid", "test"):
             if split not in self.ids:
                 continue

@@ -38,7 +38,7 @@ Sampler = Callable[[int], tuple[list[np.ndarray], list[np.ndarray]]]
 Validation = Callable[[nn.Module], dict[str, float]] | None
 
 
-class TranslationRecipe(Recipe):
+class TranslationRecipe(Recipe[MTExperiment]):
     """``task: mt``."""
 
     metrics = {
@@ -48,8 +48,8 @@ class TranslationRecipe(Recipe):
         "valid_loss": (("valid", "loss"), "validation loss (nats/token)", True),
     }
 
-    def setup(self, run: Run) -> Setup:
-        exp: MTExperiment = run.exp
+    def setup(self, run: Run[MTExperiment]) -> Setup:
+        exp = run.exp
         data, cfg = exp.data, exp.train
         # evaluation-only sets scored at the end, read first: a missing or bad file fails at once
         extra = {
@@ -63,7 +63,7 @@ class TranslationRecipe(Recipe):
         valid_raw, valid_pairs = load_split(data, data.valid, tok) if data.valid else ([], None)
         test_raw = read_parallel(*pair_files(data, data.test)) if data.test else []
         self.scored = {"valid": valid_raw, "test": test_raw, **extra}
-        max_len = getattr(model_cfg, "max_len")
+        max_len = model_cfg.max_len
         # a pair too long for the model fails now, not mid-training or at the final validation
         check_pair_lengths("train", train_pairs, max_len, data.max_sentence_len, lines_of(data, data.train))
         if valid_pairs is not None and data.valid:
@@ -72,7 +72,7 @@ class TranslationRecipe(Recipe):
             )
         for split in exp.decode.splits:  # a source too long fails now, not after training
             long = first_too_long(
-                tok.encode_batch([s for s, _ in self.scored.get(split, [])]), getattr(model_cfg, "max_len")
+                tok.encode_batch([s for s, _ in self.scored.get(split, [])]), model_cfg.max_len
             )
             if long is not None:
                 raise DataError(
@@ -138,8 +138,8 @@ class TranslationRecipe(Recipe):
         setup.data_line = line
         return setup
 
-    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
-        exp: MTExperiment = run.exp
+    def evaluate(self, run: Run[MTExperiment], setup: Setup, model: nn.Module, report: RunReport) -> None:
+        exp = run.exp
         final_validation(run, self.exact_valid, model, report)
         report.extra["dropped_pairs"] = self.dropped
         report.extra["bleu"] = final_bleu(run, exp, model, setup.tokenizer, self.scored)

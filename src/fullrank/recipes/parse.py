@@ -40,7 +40,7 @@ from fullrank.inference.parse import (
     tree_vocabulary,
 )
 from fullrank.inference.translate import first_too_long
-from fullrank.models import ModelConfig
+from fullrank.models import EncoderDecoderConfig, ModelConfig
 from fullrank.recipes.config import ParseData, ParseDecode, ParseExperiment
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.mt import check_pair_lengths, final_validation, not_scored, pair_setup, scored_models
@@ -54,7 +54,7 @@ NOT_COMPARABLE = (
 SPLITS = ("train", "valid", "test")
 
 
-class ParsingRecipe(Recipe):
+class ParsingRecipe(Recipe[ParseExperiment]):
     """``task: parse``."""
 
     metrics = {
@@ -69,8 +69,8 @@ class ParsingRecipe(Recipe):
     }
     ensembles = True
 
-    def setup(self, run: Run) -> Setup:
-        exp: ParseExperiment = run.exp
+    def setup(self, run: Run[ParseExperiment]) -> Setup:
+        exp = run.exp
         data = exp.data
         data_dir = run.run_dir / "data"
         splits = load_splits(data)
@@ -91,13 +91,11 @@ class ParsingRecipe(Recipe):
                 f"data.tokenizer: word"
             )
         model_cfg = run.model_config(trees, src_vocab_size=words.vocab_size)
-        ensure_vocab_matches(
-            words, getattr(model_cfg, "src_vocab_size"), f"model.src_vocab_size in {exp.name}"
-        )
+        assert isinstance(model_cfg, EncoderDecoderConfig)  # what task: parse builds
+        source_vocab = model_cfg.src_vocab_size or model_cfg.vocab_size  # None: shared with the trees
+        ensure_vocab_matches(words, source_vocab, f"model.src_vocab_size in {exp.name}")
         for split in exp.decode.splits:  # a sentence too long fails now, not after training
-            long = first_too_long(
-                words.encode_batch([s for s, _ in pairs.get(split, [])]), getattr(model_cfg, "max_len")
-            )
+            long = first_too_long(words.encode_batch([s for s, _ in pairs.get(split, [])]), model_cfg.max_len)
             if long is not None:
                 file, line = splits[split].origins[long[0]]
                 raise DataError(
@@ -122,7 +120,7 @@ class ParsingRecipe(Recipe):
         valid_pairs = (
             encode_pairs(pairs["valid"], words, max_len=limit, target=trees) if "valid" in pairs else None
         )
-        max_len = getattr(model_cfg, "max_len")
+        max_len = model_cfg.max_len
         # a pair too long for the model fails now, not mid-training or at the final validation
         for split, encoded in (("train", train_pairs), ("valid", valid_pairs)):
             if encoded is not None:
@@ -182,8 +180,8 @@ class ParsingRecipe(Recipe):
         run.first(build)
         return Tokenizer.load(saved)
 
-    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
-        exp: ParseExperiment = run.exp
+    def evaluate(self, run: Run[ParseExperiment], setup: Setup, model: nn.Module, report: RunReport) -> None:
+        exp = run.exp
         final_validation(run, self.exact_valid, model, report)
         report.extra["dropped_pairs"] = self.dropped
         models = scored_models(run, model, exp.decode.average_last)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from rich.console import Console
 from torch import nn
@@ -25,10 +25,14 @@ from fullrank.data.tokenizers import TRAINER, Tokenizer, TokenizerKind, ensure_v
 from fullrank.errors import ConfigError, FullrankError
 from fullrank.models import ModelConfig
 from fullrank.paths import check_output_folder
+from fullrank.recipes.config import BaseExperiment
 from fullrank.recipes.init import Start, start_config
 from fullrank.training.distributed import DistInfo, barrier
 from fullrank.training.loop import BatchSource
 from fullrank.training.tasks import Task
+
+# a task's experiment class (fullrank.recipes.config): what its Recipe and Run are made for
+E = TypeVar("E", bound=BaseExperiment)
 
 
 @dataclass
@@ -161,7 +165,7 @@ def prepare_tokenizer(
 
 
 def planned_tokenizer(
-    exp: Any, files: Callable[[], Sequence[Path]], out: Path, cache: dict[str, Any]
+    exp: BaseExperiment, files: Callable[[], Sequence[Path]], out: Path, cache: dict[str, Any]
 ) -> tuple[Tokenizer, list[str]]:
     """For ``fullrank sweep``: the tokenizer a run of ``exp`` would train on ``files()``, trained
     once per distinct setting (kept in ``cache`` under its file name, which the sweep saves under
@@ -196,7 +200,7 @@ def planned_once(
     return cache[name], [f"data.tokenizer_file={(out / name).resolve()}"]
 
 
-def given_vocab(exp: Any) -> int:
+def given_vocab(exp: BaseExperiment) -> int:
     """For ``fullrank sweep``: the vocabulary size of a fine-tuning run that starts from no
     checkpoint (``model.vocab_size``, or ``data.tokenizer_file``'s), which trains no tokenizer."""
     data = exp.data
@@ -211,11 +215,11 @@ def given_vocab(exp: Any) -> int:
 
 
 @dataclass
-class Run:
+class Run(Generic[E]):
     """A run being set up: what a task's :meth:`Recipe.setup` and :meth:`Recipe.evaluate`
     receive."""
 
-    exp: Any  # the task's experiment class (config.Experiment)
+    exp: E
     dist: DistInfo
     resume_from: Path | None  # the run's own checkpoint it continues from
     start: Start | None  # the train.init_from checkpoint
@@ -308,9 +312,10 @@ class Setup:
     prepare: Callable[[nn.Module], nn.Module] = _same
 
 
-class Recipe:
-    """What a task supplies to :func:`run` and to ``fullrank sweep``. Subclasses implement
-    :meth:`setup` and :meth:`evaluate`, and say what their runs report (:attr:`metrics`)."""
+class Recipe(Generic[E]):
+    """What a task supplies to :func:`run` and to ``fullrank sweep``, for its experiment class
+    ``E``. Subclasses implement :meth:`setup` and :meth:`evaluate`, and say what their runs
+    report (:attr:`metrics`)."""
 
     # figure name → (where in results.json, label for tables and axes, whether lower is
     # better); the first is the task's own figure. A path part "{model}" is the averaged model
@@ -319,30 +324,28 @@ class Recipe:
     # whether several runs' models can be scored as one ensemble (:meth:`ensemble`)
     ensembles = False
 
-    def check(self, exp: Any, dist: DistInfo) -> None:
+    def check(self, exp: E, dist: DistInfo) -> None:
         """Checks that must pass before anything is read or written: by default, that the
         run may add to ``data.cache_dir`` (token caches, kept vocabularies)."""
         check_output_folder(exp.data.cache_dir, option="data.cache_dir")
 
-    def setup(self, run: Run) -> Setup:
+    def setup(self, run: Run[E]) -> Setup:
         """Tokenizers, model config, data, loss and periodic validation of the run."""
         raise NotImplementedError
 
-    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
+    def evaluate(self, run: Run[E], setup: Setup, model: nn.Module, report: RunReport) -> None:
         """Score the trained ``model`` (eval mode, rank 0 alone), print the report's lines and
         fill ``report`` (``valid``, ``test``, ``extra``)."""
         raise NotImplementedError
 
-    def ensemble(
-        self, exp: Any, runs: Sequence[Path], out: Path, say: Callable[[str], None]
-    ) -> dict[str, Any]:
+    def ensemble(self, exp: E, runs: Sequence[Path], out: Path, say: Callable[[str], None]) -> dict[str, Any]:
         """For ``fullrank sweep``: score the models of ``runs`` (runs of ``exp`` that differ in
         their seed) as one ensemble, writing outputs under ``out``; figures as in a run's
         results (see :attr:`metrics`)."""
         raise NotImplementedError
 
     def plan_model(
-        self, exp: Any, out: Path, cache: dict[str, Any], base: ModelConfig | None
+        self, exp: E, out: Path, cache: dict[str, Any], base: ModelConfig | None
     ) -> tuple[ModelConfig, list[str]]:
         """For ``fullrank sweep``: the model config a run of ``exp`` will train, counted before
         training, and overrides that make the run use what was prepared for the count (e.g. the

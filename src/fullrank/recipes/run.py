@@ -183,7 +183,7 @@ def check_same_data(exp: Experiment, checkpoint: Path) -> None:
 
 
 # every task's recipe, by the experiment's ``task``
-RECIPES: dict[str, type[Recipe]] = {
+RECIPES: dict[str, type[Recipe[Any]]] = {
     "lm": LanguageModelRecipe,
     "mt": TranslationRecipe,
     "parse": ParsingRecipe,
@@ -193,7 +193,7 @@ RECIPES: dict[str, type[Recipe]] = {
 }
 
 
-def recipe_of(task: str) -> Recipe:
+def recipe_of(task: str) -> Recipe[Any]:
     """The recipe of ``task``."""
     if task not in RECIPES:
         raise ConfigError(f"no recipe for task '{task}' (one of: {', '.join(RECIPES)})")

@@ -103,7 +103,7 @@ def evaluate_questions(
     return squad_scores(answers, [[a for a, _ in q.answers] for q in questions]), answers
 
 
-class SquadRecipe(Recipe):
+class SquadRecipe(Recipe[SquadExperiment]):
     """``task: squad``."""
 
     metrics = {
@@ -111,8 +111,8 @@ class SquadRecipe(Recipe):
         "test_em": (("test", "em"), "test exact match", False),
     }
 
-    def setup(self, run: Run) -> Setup:
-        exp: SquadExperiment = run.exp
+    def setup(self, run: Run[SquadExperiment]) -> Setup:
+        exp = run.exp
         data, cfg = exp.data, exp.train
         tok = run.tokenizer(None)
         model_cfg = run.model_config(tok)
@@ -165,8 +165,8 @@ class SquadRecipe(Recipe):
             },
         )
 
-    def evaluate(self, run: Run, setup: Setup, model: nn.Module, report: RunReport) -> None:
-        exp: SquadExperiment = run.exp
+    def evaluate(self, run: Run[SquadExperiment], setup: Setup, model: nn.Module, report: RunReport) -> None:
+        exp = run.exp
         report.extra["skipped_training_answers"] = self.skipped
         if not self.test_q:
             return
