@@ -54,6 +54,7 @@ from fullrank.recipes.config import (
     TASK_MODELS,
     Experiment,
     apply_overrides,
+    parse_assignment,
     parse_experiment,
     read_file,
 )
@@ -451,6 +452,11 @@ class Point:
     task: str = "lm"
     after: str | None = None  # the point whose checkpoint train.init_from names
 
+    def setting(self, key: str) -> Any:
+        """The value the point's overrides give the dotted ``key`` last (``None``: none)."""
+        values = [value for k, value in map(parse_assignment, self.overrides) if k == key]
+        return values[-1] if values else None
+
 
 def coordinate(point: Point, key: str) -> Any:
     """``point``'s value of a dotted key: its coordinate, else (for ``model.*``) its model's."""
@@ -482,12 +488,7 @@ class Plan:
     def tokenizers(self) -> dict[str, Tokenizer]:
         """The tokenizers the points load (file name under OUT → tokenizer); a cache shared with
         other plans may hold more."""
-        loaded = {
-            Path(o.split("=", 1)[1]).name
-            for p in self.points
-            for o in p.overrides
-            if o.startswith("data.tokenizer_file=")
-        }
+        loaded = {Path(str(f)).name for p in self.points if (f := p.setting("data.tokenizer_file"))}
         return {k: v for k, v in self.cache.items() if isinstance(v, Tokenizer) and k in loaded}
 
 
@@ -771,9 +772,8 @@ def finished(out: Path, point: Point) -> bool:
 def own_threads(point: Point) -> str | None:
     """The thread count that the point's own settings fix (its last ``train.threads=``), if
     any: the runner's share of the cores does not replace it."""
-    return next(
-        (o.split("=", 1)[1] for o in reversed(point.overrides) if o.startswith("train.threads=")), None
-    )
+    threads = point.setting("train.threads")
+    return None if threads is None else str(threads)
 
 
 def train_command(point: Point, out: Path, *, threads: int | None = None, quiet: bool = True) -> list[str]:
