@@ -45,6 +45,7 @@ CHECKPOINT_FILES = ("meta.json", "model.safetensors")
 RUN_RECORDS = frozenset(
     {
         "config.yaml",
+        "curves.png",
         "metrics.jsonl",
         "results.json",
         "tokenizer.json",
@@ -216,6 +217,10 @@ def check_output_files(
         _check_not_inside(where, path, option, within)
         if where.is_dir():
             raise ConfigError(f"{option} {path}: is a directory; name a file for the output")
+        if where.exists() and not where.is_file():  # replacing it would put a file in its place
+            raise ConfigError(
+                f"{option} {path}: is a device, pipe or socket, not a file; name a file for the output"
+            )
         if where.exists() and not overwrite:
             raise ConfigError(
                 f"{option} {path}: already exists; pass --overwrite to replace it, or name a new file"

@@ -357,6 +357,19 @@ CASES: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
         r"ckpt: holds notes\.txt, which is not part of a fullrank checkpoint; move it out",
     ),
     (
+        "import --overwrite over the folder that holds its --tokenizer",
+        lambda hf, r: [
+            "import",
+            str(hf["gpt2"]),
+            "--tokenizer",
+            str(exported(hf, r) / "tokenizer.json"),
+            "-o",
+            str(r / "ckpt"),
+            "--overwrite",
+        ],
+        r"-o .*ckpt: contains the input",
+    ),
+    (
         "export over the user's own directory",
         lambda hf, r: ["export", str(exported(hf, r)), "-o", str(r / "mine"), "--overwrite"],
         r"mine: already exists and is not a Hugging Face model directory",

@@ -266,6 +266,10 @@ def test_a_new_run_that_cannot_start_leaves_nothing_behind(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.txt" in err[0]
     assert not (tmp_path / "runs").exists()  # neither the run's folder nor the tokenizer in it
+    # nor when what stops it comes after the model is built, when its batches are made
+    assert main(["train", str(cfg), "--quiet", "train.batch_size=100000000"]) == 2
+    assert "fewer than batch_size" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
     # a run that exists is left as it was
     assert main(["train", str(cfg), "--quiet"]) == 0
     run = tmp_path / "runs" / "tiny"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,12 @@ def a_file(sb: Sandbox) -> Path:
 def a_checkpoint(sb: Sandbox) -> Path:
     shutil.copytree(sb.older, sb.root / "kept")
     return sb.root / "kept"
+
+
+def with_notes(folder: Path) -> Path:
+    """``folder`` with a file of the user's put into it."""
+    (folder / "notes.txt").write_text("my notes\n", encoding="utf-8")
+    return folder
 
 
 def a_run_checkpoint(sb: Sandbox) -> Path:
@@ -184,6 +191,38 @@ OUTPUT_PATHS = [
             "--overwrite",
         ],
         r"is \(or contains\) the input",
+    ),
+    Case(
+        "heads -o .",
+        lambda sb: ["heads", s(sb.run), "--data", s(sb.root / "valid.txt"), "-o", "."],
+        r"-o \.: is a directory",
+    ),
+    Case(
+        "attention -o /",
+        lambda sb: ["attention", s(sb.run), "--text", "the king", "-o", "/"],
+        r"-o /: is \(or contains\) the input",
+    ),
+    Case(
+        "parse -o empty",
+        lambda sb: ["parse", s(sb.parse), "-i", s(sentences(sb)), "-o", ""],
+        r"argument --output/-o: is empty; name the path to write",
+    ),
+    Case(
+        "train with an override given twice",
+        lambda sb: ["train", s(sb.config), "name=twice", "train.lr=0.1", "train.lr=0.2"],
+        r"override 'train\.lr' is given twice \(0\.1 and 0\.2\); give it once",
+    ),
+    Case(
+        "average --overwrite a checkpoint holding a file of the user's",
+        lambda sb: [
+            "average",
+            s(sb.older),
+            s(sb.newest),
+            "-o",
+            s(with_notes(a_checkpoint(sb))),
+            "--overwrite",
+        ],
+        r"holds notes\.txt, which is not part of a fullrank checkpoint; move it out",
     ),
     Case(
         "heads -o a directory",
@@ -518,12 +557,12 @@ CHECKPOINTS = [
     Case(
         "vocab_size 10^12",
         meta_edit(lambda m: m["model"].update(vocab_size=10**12)),
-        r"describes [\d,]+ parameters but model\.safetensors holds [\d,]+ values",
+        r"its model config does not describe model\.safetensors \(tensor '.*' has shape",
     ),
     Case(
         "d_model 2^40",
         meta_edit(lambda m: m["model"].update(d_model=2**40, d_head=8)),
-        r"describes [\d,]+ parameters",
+        r"its model config does not describe model\.safetensors \(tensor '.*' has shape",
     ),
     Case(
         "a list where the model config belongs",
@@ -1147,3 +1186,25 @@ def test_slurm_without_slurm_leaves_nothing_behind(sandbox, capsys, monkeypatch)
     case = next(c for c in SWEEPS if c.name == "sweep --executor slurm without SLURM")
     check_case(case, sandbox, capsys, monkeypatch)
     assert not (sandbox.root / "sw").exists()
+
+
+def test_a_pipe_or_device_is_never_replaced_by_a_file(sandbox, capsys):
+    """``-o`` naming a FIFO (or a device such as /dev/null) is refused, with --overwrite too:
+    the atomic rename would put a regular file in its place."""
+    fifo = sandbox.mine / "pipe"
+    os.mkfifo(fifo)
+    for extra in ([], ["--overwrite"]):
+        code = main(["parse", s(sandbox.parse), "-i", s(sentences(sandbox)), "-o", s(fifo), *extra])
+        assert_one_line_error(code, capsys.readouterr().err, r"pipe: is a device, pipe or socket, not a file")
+        assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_heads_writes_beside_a_checkpoint_of_no_run(sandbox, capsys):
+    """Without -o, ``heads`` writes into the run of a run's checkpoint, and beside a checkpoint
+    that belongs to no run — never into a folder above it."""
+    loose = sandbox.root / "a" / "b" / "model"
+    shutil.copytree(sandbox.newest, loose)
+    assert main(["heads", s(loose), "--data", s(sandbox.root / "valid.txt"), "--sequences", "1"]) == 0
+    assert (loose.parent / "heads.png").is_file() and (loose.parent / "heads.csv").is_file()
+    assert not (sandbox.root / "a" / "heads.png").exists()
+    capsys.readouterr()

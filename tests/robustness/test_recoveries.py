@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 
 from fullrank.cli import main
@@ -58,9 +59,14 @@ def test_a_checkpoint_without_checksums_loads_and_verify_says_so(sandbox, capsys
     assert "ok — no checksums recorded" in capsys.readouterr().out
 
 
-def test_overwrite_replaces_a_fullrank_checkpoint_and_nothing_else(sandbox, capsys):
+@pytest.mark.parametrize(
+    "recorded", [True, False], ids=["files recorded", "written before files were recorded"]
+)
+def test_overwrite_replaces_a_fullrank_checkpoint_and_nothing_else(sandbox, capsys, recorded):
     target = sandbox.root / "averaged"
     shutil.copytree(sandbox.older, target)
+    if not recorded:
+        edit_meta(target, lambda m: m.pop("files"), seal=False)
     before = {k: v for k, v in snapshot(sandbox.root).items() if not k.startswith("averaged/")}
     assert main(["average", str(sandbox.run), "--last", "2", "-o", str(target), "--overwrite"]) == 0
     assert_kept(before, snapshot(sandbox.root))

@@ -158,6 +158,12 @@ def edited(name: str, edit: Callable[[dict], object], *command: str) -> Callable
     return argv
 
 
+def two_classes(meta: dict) -> None:
+    """A classifier's meta.json made to say 2 classes, with 2 labels: consistent in itself."""
+    meta["model"]["n_classes"] = 2
+    meta["labels"] = meta["labels"][:2]
+
+
 CLASSIFY = ("classify", "CKPT")
 ANSWER = ("answer", "CKPT", "--context", "CONTEXT", "--question", "who spoke first?")
 PARSE = ("parse", "CKPT")
@@ -308,7 +314,20 @@ TASK_METADATA = [
             ("n_best 0", "squad", squad(n_best=0)),
             ("tree_leaves unknown", "parse", lambda m: m.update(tree_leaves="leaf")),
             ("an unknown task", "mt", lambda m: m.update(task="translation")),
+            ("a classifier of 2 classes, 2 labels, over a 3-way head", "classify", two_classes),
+            (
+                "a feed-forward width the weights do not have",
+                "classify",
+                lambda m: m["model"].update(d_ff=36),
+            ),
         )
+    ),
+    Case(
+        "classify: a model config that does not describe the weights",
+        edited("classify", two_classes, *CLASSIFY),
+        r"its model config does not describe model\.safetensors \(tensor 'classifier\.weight' has "
+        r"shape \(3, 24\) but the model expects \(2, 24\)\)",
+        stdin=b"a\tb\n",
     ),
 ]
 

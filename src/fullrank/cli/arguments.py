@@ -33,6 +33,14 @@ def finite_float(text: str) -> float:
     return value
 
 
+def output_path(text: str) -> str:
+    """An argparse ``type``: the path of an output, which must not be empty (an empty ``-o``
+    would otherwise read as no ``-o`` at all)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name the path to write")
+    return text
+
+
 def _integer(text: str) -> int:
     try:
         return int(text)

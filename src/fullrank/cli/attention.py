@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fullrank.cli.arguments import output_path
 from fullrank.errors import CheckpointError, ConfigError
 
 VIEWS = ("encoder", "decoder", "cross")
@@ -53,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         required=True,
+        type=output_path,
         help="PNG of the per-head maps; the line view goes to OUTPUT-lines.png (both new files)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
@@ -72,9 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.text.strip():
         raise ConfigError("--text is empty; give a sentence")
     out = Path(args.output)
-    lines = out.with_name(out.stem + "-lines" + out.suffix)
-    check_output_files([out, lines], option="-o", overwrite=args.overwrite, inputs=[args.checkpoint])
+    # the maps first alone: `-o .` is refused as a directory before the line view is named after it
+    check_output_files([out], option="-o", overwrite=args.overwrite, inputs=[args.checkpoint])
     check_figure_name(out, option="-o")
+    lines = out.with_name(out.stem + "-lines" + out.suffix)
+    check_output_files([lines], option="-o", overwrite=args.overwrite, inputs=[args.checkpoint])
     ckpt = load_checkpoint(args.checkpoint)
     tok, cfg = ckpt.tokenizer, ckpt.config
     if tok is None:

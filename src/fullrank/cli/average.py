@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fullrank.cli.arguments import output_path
 from fullrank.errors import ConfigError
 from fullrank.paths import check_output_dir
 
@@ -17,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         required=True,
+        type=output_path,
         help="directory of the averaged checkpoint (a new one, or with --overwrite an existing checkpoint)",
     )
     p.add_argument(

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fullrank.cli.arguments import seed
+from fullrank.cli.arguments import output_path, seed
 from fullrank.errors import ConfigError
 from fullrank.paths import atomic_path, check_output_dir
 
@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
         "--out",
-        type=Path,
+        type=lambda text: Path(output_path(text)),
         default=Path("runs/bottleneck"),
         help="directory for the CSV and PNG (default runs/bottleneck): a new one, or "
         "with --overwrite one that holds only results of this command",

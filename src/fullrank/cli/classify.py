@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             f"task={ckpt.task!r})"
         )
     labels = ckpt.info.labels
-    source = args.input or "stdin"
+    source = args.input or "<stdin>"
     lines = read_lines(args.input) if args.input else read_stdin_lines()
     numbers = [i for i, line in enumerate(lines) if line.strip()]  # an empty line stays empty
     texts = [tuple(lines[i].split("\t")) for i in numbers]

@@ -8,6 +8,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from fullrank.cli.arguments import output_path
+
 if TYPE_CHECKING:
     from fullrank.training.checkpoints import Checkpoint
 
@@ -19,6 +21,7 @@ def add_io_arguments(p: argparse.ArgumentParser, *, what: str) -> None:
         "--output",
         "-o",
         default=None,
+        type=output_path,
         help="file to write (default: stdout): a new file, checked before anything "
         "is decoded; written whole or not at all",
     )

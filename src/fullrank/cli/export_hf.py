@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from fullrank.cli.arguments import output_path
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or run directory (its latest)")
@@ -11,6 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         required=True,
+        type=output_path,
         help="the Hugging Face model directory to write (a new one, or with "
         "--overwrite an existing Hugging Face model directory)",
     )

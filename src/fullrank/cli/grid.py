@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fullrank.cli.arguments import output_path
+
 DEFAULT = "configs/sweeps/v17_table3.yaml"
 
 
@@ -27,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rows", nargs="*", default=None, help="row names or groups (A = every A_ row); default: all"
     )
     p.add_argument("--jobs", type=int, default=1, help="rows trained side by side (default 1)")
-    p.add_argument("--out", default=None, help="output folder (default: runs/sweeps/NAME)")
+    p.add_argument("--out", type=output_path, default=None, help="output folder (default: runs/sweeps/NAME)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 

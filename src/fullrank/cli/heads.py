@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 from pathlib import Path
 
+from fullrank.cli.arguments import output_path
 from fullrank.errors import CheckpointError, ConfigError, DataError
 
 
@@ -34,8 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         default=None,
-        help="heatmap PNG (default: heads.png next to the checkpoint's run); a CSV "
-        "with the same name is written too",
+        type=output_path,
+        help="heatmap PNG (default: heads.png in the checkpoint's run, or beside a "
+        "checkpoint of no run); a CSV with the same name is written too",
     )
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
 
@@ -54,15 +57,16 @@ def run(args: argparse.Namespace) -> int:
     if args.sequences < 1:
         raise ConfigError(f"--sequences must be at least 1, got {args.sequences}")
     ckpt_dir = resolve(args.checkpoint)
-    out = Path(args.output) if args.output else ckpt_dir.parent.parent / "heads.png"
-    check_output_files(
-        [out, out.with_suffix(".csv")],
-        option="-o",
-        overwrite=args.overwrite,
-        inputs=[p for p in (args.data, args.ref, args.checkpoint) if p],
-        within=[ckpt_dir],
+    # by default beside the checkpoint: in its run's folder when it is one of a run's checkpoints
+    home = ckpt_dir.parent.parent if ckpt_dir.parent.name == "checkpoints" else ckpt_dir.parent
+    out = Path(args.output) if args.output else home / "heads.png"
+    inputs = [p for p in (args.data, args.ref, args.checkpoint) if p]
+    guard = functools.partial(
+        check_output_files, option="-o", overwrite=args.overwrite, inputs=inputs, within=[ckpt_dir]
     )
+    guard([out])  # first alone: `-o .` is refused as a directory before a table is named after it
     check_figure_name(out, option="-o")
+    guard([out.with_suffix(".csv")])
     ckpt = load_checkpoint(ckpt_dir)
     tok = ckpt.tokenizer
     if tok is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from fullrank.cli.arguments import output_path
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -15,6 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         required=True,
+        type=output_path,
         help="directory of the new checkpoint (a new one, or with --overwrite an existing checkpoint)",
     )
     p.add_argument(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fullrank.cli.arguments import output_path
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `fullrank train`")
@@ -12,6 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         default=None,
+        type=output_path,
         help="PNG path (default: RUN_DIR/curves.png, the run's own figure, redrawn "
         "as training redraws it); another path must be new",
     )
@@ -27,9 +30,8 @@ def run(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: not a run directory; name the folder `fullrank train` wrote")
     out = Path(args.output) if args.output else run_dir / "curves.png"
-    check_output_files(
-        [out], option="-o", overwrite=args.overwrite or not args.output, inputs=[run_dir / METRICS_FILE]
-    )
-    check_figure_name(out, option="-o")
+    if args.output:  # without -o, the run's own figure (one of its records), redrawn as training does
+        check_output_files([out], option="-o", overwrite=args.overwrite, inputs=[run_dir / METRICS_FILE])
+        check_figure_name(out, option="-o")
     print(plot_run(run_dir, out))
     return 0

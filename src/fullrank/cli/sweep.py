@@ -9,6 +9,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fullrank.cli.arguments import output_path
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -42,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--commands",
         action="store_true",
-        help="print each unfinished point's `fullrank train` command and stop (for torchrun or any launcher)",
+        help="print each unfinished point's `fullrank train` command and stop (for torchrun or any "
+        "launcher); the sweep's record and the vocabularies the commands load are written to --out first",
     )
     p.add_argument(
         "--report",
@@ -80,7 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--arms", nargs="*", default=None, help="only these arms (a prefix such as A takes every A_ arm)"
     )
     p.add_argument(
-        "--out", default=None, help="output folder (default: the sweep's 'out', else runs/sweeps/NAME)"
+        "--out",
+        type=output_path,
+        default=None,
+        help="output folder (default: the sweep's 'out', else runs/sweeps/NAME)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -93,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from fullrank.errors import ConfigError, closest
-    from fullrank.recipes.config import parse_assignment
+    from fullrank.recipes.config import command_line_overrides, parse_assignment
     from fullrank.sweeps.plan import claim_output, finished, load_sweep, plan, read_manifest, train_command
     from fullrank.sweeps.run import run_ensembles, run_local, run_submitit
 
@@ -101,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # a log file: wide tables rather than wrapped cells
         console = Console(highlight=False, width=240)
     sweep = load_sweep(args.sweep)
-    sweep = sweep.with_overrides(dict(parse_assignment(item) for item in args.overrides))
+    sweep = sweep.with_overrides(dict(command_line_overrides(args.overrides)))
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
     out = Path(args.out) if args.out else sweep.default_out()

@@ -34,13 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fullrank.recipes.config import load_experiment, parse_assignment
+    from fullrank.recipes.config import command_line_overrides, load_experiment
     from fullrank.recipes.run import run as run_experiment
 
     resume: Resume = "always" if args.resume else "never"
     overrides = []
-    for item in args.overrides:
-        key, value = parse_assignment(item)
+    for item, (key, value) in zip(args.overrides, command_line_overrides(args.overrides)):
         if key != "resume":
             overrides.append(item)
         elif isinstance(value, (bool, str)) and value in RESUME_WORDS:

@@ -6,6 +6,7 @@ import argparse
 import copy
 from typing import TYPE_CHECKING
 
+from fullrank.cli.arguments import output_path
 from fullrank.paths import check_output_dir
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         required=True,
+        type=output_path,
         help="directory of the new checkpoint (a new one, or with --overwrite an existing checkpoint)",
     )
     p.add_argument(

@@ -243,7 +243,7 @@ def import_hf(
         output,
         option="-o",
         overwrite=overwrite,
-        inputs=[source],
+        inputs=[source, *([tokenizer_file] if tokenizer_file else [])],
         within=[source],
         replaceable=is_checkpoint_dir,
         own=checkpoint_files,

@@ -617,6 +617,19 @@ def parse_assignment(
     return key, value
 
 
+def command_line_overrides(items: list[str]) -> list[tuple[str, Any]]:
+    """The ``key=value`` arguments of one command (:func:`parse_assignment`), each key given
+    once: a key repeated on one command line is an error, as in a YAML file, not a silent
+    last-wins."""
+    pairs = [parse_assignment(item) for item in items]
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ConfigError(f"override '{key}' is given twice ({seen[key]!r} and {value!r}); give it once")
+        seen[key] = value
+    return pairs
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` strings (:func:`parse_assignment`) to the mapping ``data``."""
     out = dict(data)

@@ -35,7 +35,7 @@ import yaml
 from rich.console import Console
 
 from fullrank import fast
-from fullrank.errors import ConfigError, FullrankError
+from fullrank.errors import ConfigError
 from fullrank.fast.workers import num_threads
 from fullrank.models.budget import count_params
 from fullrank.output import console as make_console
@@ -200,16 +200,25 @@ def recipe_of(task: str) -> Recipe[Any]:
     return RECIPES[task]()
 
 
+def trained_anything(run_dir: Path) -> bool:
+    """Whether a run has recorded anything of its training: a metrics line or a checkpoint."""
+    metrics = run_dir / "metrics.jsonl"
+    return (metrics.is_file() and metrics.stat().st_size > 0) or any((run_dir / "checkpoints").glob("step-*"))
+
+
 @contextlib.contextmanager
 def removed_on_failure(run_dir: Path, dist: DistInfo) -> Iterator[None]:
-    """Inside the block, the run's setup; if it fails, the run directory (and its parent folder,
-    when that is left empty) is removed again — but only when this command made it: a new run
-    that cannot start leaves nothing behind (its tokenizer, say), an existing run is left alone."""
+    """Inside the block, the run; if it fails before it has recorded anything of its training
+    (:func:`trained_anything`), the run directory (and its parent folder, when that is left
+    empty) is removed again — but only when this command made it: a new run that cannot
+    start leaves nothing behind (its tokenizer, its config), whatever stopped it (a bad
+    setting, memory, an interrupt); an existing run, and a run that has begun to train, are
+    left alone."""
     made = [d for d in (run_dir.parent, run_dir) if not d.exists()]
     try:
         yield
-    except FullrankError:
-        if made and dist.is_main:
+    except BaseException:
+        if made and dist.is_main and not trained_anything(run_dir):
             shutil.rmtree(run_dir, ignore_errors=True)
             if run_dir.parent in made and run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
                 run_dir.parent.rmdir()
@@ -241,31 +250,31 @@ def run(
                 s.model_config, exp, r.start, resuming=r.resume_from is not None, rank=dist.rank, say=r.say
             )
         )
-    parallel = parallel_batch(dist, per_rank=s.per_rank, grad_accum=cfg.grad_accum, unit=s.unit)
-    header(r, s, parallel)
-    meta = {
-        "task": exp.task,
-        "experiment": exp.to_dict(),
-        "init_from": str(r.start.path) if r.start else None,
-        "init_weights": cfg.init_weights,
-        **s.meta,
-    }
-    out = RunOutput(
-        r.run_dir, s.model_config, s.tokenizer, meta, config_yaml=resolved_yaml(exp, s.model_config)
-    )
-    with fast.cpu(model, onednn=cfg.fast_matmul and dist.device.type == "cpu"):
-        result = train(
-            model,
-            s.loss,
-            s.batches,
-            cfg,
-            dist=dist,
-            out=out,
-            resume_from=r.resume_from,
-            progress=progress,
-            d_model=s.model_config.d_model,
-            evaluate=s.validate,
+        parallel = parallel_batch(dist, per_rank=s.per_rank, grad_accum=cfg.grad_accum, unit=s.unit)
+        header(r, s, parallel)
+        meta = {
+            "task": exp.task,
+            "experiment": exp.to_dict(),
+            "init_from": str(r.start.path) if r.start else None,
+            "init_weights": cfg.init_weights,
+            **s.meta,
+        }
+        out = RunOutput(
+            r.run_dir, s.model_config, s.tokenizer, meta, config_yaml=resolved_yaml(exp, s.model_config)
         )
+        with fast.cpu(model, onednn=cfg.fast_matmul and dist.device.type == "cpu"):
+            result = train(
+                model,
+                s.loss,
+                s.batches,
+                cfg,
+                dist=dist,
+                out=out,
+                resume_from=r.resume_from,
+                progress=progress,
+                d_model=s.model_config.d_model,
+                evaluate=s.validate,
+            )
     teardown()  # every rank together; what follows is rank 0's alone
     checkpoint = result.checkpoint or latest_checkpoint(out.checkpoints)
     if sharded(dist, cfg.parallel) and dist.is_main:

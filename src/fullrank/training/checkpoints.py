@@ -22,7 +22,6 @@ file — never a model built from nonsense, an unbounded allocation or weights t
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -176,17 +175,44 @@ def weight_aliases(metadata: dict[str, str], path: Path) -> dict[str, str]:
     return aliases
 
 
-def stored_elements(path: Path) -> int:
-    """The number of values a safetensors file holds, read from its header alone."""
+# tensor names and their shapes
+Shapes = dict[str, tuple[int, ...]]
+
+
+def stored_shapes(path: Path) -> Shapes:
+    """Every tensor name of a :func:`save_weights` file and its shape, aliases (tied copies)
+    included, read from the file's header alone."""
     try:
         with safe_open(str(path), framework="pt") as f:
-            return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            metadata = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CheckpointError(
             f"{path}: not a readable safetensors file ({msg}); the file is "
             f"truncated or corrupt — use an earlier checkpoint"
         ) from None
+    shapes.update({a: shapes[k] for a, k in weight_aliases(metadata, path).items() if k in shapes})
+    return shapes
+
+
+def shape_mismatch(expected: Shapes, stored: Shapes) -> str | None:
+    """How ``stored`` (a weights file's names and shapes) differs from ``expected`` (a model's
+    state dict), at the first tensor in the model's order; ``None``: it does not."""
+    for name, want in expected.items():
+        if name not in stored:
+            return f"tensor '{name}' is missing"
+        if stored[name] != want:
+            return f"tensor '{name}' has shape {stored[name]} but the model expects {want}"
+    extra = next((name for name in stored if name not in expected), None)
+    return None if extra is None else f"tensor '{extra}' does not exist in this model"
+
+
+def model_shapes(config: ModelConfig) -> Shapes:
+    """The state-dict names and shapes of ``config``'s model, built on the meta device: no
+    memory is taken, whatever the sizes say."""
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in build_model(config).state_dict().items()}
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -200,23 +226,11 @@ def load_weights(model: nn.Module, path: Path) -> None:
     full.update(
         {alias: tensors[kept] for alias, kept in weight_aliases(metadata, path).items() if kept in tensors}
     )
-    expected = model.state_dict()
-    for name, want in expected.items():  # in the model's order, so "first" means first layer
-        if name not in full:
-            raise CheckpointError(
-                f"{path}: tensor '{name}' is missing; the checkpoint is of another architecture or incomplete"
-            )
-        if tuple(full[name].shape) != tuple(want.shape):
-            raise CheckpointError(
-                f"{path}: tensor '{name}' has shape {tuple(full[name].shape)} but the model "
-                f"expects {tuple(want.shape)}; the checkpoint is of another architecture"
-            )
-    for name in full:
-        if name not in expected:
-            raise CheckpointError(
-                f"{path}: tensor '{name}' does not exist in this model; the "
-                f"checkpoint is of another architecture"
-            )
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    why = shape_mismatch(expected, {k: tuple(v.shape) for k, v in full.items()})
+    if why is not None:
+        end = "of another architecture" + (" or incomplete" if why.endswith("missing") else "")
+        raise CheckpointError(f"{path}: {why}; the checkpoint is {end}")
     model.load_state_dict(full, strict=True)
 
 
@@ -377,12 +391,13 @@ def is_checkpoint_dir(path: Path) -> bool:
 
 def checkpoint_files(path: Path) -> set[str]:
     """The names of the files that make up checkpoint directory ``path``: ``meta.json`` and the
-    files it records (anything else in the directory was put there by someone else)."""
+    files it records — or, for a checkpoint written before files were recorded, the files a
+    checkpoint holds (anything else in the directory was put there by someone else)."""
     try:
         files = read_json(path / META_FILE, "").get("files")
     except (CheckpointError, AttributeError):
         files = None
-    return {META_FILE, *(files if isinstance(files, dict) else ())}
+    return {META_FILE, *(files if isinstance(files, dict) else (MODEL_FILE, STATE_FILE, TOKENIZER_FILE))}
 
 
 def remove_temporaries(root: Path) -> list[Path]:
@@ -600,8 +615,10 @@ def verified_tokenizer(ckpt: Path) -> Path:
 
 
 def _model_config(ckpt: Path, meta: CheckpointMeta) -> ModelConfig:
-    """The model config of ``meta``, checked against the size of the stored weights before any
-    model is built (a crafted ``vocab_size`` of 10¹² is an error, not an allocation)."""
+    """The model config of ``meta``, checked against every name and shape of the stored weights
+    (their header) before any model is built: a config that describes other weights (a crafted
+    ``vocab_size`` of 10¹², a classifier of another class count) is an error, not an
+    allocation, and ``verify`` says so too."""
     try:
         config = config_from_dict(meta.model)
     except (FullrankError, TypeError) as e:
@@ -611,12 +628,11 @@ def _model_config(ckpt: Path, meta: CheckpointMeta) -> ModelConfig:
         raise CheckpointError(
             f"{weights}: no such file; the checkpoint is incomplete — use another checkpoint"
         )
-    stored, described = stored_elements(weights), config.num_params()
-    if described > stored:
+    why = shape_mismatch(model_shapes(config), stored_shapes(weights))
+    if why is not None:
         raise CheckpointError(
-            f"{ckpt / META_FILE}: the model config describes {described:,} "
-            f"parameters but {MODEL_FILE} holds {stored:,} values; the metadata "
-            f"does not belong to these weights — use another checkpoint"
+            f"{ckpt / META_FILE}: its model config does not describe {MODEL_FILE} ({why}); "
+            f"the metadata does not belong to these weights — use another checkpoint"
         )
     _check_task(ckpt, meta, config)
     return config
