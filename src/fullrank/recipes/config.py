@@ -24,7 +24,7 @@ import dataclasses
 import json
 import re
 import sys
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -649,8 +649,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 RENAMED = {"data.max_len": "data.max_sentence_len"}
 
 
-def parse_experiment(data: dict[str, Any], source: str = "config") -> Experiment:
-    """Validate a dict into its task's experiment class (the model section too)."""
+def parse_experiment(
+    data: dict[str, Any], source: str = "config", overridden: Collection[str] = ()
+) -> Experiment:
+    """Validate a dict into its task's experiment class (the model section too). An error in a
+    key of ``overridden`` (the dotted keys given as overrides) is named as the override's, not
+    ``source``'s."""
     for old, new in RENAMED.items():
         section, key = old.split(".")
         if isinstance(data.get(section), dict) and key in data[section]:
@@ -664,7 +668,9 @@ def parse_experiment(data: dict[str, Any], source: str = "config") -> Experiment
     try:
         exp = _EXPERIMENT.validate_python(data)
     except ValidationError as e:
-        raise ConfigError(f"{source}: {describe(e, EXPERIMENTS[task], skip=1)}") from None
+        key = ".".join(str(part) for part in e.errors()[0]["loc"][1:])
+        where = "override" if key in overridden else source
+        raise ConfigError(f"{where}: {describe(e, EXPERIMENTS[task], skip=1)}") from None
     if exp.train.init_from:  # the section goes on top of the checkpoint's, when the run starts
         return exp
     try:  # check the model section now, with a stand-in vocabulary size
@@ -677,7 +683,9 @@ def parse_experiment(data: dict[str, Any], source: str = "config") -> Experiment
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     """Read, override and validate an experiment file."""
     path = Path(path)
-    return parse_experiment(apply_overrides(read_file(path), overrides or []), str(path))
+    overrides = overrides or []
+    keys = {parse_assignment(o)[0] for o in overrides}
+    return parse_experiment(apply_overrides(read_file(path), overrides), str(path), keys)
 
 
 def resolved_yaml(exp: Experiment, model_config: ModelConfig) -> str:

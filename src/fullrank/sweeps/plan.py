@@ -494,7 +494,8 @@ class Plan:
 
 def _experiment(sweep: Sweep, base: Path, overrides: list[str], label: str) -> Experiment:
     try:
-        return parse_experiment(apply_overrides(read_file(base), overrides), str(base))
+        keys = {parse_assignment(o)[0] for o in overrides}
+        return parse_experiment(apply_overrides(read_file(base), overrides), str(base), keys)
     except FullrankError as e:
         raise ConfigError(f"{sweep.path}: point {label}: {e}") from None
 
