@@ -59,6 +59,7 @@ from fullrank.training.checkpoints import (
     install_directory,
     is_checkpoint_dir,
     load_checkpoint,
+    model_shapes,
     read_safetensors,
     temporary_directory,
     write_checkpoint,
@@ -274,9 +275,7 @@ def import_hf(
     # every name and shape against config.json first, on a model that takes no memory, so that a
     # config.json that is wrong is named as such and a vocab_size of 10¹² is not an allocation
     layout = layout_of(config, architecture)
-    with torch.device("meta"):
-        shapes = build_model(config).state_dict()
-    state, conversion = state_from_hf(layout, raw, shapes, where=str(weights))
+    state, conversion = state_from_hf(layout, raw, model_shapes(config), where=str(weights))
     if tok.vocab_size != config.vocab_size:
         raise CheckpointError(
             f"{source}: the tokenizer ({tok_source}) has {tok.vocab_size} "

@@ -281,7 +281,7 @@ def strip_prefix(tensors: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor
 def state_from_hf(
     layout: Layout,
     tensors: Mapping[str, Tensor],
-    expected: Mapping[str, Tensor],
+    expected: Mapping[str, tuple[int, ...]],
     *,
     where: str = "the weights",
 ) -> tuple[dict[str, Tensor], Conversion]:
@@ -318,7 +318,7 @@ def state_from_hf(
         if pair.row:
             parts = [p.reshape(-1) for p in parts]
         value = torch.cat(parts) if len(parts) > 1 else parts[0]
-        want = tuple(expected[pair.ours].shape)
+        want = expected[pair.ours]
         if tuple(value.shape) != want:
             got = " + ".join(str(tuple(tensors[k].shape)) for k in keys)  # type: ignore[index]  # names
             raise CheckpointError(
@@ -367,7 +367,8 @@ def load_from_hf(
 ) -> Conversion:
     """Load a Hugging Face checkpoint's ``tensors`` into ``model``
     (:func:`state_from_hf`): every tensor of the model is set."""
-    state, report = state_from_hf(layout, tensors, model.state_dict(), where=where)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    state, report = state_from_hf(layout, tensors, shapes, where=where)
     load_converted(model, state)
     return report
 
