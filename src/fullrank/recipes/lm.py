@@ -19,6 +19,7 @@ from fullrank.data.tokenizers import Tokenizer
 from fullrank.inference.decoders import LanguageModel, LMDecoder
 from fullrank.inference.sampling import sample
 from fullrank.models import ModelConfig
+from fullrank.paths import write_text_atomic
 from fullrank.recipes.config import LMExperiment
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, planned_tokenizer
@@ -101,7 +102,7 @@ class LanguageModelRecipe(Recipe[LMExperiment]):
         run.console.rule("sample")
         run.console.print(report.sample, markup=False)
         run.console.rule()
-        (run.run_dir / "sample.txt").write_text(report.sample, encoding="utf-8")
+        write_text_atomic(run.run_dir / "sample.txt", report.sample)
 
     def plan_model(
         self, exp: LMExperiment, out: Path, cache: dict[str, Any], base: ModelConfig | None

@@ -11,7 +11,6 @@ validation, the models scored at the end — is here too (:func:`pair_setup`,
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from fullrank.errors import CheckpointError, ConfigError, DataError
 from fullrank.evaluation.bleu import score
 from fullrank.inference.translate import first_too_long, translate
 from fullrank.models import ModelConfig
+from fullrank.paths import write_text_atomic
 from fullrank.recipes.config import MTData, MTDecode, MTExperiment, PairData
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.recipe import Recipe, Run, RunReport, Setup, planned_tokenizer
@@ -335,7 +335,7 @@ def evaluate_bleu(
     ]
     seconds = time.perf_counter() - start
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    write_text_atomic(out_file, "".join(h + "\n" for h in hyps))
     report = score(hyps, [t for _, t in pairs], lang=lang)
     return {**dataclasses.asdict(report), "sentences_per_s": len(pairs) / seconds, "output": str(out_file)}
 
@@ -397,7 +397,9 @@ def _tuned_alpha(
         ) -> dict[str, Any]:
             if alpha == decode.alpha and f"{split}.{name}" in done:
                 if split != "valid":  # the tuned output file, as if decoded again
-                    shutil.copyfile(out_dir / f"{split}.{name}.{lang}", out_file)
+                    write_text_atomic(
+                        out_file, (out_dir / f"{split}.{name}.{lang}").read_text(encoding="utf-8")
+                    )
                 return dict(done[f"{split}.{name}"])
             return evaluate_bleu(
                 m,

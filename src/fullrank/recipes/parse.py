@@ -41,6 +41,7 @@ from fullrank.inference.parse import (
 )
 from fullrank.inference.translate import first_too_long
 from fullrank.models import EncoderDecoderConfig, ModelConfig
+from fullrank.paths import write_text_atomic
 from fullrank.recipes.config import ParseData, ParseDecode, ParseExperiment
 from fullrank.recipes.init import planned_config
 from fullrank.recipes.mt import check_pair_lengths, final_validation, not_scored, pair_setup, scored_models
@@ -304,8 +305,8 @@ def pairs_of(
 
 
 def write_lines(path: Path, lines: Iterable[str]) -> None:
-    """Write ``lines`` to ``path``, one per line."""
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    """Write ``lines`` to ``path``, one per line (atomically)."""
+    write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
 def write_data(

@@ -39,7 +39,7 @@ from fullrank.errors import ConfigError
 from fullrank.fast.workers import num_threads
 from fullrank.models.budget import count_params
 from fullrank.output import console as make_console
-from fullrank.paths import check_output_dir, is_run_dir
+from fullrank.paths import check_output_dir, is_run_dir, write_text_atomic
 from fullrank.recipes.bert import PretrainingRecipe
 from fullrank.recipes.classify import ClassificationRecipe
 from fullrank.recipes.config import Experiment, resolved_yaml
@@ -351,9 +351,7 @@ def finish(run: Run, report: RunReport) -> None:
     final = (report.steps, report.valid) if report.valid else None
     report.extra["curves"] = str(plot_run(run.run_dir, final=final))
     report.extra["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    (run.run_dir / "results.json").write_text(
-        json.dumps(dataclasses.asdict(report), indent=1), encoding="utf-8"
-    )
+    write_text_atomic(run.run_dir / "results.json", json.dumps(dataclasses.asdict(report), indent=1))
     run.say(
         f"checkpoint: {report.checkpoint}\ncurves: {report.extra['curves']}\n"
         f"results: {run.run_dir / 'results.json'}\n"

@@ -25,6 +25,7 @@ from fullrank.data.finetuning import (
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.evaluation.squad import best_span, squad_scores
 from fullrank.models import ModelConfig
+from fullrank.paths import write_text_atomic
 from fullrank.recipes.config import SquadExperiment
 from fullrank.recipes.encoder_data import SquadData
 from fullrank.recipes.init import planned_config
@@ -180,9 +181,7 @@ class SquadRecipe(Recipe[SquadExperiment]):
             self.eval_bs,
         )
         predictions = run.run_dir / "predictions.json"
-        predictions.write_text(
-            json.dumps({q.id: a for q, a in zip(self.test_q, answers)}, indent=0), encoding="utf-8"
-        )
+        write_text_atomic(predictions, json.dumps({q.id: a for q, a in zip(self.test_q, answers)}, indent=0))
         run.say(
             f"test: EM {report.test['em']:.2f} · F1 {report.test['f1']:.2f} on "
             f"{report.test['questions']:,} questions ({predictions})"

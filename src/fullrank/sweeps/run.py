@@ -29,6 +29,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fullrank.errors import ConfigError
 from fullrank.fast.workers import num_threads
+from fullrank.paths import write_text_atomic
 from fullrank.recipes.run import recipe_of
 from fullrank.sweeps.plan import Plan, Point, finished, own_threads, train_command
 from fullrank.sweeps.report import ensemble_file, ensemble_sizes, figures, label
@@ -384,8 +385,6 @@ def run_ensembles(plan: Plan, out: Path, console: Console | None = None) -> list
                 results = recipe_of(members[0].task).ensemble(
                     exp, [out / p.name for p in members], record.parent, say=say
                 )
-            record.write_text(
-                json.dumps({"members": [p.name for p in members], **results}, indent=1), encoding="utf-8"
-            )
+            write_text_atomic(record, json.dumps({"members": [p.name for p in members], **results}, indent=1))
             written.append(record)
     return written

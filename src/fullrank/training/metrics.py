@@ -10,7 +10,7 @@ from typing import Any
 
 from fullrank.data.text import loads_json
 from fullrank.errors import DataError
-from fullrank.paths import atomic_path
+from fullrank.paths import atomic_path, write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 RESULTS_FILE = "results.json"
@@ -37,7 +37,7 @@ class MetricsLogger:
                 for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines()
                 if _step_of(line) <= resume_step
             ]
-            self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+            write_text_atomic(self.path, "".join(k + "\n" for k in kept))  # a kill keeps the old
 
     def log(self, step: int, split: str, **values: Any) -> None:
         if not self.enabled:
