@@ -80,6 +80,12 @@ TASK_HEADS: dict[str, dict[str, Any]] = {
 }
 
 
+# model settings that only one task's data can drive: the setting → (the task, what it does)
+TASK_SETTINGS: dict[str, tuple[str, str]] = {
+    "decoder_cursor": ("parse", "tells a parser's decoder which word it places next"),
+}
+
+
 def _run_name(name: str) -> str:
     parts = PurePath(name).parts
     if (
@@ -396,12 +402,6 @@ class MTExperiment(BaseExperiment):
             ["valid", "test", *self.data.eval_sets],
             "; add it to data.eval_sets as NAME: FILE_PREFIX to score another set",
         )
-        if self.model.get("decoder_cursor"):
-            raise ConfigError(
-                "model.decoder_cursor tells a parser's decoder which word it "
-                "places next (task: parse); task 'mt' has no such word (leave "
-                "model.decoder_cursor out)"
-            )
         if self.decode.tune_alpha and not self.data.valid:
             raise ConfigError(
                 "decode.tune_alpha chooses α on the valid split, but data.valid is "
@@ -489,6 +489,12 @@ def build_model_config(
     top of ``base`` (the fields of a starting checkpoint's config, for ``train.init_from``); an
     encoder task's heads are set by the task."""
     fields = dict(section)
+    for key, (owner, what) in TASK_SETTINGS.items():
+        if fields.get(key) and task != owner:
+            raise ConfigError(
+                f"model.{key} {what} (task: {owner}); task '{task}' has no use for it "
+                f"(leave model.{key} out)"
+            )
     cls = TASK_MODELS[task]
     base = dict(base or {})
     if "preset" in fields:
