@@ -492,8 +492,7 @@ def build_model_config(
     for key, (owner, what) in TASK_SETTINGS.items():
         if fields.get(key) and task != owner:
             raise ConfigError(
-                f"model.{key} {what} (task: {owner}); task '{task}' has no use for it "
-                f"(leave model.{key} out)"
+                f"model.{key} {what} (task: {owner}); task '{task}' has no use for it (leave model.{key} out)"
             )
     cls = TASK_MODELS[task]
     base = dict(base or {})
