@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,16 @@ def test_config_file_and_prompt_must_be_utf8(tmp_path):
     # bytes that are not UTF-8 on the command line reach Python as lone surrogates
     with pytest.raises(FullrankError, match=r"not valid UTF-8 \(byte 0xff at character 3\)"):
         load_experiment(write(tmp_path, BASE), [os.fsdecode(b"sample.prompt=ab\xff")])
+
+
+def test_an_error_is_named_as_the_override_s_where_an_override_caused_it(tmp_path):
+    path = write(tmp_path, BASE)
+    with pytest.raises(ConfigError, match=r"^override: train\.lr = -1: should be greater than 0$"):
+        load_experiment(path, ["train.lr=-1"])
+    # the model section is checked as a whole: the message names the model keys overridden
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(path))} with override model\.n_heads: .*n_heads=3"
+    ):
+        load_experiment(path, ["model.n_heads=3", "train.steps=5"])
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: .*n_heads=3"):
+        load_experiment(write(tmp_path, BASE.replace("n_heads: 4", "n_heads: 3")), ["train.steps=5"])

@@ -659,7 +659,7 @@ def parse_experiment(
 ) -> Experiment:
     """Validate a dict into its task's experiment class (the model section too). An error in a
     key of ``overridden`` (the dotted keys given as overrides) is named as the override's, not
-    ``source``'s."""
+    ``source``'s; an error in the model section names the model keys overridden beside it."""
     for old, new in RENAMED.items():
         section, key = old.split(".")
         if isinstance(data.get(section), dict) and key in data[section]:
@@ -681,7 +681,9 @@ def parse_experiment(
     try:  # check the model section now, with a stand-in vocabulary size
         build_model_config(exp.task, exp.model, exp.model.get("vocab_size", 1) or 1)
     except FullrankError as e:
-        raise ConfigError(f"{source}: {e}") from None
+        model_keys = sorted(key for key in overridden if key.startswith("model."))
+        where = f"{source} with override {', '.join(model_keys)}" if model_keys else source
+        raise ConfigError(f"{where}: {e}") from None
     return exp
 
 
