@@ -53,9 +53,8 @@ from fullrank.recipes.config import (
     EXPERIMENTS,
     TASK_MODELS,
     Experiment,
-    apply_overrides,
+    load_experiment,
     parse_assignment,
-    parse_experiment,
     read_file,
 )
 from fullrank.recipes.init import find_start
@@ -494,8 +493,7 @@ class Plan:
 
 def _experiment(sweep: Sweep, base: Path, overrides: list[str], label: str) -> Experiment:
     try:
-        keys = {parse_assignment(o)[0] for o in overrides}
-        return parse_experiment(apply_overrides(read_file(base), overrides), str(base), keys)
+        return load_experiment(base, overrides)
     except FullrankError as e:
         raise ConfigError(f"{sweep.path}: point {label}: {e}") from None
 
