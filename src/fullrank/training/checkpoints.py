@@ -229,8 +229,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     why = shape_mismatch(expected, {k: tuple(v.shape) for k, v in full.items()})
     if why is not None:
-        end = "of another architecture" + (" or incomplete" if why.endswith("missing") else "")
-        raise CheckpointError(f"{path}: {why}; the checkpoint is {end}")
+        raise CheckpointError(f"{path}: {why}; the checkpoint is of another architecture or incomplete")
     model.load_state_dict(full, strict=True)
 
 
