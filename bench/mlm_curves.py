@@ -8,7 +8,6 @@ one on all validation sequences, drawn as a star).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -16,16 +15,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from fullrank.training.metrics import read_final, read_metrics
+
 
 def curve(run: Path) -> tuple[list[int], list[float]]:
     """(steps, MLM accuracy %) of ``run``'s periodic validation."""
-    steps, acc = [], []
-    for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row.get("split") == "valid" and "mlm_acc" in row:
-            steps.append(row["step"])
-            acc.append(row["mlm_acc"])
-    return steps, acc
+    valid = [r for r in read_metrics(run) if r["split"] == "valid" and "mlm_acc" in r]
+    return [r["step"] for r in valid], [r["mlm_acc"] for r in valid]
 
 
 def main() -> None:
@@ -41,9 +37,9 @@ def main() -> None:
         run = Path(path)
         steps, acc = curve(run)
         (line,) = ax.plot(steps, acc, marker=".", label=label or run.name)
-        final = json.loads((run / "results.json").read_text(encoding="utf-8"))
-        if "mlm_acc" in final.get("valid", {}):
-            ax.plot(steps[-1], final["valid"]["mlm_acc"], "*", ms=12, color=line.get_color())
+        final = read_final(run)
+        if final is not None and "mlm_acc" in final[1]:
+            ax.plot(final[0], final[1]["mlm_acc"], "*", ms=12, color=line.get_color())
     ax.set_xlabel("step (32 segments of 128 tokens)")
     ax.set_ylabel("validation MLM accuracy % (15% masks)")
     ax.grid(alpha=0.3)
