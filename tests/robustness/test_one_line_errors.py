@@ -687,6 +687,16 @@ CHECKPOINTS = [
         r"loop\.step = -3: should be greater than or equal to 0",
     ),
     Case(
+        "a data position counted in units of no batches",
+        damaged(
+            every_checkpoint(lambda c: edit_meta(c, lambda m: m["loop"].update(units=0))),
+            "train",
+            "CONFIG",
+            "--resume",
+        ),
+        r"loop\.units = 0: should be greater than 0",
+    ),
+    Case(
         "a malformed random-number state",
         damaged(
             every_checkpoint(

@@ -17,7 +17,7 @@ from fullrank.models import DecoderLM, DecoderLMConfig
 from fullrank.training.checkpoints import latest_checkpoint, load_checkpoint, step_dirs
 from fullrank.training.config import TrainConfig
 from fullrank.training.distributed import DistInfo
-from fullrank.training.loop import RunOutput, train
+from fullrank.training.loop import LoopState, RunOutput, train
 from fullrank.training.losses import TokenLoss
 from fullrank.training.tasks import LanguageModeling
 from tests.robustness.damage import write_meta
@@ -326,3 +326,20 @@ def test_the_noam_schedule_takes_the_model_width_from_the_caller():
         mp.setattr(torch.optim.AdamW, "step", step)
         run(model, cfg, d_model=24)
     assert seen == [pytest.approx(noam(1, d_model=24, warmup=4, scale=2.0))]
+
+
+@pytest.mark.parametrize(
+    ("saved", "units", "position", "expected"),
+    [
+        (2, 1, (0, 3), (0, 6)),  # two ranks' bucket batches, resumed in one process
+        (1, 2, (0, 6), (0, 3)),  # one process's, resumed on two ranks
+        (1, 2, (0, 5), (0, 3)),  # between two global batches: on to the next
+        (1, 2, (1, 9), (2, 0)),  # past the shorter epoch's end: the next epoch
+        (None, 2, (0, 5), (0, 5)),  # recorded before units were: counted in this run's
+        (2, 2, (0, 5), (0, 5)),
+    ],
+)
+def test_a_data_position_carries_over_to_another_world_size(saved, units, position, expected):
+    state = LoopState(epoch=position[0], index=position[1], units=saved)
+    state.rebase(units, lambda epoch: 10 // units)
+    assert (state.epoch, state.index, state.units) == (*expected, units)

@@ -154,6 +154,11 @@ class ParallelBatches:
         """The epoch's batches as arrays of pair indices (into ``data``), in order."""
         return self._epoch(epoch).batches
 
+    @property
+    def batch_units(self) -> int:
+        """Bucket batches in one global batch: one a rank."""
+        return self.world
+
     def __len__(self) -> int:
         """Global batches per epoch of ``data``'s own token ids, ``n_batches // world``."""
         return self.n_batches // self.world

@@ -54,6 +54,7 @@ class LoopMeta(_Schema):
     index: NonNegativeInt = 0
     tokens: NonNegativeInt = 0
     elapsed_s: NonNegativeFloat = 0.0
+    units: PositiveInt | None = None
 
 
 class ParamGroup(_Schema):

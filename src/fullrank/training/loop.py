@@ -58,7 +58,9 @@ class BatchSource(Protocol):
     """Deterministic batches: ``get(epoch, index, rank, world)`` is this rank's share of global
     batch ``index`` of ``epoch``; ``len()`` is the number of global batches per epoch. A source
     whose epochs differ in length (new segmentations every epoch) also has
-    ``epoch_length(epoch)``, which the loop then uses instead of ``len()``."""
+    ``epoch_length(epoch)``, which the loop then uses instead of ``len()``; one whose global
+    batch grows with the world size (a bucket batch a rank) has ``batch_units``, the bucket
+    batches in one, by which a checkpoint's position carries over to another world size."""
 
     def __len__(self) -> int: ...
 
@@ -71,16 +73,37 @@ def _epoch_length(data: BatchSource, epoch: int) -> int:
     return length(epoch) if length is not None else len(data)
 
 
+def _batch_units(data: BatchSource) -> int:
+    """How many world-independent units one global batch of ``data`` is: ``data.batch_units``
+    where defined (bucket batches, one per rank), else 1 (rows split over the ranks)."""
+    return int(getattr(data, "batch_units", 1))
+
+
 @dataclass
 class LoopState:
     """Where training is: optimizer steps taken, the next batch, target tokens seen, and
-    seconds spent training (carried across resumes, so ``max_minutes`` bounds the whole run)."""
+    seconds spent training (carried across resumes, so ``max_minutes`` bounds the whole run).
+    ``index`` counts global batches of ``units`` world-independent units each (bucket batches:
+    one a rank), so that a run resumed with another number of processes goes on where the
+    data stopped; ``None`` (checkpoints written before it was recorded) means this run's."""
 
     step: int = 0
     epoch: int = 0
     index: int = 0
     tokens: int = 0
     elapsed_s: float = 0.0
+    units: int | None = None
+
+    def rebase(self, units: int, epoch_length: Callable[[int], int]) -> None:
+        """Count the position in global batches of ``units`` units. A position between two of
+        them moves on to the next (at most ``units - 1`` units skipped, as an epoch's
+        left-over bucket batches are), and one past the epoch's end to the next epoch."""
+        saved = self.units or units
+        if saved != units:
+            self.index = -(-self.index * saved // units)
+            if self.index >= epoch_length(self.epoch):
+                self.epoch, self.index = self.epoch + 1, 0
+        self.units = units
 
     def next_batch(self, epoch_length: int) -> tuple[int, int]:
         """Return the position of the next global batch and advance past it."""
@@ -177,12 +200,13 @@ def train(
     shards = sharded(dist, cfg.parallel)
     # the fused Adam kernel takes plain tensors, not the shards (DTensors) of FSDP
     optimizer = make_optimizer(raw, cfg, fused=not shards)
-    state = LoopState()
+    state = LoopState(units=_batch_units(data))
     if resume_from is not None:
         meta, optim_state, rng = read_training_state(resume_from, optimizer)
         load_optimizer_state(raw, optimizer, optim_state, dist, cfg.parallel)
         restore_rng(rng, resume_from)
         state = LoopState(**meta["loop"])
+        state.rebase(_batch_units(data), lambda epoch: _epoch_length(data, epoch))
         start -= state.elapsed_s  # the time budget and logged times count earlier sessions
     if cfg.compile:
         net = typing.cast(nn.Module, torch.compile(net))
