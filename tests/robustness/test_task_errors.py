@@ -60,6 +60,11 @@ def other_tokenizer(ckpt: Path, donor: Path) -> Path:
 
 STARTS = [
     Case(
+        "init_from a missing path",
+        lambda sb: ["train", s(classify_config(sb, sb.root / "nope")), "--quiet"],
+        r"train\.init_from: .*nope: no such checkpoint or run directory",
+    ),
+    Case(
         "init_from a flipped bit",
         fine_tune(lambda sb: flip_byte(sb.classify / MODEL)),
         r"train\.init_from: .*model\.safetensors: SHA-256 does not match",

@@ -72,8 +72,8 @@ def find_start(exp: BaseExperiment) -> Start | None:
     the one the task trains."""
     if not exp.train.init_from:
         return None
-    path = resolve(exp.train.init_from)
     try:  # what every command that loads a checkpoint checks: checksums, metadata, finite weights
+        path = resolve(exp.train.init_from)
         check_readable(path)
     except FullrankError as e:
         raise CheckpointError(f"train.init_from: {e}") from None
