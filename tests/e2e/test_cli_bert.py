@@ -1,6 +1,6 @@
-"""BERT end to end through the CLI: pre-train → fine-tune (classify, SQuAD) → `fullrank classify`
-and `fullrank answer`; exact resume; train.init_from (also after `fullrank widen`); one-line
-errors."""
+"""BERT end to end through the CLI: pre-train → fine-tune (classify, SQuAD) → `fullrank classify`,
+`fullrank answer` and `fullrank fill-mask`; exact resume; train.init_from (also after
+`fullrank widen`); one-line errors."""
 
 from __future__ import annotations
 
@@ -88,6 +88,55 @@ def test_classify_and_answer_commands(pipeline, capsys, monkeypatch):
     assert main(["answer", str(tmp / "runs" / "cls"), "--context", str(context), "--question", "x"]) == 2
     err = capsys.readouterr().err.strip()
     assert "needs a checkpoint of a `task: squad` run" in err and "\n" not in err
+
+
+def test_fill_mask_lists_the_masked_lm_heads_likeliest_pieces_padded_or_alone(pipeline, capsys):
+    from fullrank.inference.fill_mask import fill_masks
+    from fullrank.models import Encoder
+    from fullrank.training.checkpoints import load_checkpoint
+
+    tmp, _ = pipeline
+    ckpt = load_checkpoint(tmp / "runs" / "pre")
+    model, tok = ckpt.model, ckpt.tokenizer
+    assert isinstance(model, Encoder) and tok is not None and tok.mask_id is not None
+    special = [tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id]
+    texts = [
+        "before we [MASK] any further",
+        "[MASK] me [MASK]",
+        "you are all resolved rather to die than to [MASK]",
+    ]
+    batched = fill_masks(model, tok, texts, top_k=4, batch_size=3)  # padded to the longest
+    for text, got in zip(texts, batched):
+        row = torch.tensor([[tok.cls_id, *tok.encode(text), tok.sep_id]])
+        with torch.no_grad():
+            probs = model.mlm_logits(model(row))[0].double().softmax(-1)  # (T, V), the text alone
+        at = (row[0] == tok.mask_id).nonzero().flatten().tolist()
+        assert len(got.candidates) == len(at) == text.count("[MASK]")
+        for pos, candidates in zip(at, got.candidates):
+            listed = [c.prob for c in candidates]
+            assert len(listed) == 4 and listed == sorted(listed, reverse=True)
+            for c in candidates:
+                assert c.id not in special and c.token == tok.id_to_token(c.id)
+                assert abs(c.prob - float(probs[pos, c.id])) < 1e-5
+            rest = probs[pos].clone()
+            rest[special + [c.id for c in candidates]] = -1.0
+            assert float(rest.max()) <= min(listed) + 1e-5  # none unlisted is likelier
+        best = [c[0].id for c in got.candidates]
+        filled = [best.pop(0) if t == tok.mask_id else t for t in row[0].tolist()]
+        assert got.text == tok.decode(filled) and "[MASK]" not in got.text
+        alone = fill_masks(model, tok, [text], top_k=4, batch_size=1)[0]
+        assert alone.text == got.text
+        assert [[c.id for c in m] for m in alone.candidates] == [[c.id for c in m] for m in got.candidates]
+    path = tmp / "masked.txt"
+    path.write_text("\n".join(texts[:2]) + "\n\n")
+    assert main(["fill-mask", str(tmp / "runs" / "pre"), "--input", str(path), "--top-k", "4"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[2:] == ["", ""]  # the empty line answered by an empty line
+    for line, got in zip(lines[:2], batched):
+        text, *fields = line.split("\t")
+        assert text == got.text and len(fields) == len(got.candidates)
+        for field, candidates in zip(fields, got.candidates):
+            assert field == " ".join(f"{c.token}={c.prob:.4f}" for c in candidates)
 
 
 def test_bad_inputs_are_one_line_errors(pipeline, capsys):

@@ -8,6 +8,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -78,6 +79,31 @@ train: {{init_from: runs/continue, steps: 4, {TRAIN}}}
     monkeypatch.setattr("sys.stdin", __import__("io").StringIO("A man plays.\tA person sings.\n"))
     out = run(["classify", "runs/cls"], capsys)
     assert out.split("\t")[0] in ("same", "other")
+
+
+def test_fill_mask_on_an_imported_bert_gives_hugging_faces_fill_mask_probabilities(hf, tmp_path, capsys):
+    import transformers
+
+    text = "first citizen: before we [MASK] any further, hear me [MASK]."
+    (tmp_path / "masked.txt").write_text(text + "\n")
+    run(["import", str(hf["bert"]), "-o", str(tmp_path / "bert")], capsys)
+    out = run(
+        ["fill-mask", str(tmp_path / "bert"), "--input", str(tmp_path / "masked.txt"), "--top-k", "6"], capsys
+    )
+    fields = out.rstrip("\n").split("\t")[1:]
+    pipe = transformers.pipeline("fill-mask", model=str(hf["bert"]), top_k=97, device="cpu")
+    reference = cast(list[list[dict[str, Any]]], pipe(text))  # per mask, every piece's probability
+    assert pipe.tokenizer is not None
+    assert len(fields) == len(reference) == 2
+    specials = {"[PAD]", "[CLS]", "[SEP]", "[MASK]"}
+    for field, theirs in zip(fields, reference):
+        ours = dict(c.rsplit("=", 1) for c in field.split(" "))
+        score = {pipe.tokenizer.convert_ids_to_tokens(int(r["token"])): float(r["score"]) for r in theirs}
+        assert len(ours) == 6 and len(score) == 97
+        for piece, p in ours.items():  # each listed piece at Hugging Face's probability (4 decimals)
+            assert abs(float(p) - score[piece]) <= 5e-5 + 1e-7, (piece, p, score[piece])
+        unlisted = [p for piece, p in score.items() if piece not in ours and piece not in specials]
+        assert max(unlisted) <= min(map(float, ours.values())) + 5e-5  # none unlisted is likelier
 
 
 def test_an_imported_span_model_answers_and_exports_back(hf, tmp_path, capsys, monkeypatch):

@@ -1,5 +1,5 @@
 """Fixtures of the robustness suite: a tiny trained run and tiny checkpoints of the other tasks
-(translation, parsing, classification, question answering: untrained weights, real tokenizers;
+(translation, parsing, classification, question answering, masked LM: untrained weights, real tokenizers;
 built once per session), a sandbox per test holding copies of them, and the checks every case
 makes.
 
@@ -29,6 +29,7 @@ class Built:
     parse: Path  # a parsing checkpoint (untrained; word vocabulary, tree vocabulary in meta)
     classify: Path  # a 3-way classifier (untrained; WordPiece), labels in meta
     squad: Path  # a span model (untrained; WordPiece), its settings in meta
+    bert: Path  # a pre-training checkpoint with its masked-LM head (untrained; WordPiece)
 
 
 LABELS = ["entailment", "neutral", "contradiction"]
@@ -80,12 +81,15 @@ def built(tmp_path_factory) -> Built:
             vocab_size=pieces.vocab_size, seq_len=32, max_len=32, pretraining_heads=False, **heads, **small
         )
         write_checkpoint(root / name, Encoder(enc), enc, pieces, {"task": name, **meta})
+    enc = EncoderConfig(vocab_size=pieces.vocab_size, seq_len=32, max_len=32, **small)
+    write_checkpoint(root / "bert", Encoder(enc), enc, pieces, {"task": "bert"})
     return Built(
         run=root / "runs" / "tiny",
         mt=root / "mt",
         parse=root / "parse",
         classify=root / "classify",
         squad=root / "squad",
+        bert=root / "bert",
     )
 
 
@@ -99,6 +103,7 @@ class Sandbox:
     parse: Path
     classify: Path
     squad: Path
+    bert: Path
     mine: Path  # a directory of the user's own files
 
     @property
@@ -114,7 +119,7 @@ class Sandbox:
 def sandbox(built, tmp_path, monkeypatch) -> Sandbox:
     config = tiny_experiment(tmp_path, steps=6, save_every=2)
     shutil.copytree(built.run, tmp_path / "runs" / "tiny")
-    for name in ("mt", "parse", "classify", "squad"):
+    for name in ("mt", "parse", "classify", "squad", "bert"):
         shutil.copytree(getattr(built, name), tmp_path / name)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("my own notes\n", encoding="utf-8")
@@ -131,6 +136,7 @@ def sandbox(built, tmp_path, monkeypatch) -> Sandbox:
         parse=tmp_path / "parse",
         classify=tmp_path / "classify",
         squad=tmp_path / "squad",
+        bert=tmp_path / "bert",
         mine=tmp_path / "mine",
     )
 

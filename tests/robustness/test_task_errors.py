@@ -1,4 +1,5 @@
-"""Bad input to the task commands (``parse``, ``parse-eval``, ``classify``, ``answer``) and to
+"""Bad input to the task commands (``parse``, ``parse-eval``, ``classify``, ``answer``,
+``fill-mask``) and to
 the starts of a run (``train.init_from``, ``train.resume_from``, ``--resume``): every case is exit
 status 2, exactly one line on stderr, no traceback, every file kept (as in
 ``test_one_line_errors.py``).
@@ -438,6 +439,53 @@ TEXT_AND_NUMBERS = [
         r"ctx\.txt: the file holds only whitespace",
     ),
     Case(
+        "fill-mask stdin not UTF-8",
+        lambda sb: ["fill-mask", s(sb.bert)],
+        r"<stdin>:2: not valid UTF-8 \(byte 0xe9 at column 4\)",
+        stdin=b"a [MASK]\ncaf\xe9 [MASK]\n",
+    ),
+    Case(
+        "fill-mask a line without [MASK]",
+        lambda sb: ["fill-mask", s(sb.bert)],
+        r"<stdin>:3: no \[MASK\]; mark each word to predict with it",
+        stdin=b"the [MASK] spoke\n\nthe king spoke\n",
+    ),
+    Case(
+        "fill-mask a line longer than the model",
+        lambda sb: ["fill-mask", s(sb.bert)],
+        r"<stdin>:1: \d+ tokens, more than the model's seq_len=32; shorten it",
+        stdin=b"the king " * 40 + b"[MASK]\n",
+    ),
+    Case(
+        "fill-mask --top-k 0",
+        lambda sb: ["fill-mask", s(sb.bert), "--top-k", "0"],
+        r"argument --top-k: must be at least 1, got 0",
+        stdin=b"a [MASK]\n",
+    ),
+    Case(
+        "fill-mask --batch-size -1",
+        lambda sb: ["fill-mask", s(sb.bert), "--batch-size", "-1"],
+        r"argument --batch-size: must be at least 1, got -1",
+        stdin=b"a [MASK]\n",
+    ),
+    Case(
+        "fill-mask a classifier",
+        lambda sb: ["fill-mask", s(sb.classify)],
+        r"needs an encoder with its masked-LM head .*task='classify'",
+        stdin=b"a [MASK]\n",
+    ),
+    Case(
+        "fill-mask a translation checkpoint",
+        lambda sb: ["fill-mask", s(sb.mt)],
+        r"needs an encoder with its masked-LM head .*task='mt'",
+        stdin=b"a [MASK]\n",
+    ),
+    Case(
+        "fill-mask --input missing",
+        lambda sb: ["fill-mask", s(sb.bert), "--input", s(sb.root / "nope.txt")],
+        r"nope\.txt",
+    ),
+    Case(
         "parse stdin not UTF-8",
         lambda sb: ["parse", s(sb.parse)],
         r"<stdin>:3: not valid UTF-8",
@@ -564,7 +612,7 @@ def test_the_undamaged_checkpoints_work_so_each_error_above_is_the_damage(sandbo
     from fullrank.cli import main
     from fullrank.data.treebank import read_tree_line
 
-    for ckpt in (sandbox.mt, sandbox.parse, sandbox.classify, sandbox.squad, sandbox.run):
+    for ckpt in (sandbox.mt, sandbox.parse, sandbox.classify, sandbox.squad, sandbox.bert, sandbox.run):
         assert main(["verify", s(ckpt)]) == 0, capsys.readouterr()
     capsys.readouterr()
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
@@ -577,6 +625,13 @@ def test_the_undamaged_checkpoints_work_so_each_error_above_is_the_damage(sandbo
         main(["answer", s(sandbox.squad), "--context", context(sandbox), "--question", "who spoke first?"])
         == 0
     )
+    capsys.readouterr()
+    (sandbox.root / "masked.txt").write_text("the [MASK] spoke\n\n[MASK] king [MASK]\n")
+    assert (
+        main(["fill-mask", s(sandbox.bert), "--input", s(sandbox.root / "masked.txt"), "--top-k", "3"]) == 0
+    )
+    rows = capsys.readouterr().out.split("\n")
+    assert len(rows) == 4 and rows[1] == "" and [len(r.split("\t")) for r in (rows[0], rows[2])] == [2, 3]
     # a word holding brackets is written so that the tree reads back, word for word
     (sandbox.root / "words.txt").write_text("(a) b )\n")
     assert (

@@ -96,6 +96,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "classifier: label and probabilities per line.",
     ),
     "answer": ("answer", "Answer a question about a text file with a fine-tuned SQuAD span model."),
+    "fill-mask": (
+        "fill_mask",
+        "Fill each [MASK] of a text with a pre-trained BERT's likeliest pieces, with their probabilities.",
+    ),
     "verify": (
         "verify",
         "Check a checkpoint, or every checkpoint of a run, against the SHA-256 "

@@ -1,4 +1,5 @@
-"""Decoding: greedy and beam search for translation, sampling for language models.
+"""Decoding: greedy and beam search for translation, sampling for language models, and BERT's
+cloze task (:func:`~fullrank.inference.fill_mask.fill_masks`).
 
 The search functions take a :class:`Decoder` (a step function with reorderable state), never a
 model class; adapters wrap the models' ``decode_step`` and key/value cache::
@@ -26,12 +27,15 @@ from fullrank.inference.decoders import (
     UncachedSeq2SeqDecoder,
     compiled_decode,
 )
+from fullrank.inference.fill_mask import Candidate, Filled, fill_masks
 from fullrank.inference.sampling import next_token, sample
 from fullrank.inference.search import Hypothesis, beam_search, greedy_search, length_penalty, max_output_len
 
 __all__ = [
+    "Candidate",
     "Decoder",
     "EnsembleDecoder",
+    "Filled",
     "Hypothesis",
     "LMDecoder",
     "Seq2SeqDecoder",
@@ -39,6 +43,7 @@ __all__ = [
     "UncachedSeq2SeqDecoder",
     "beam_search",
     "compiled_decode",
+    "fill_masks",
     "greedy_search",
     "length_penalty",
     "max_output_len",
