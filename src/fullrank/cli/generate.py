@@ -1,4 +1,5 @@
-"""``fullrank generate CKPT --prompt …``: sample text from a language-model checkpoint."""
+"""``fullrank generate CKPT --prompt …``: sample text from a language-model checkpoint, printed
+as it is drawn (the prompt, then each window of new text)."""
 
 from __future__ import annotations
 
@@ -36,15 +37,15 @@ def run(args: argparse.Namespace) -> int:
             f"{ckpt.path}: `fullrank generate` needs a language-model "
             f"checkpoint with its tokenizer (this one has task={ckpt.task!r})"
         )
-    print(
-        generate_text(
-            ckpt.model,
-            ckpt.tokenizer,
-            args.prompt,
-            args.max_new_tokens,
-            args.temperature,
-            args.top_k,
-            seed=args.seed,
-        )
+    generate_text(
+        ckpt.model,
+        ckpt.tokenizer,
+        args.prompt,
+        args.max_new_tokens,
+        args.temperature,
+        args.top_k,
+        seed=args.seed,
+        on_text=lambda text: print(text, end="", flush=True),  # as it is drawn
     )
+    print()
     return 0

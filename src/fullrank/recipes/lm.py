@@ -5,6 +5,7 @@ perplexity → a text sample. The run itself is :func:`fullrank.recipes.run.run`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -132,14 +133,18 @@ def generate_text(
     temperature: float,
     top_k: int | None,
     seed: int = 0,
+    on_text: Callable[[str], None] | None = None,
 ) -> str:
     """Sample a continuation of ``prompt`` (returned with the prompt).
 
     The model sees at most ``seq_len`` positions, so a long sample is drawn in windows: when the
     context is full, decoding restarts (a fresh cache) from the last ``seq_len // 2`` tokens.
+    ``on_text`` receives the text as it is drawn, the prompt first, then each window's new text
+    (a character whose bytes are not all drawn yet waits for the next window); the pieces add up
+    to the text returned.
     """
     with fast.cpu(model, decoding=True):
-        return _generate_text(model, tok, prompt, max_new_tokens, temperature, top_k, seed)
+        return _generate_text(model, tok, prompt, max_new_tokens, temperature, top_k, seed, on_text)
 
 
 def _generate_text(
@@ -150,13 +155,23 @@ def _generate_text(
     temperature: float,
     top_k: int | None,
     seed: int,
+    on_text: Callable[[str], None] | None,
 ) -> str:
     seq_len: int = getattr(model, "config").seq_len
     device = next(model.parameters()).device
     tokens = tok.encode(prompt) or [tok.bos_id]
     generator = torch.Generator(device=device).manual_seed(seed)
+    shown = ""
+
+    def show(text: str) -> str:
+        if on_text is not None and text.startswith(shown) and len(text) > len(shown):
+            on_text(text[len(shown) :])
+            return text
+        return shown
+
     produced = 0
     while produced < max_new_tokens:
+        shown = show(tok.decode(tokens).rstrip("\ufffd"))
         context = tokens[-(seq_len // 2) :] if len(tokens) >= seq_len else tokens
         n = min(max_new_tokens - produced, seq_len - len(context))
         out = sample(
@@ -169,4 +184,7 @@ def _generate_text(
         )
         tokens += out[0, len(context) :].tolist()
         produced += n
-    return tok.decode(tokens)
+    text = tok.decode(tokens)
+    if on_text is not None and show(text) != text:
+        raise RuntimeError(f"the {tok.kind} tokenizer's decoding changed text it had already decoded")
+    return text
