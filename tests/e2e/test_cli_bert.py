@@ -90,6 +90,17 @@ def test_classify_and_answer_commands(pipeline, capsys, monkeypatch):
     assert "needs a checkpoint of a `task: squad` run" in err and "\n" not in err
 
 
+def test_eval_scores_a_pretrained_bert_on_a_file_as_its_run_validated(pipeline, capsys):
+    tmp, _ = pipeline
+    run = tmp / "runs" / "pre"
+    valid = json.loads((run / "results.json").read_text())["valid"]
+    # another batch size than the run's (8): the masks are the data's, not the batches'
+    assert main(["eval", str(run), "--data", str(tmp / "docs_valid.txt"), "--batch-size", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"MLM accuracy {valid['mlm_acc']:.2f}% · MLM perplexity {valid['mlm_ppl']:.2f}" in out
+    assert f"NSP accuracy {valid['nsp_acc']:.2f}%" in out and f"{valid['predictions']:,} predictions" in out
+
+
 def test_fill_mask_lists_the_masked_lm_heads_likeliest_pieces_padded_or_alone(pipeline, capsys):
     from fullrank.inference.fill_mask import fill_masks
     from fullrank.models import Encoder

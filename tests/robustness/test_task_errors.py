@@ -1,5 +1,5 @@
 """Bad input to the task commands (``parse``, ``parse-eval``, ``classify``, ``answer``,
-``fill-mask``) and to
+``fill-mask``, ``eval`` of a BERT) and to
 the starts of a run (``train.init_from``, ``train.resume_from``, ``--resume``): every case is exit
 status 2, exactly one line on stderr, no traceback, every file kept (as in
 ``test_one_line_errors.py``).
@@ -338,6 +338,13 @@ TASK_METADATA = [
 ]
 
 
+def text_file(sb: Sandbox, text: str | bytes) -> str:
+    """``text`` in the sandbox's ``text.txt``; its path."""
+    path = sb.root / "text.txt"
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return s(path)
+
+
 def context(sb: Sandbox) -> str:
     (sb.root / "context.txt").write_text("The king spoke first. Then the queen spoke.\n")
     return s(sb.root / "context.txt")
@@ -486,6 +493,48 @@ TEXT_AND_NUMBERS = [
         r"nope\.txt",
     ),
     Case(
+        "eval a classifier",
+        lambda sb: ["eval", s(sb.classify), "--data", text_file(sb, "The king spoke. The queen spoke.\n")],
+        r"this encoder has no masked-LM head \(task='classify'\)",
+    ),
+    Case(
+        "eval --format for a language model",
+        lambda sb: ["eval", s(sb.run), "--data", text_file(sb, "a b\n"), "--format", "blocks"],
+        r"--format: only for a BERT checkpoint",
+    ),
+    Case(
+        "eval a BERT on an empty file",
+        lambda sb: ["eval", s(sb.bert), "--data", text_file(sb, "\n\n")],
+        r"text\.txt: no document with tokens",
+    ),
+    Case(
+        "eval a BERT on documents of one sentence",
+        lambda sb: ["eval", s(sb.bert), "--data", text_file(sb, "The king spoke.\n\nThe queen spoke.\n")],
+        r"text\.txt: no document with tokens \(2 of one sentence left out\)",
+    ),
+    Case(
+        "eval a next-sentence BERT on one document",
+        lambda sb: ["eval", s(sb.bert), "--data", text_file(sb, "The king spoke. The queen spoke.\n")],
+        r"text\.txt: 1 document of two or more sentences; next-sentence prediction .* needs at least two",
+    ),
+    Case(
+        "eval a BERT on a file not UTF-8",
+        lambda sb: ["eval", s(sb.bert), "--data", text_file(sb, b"The king. Caf\xe9 spoke.\n")],
+        r"text\.txt:1: not valid UTF-8",
+    ),
+    Case(
+        "eval a BERT with --format wikiextractor on plain text",
+        lambda sb: [
+            "eval",
+            s(sb.bert),
+            "--data",
+            text_file(sb, "The king spoke. The queen spoke.\n"),
+            "--format",
+            "wikiextractor",
+        ],
+        r"text\.txt:1: text outside <doc …> … </doc>",
+    ),
+    Case(
         "parse stdin not UTF-8",
         lambda sb: ["parse", s(sb.parse)],
         r"<stdin>:3: not valid UTF-8",
@@ -626,6 +675,9 @@ def test_the_undamaged_checkpoints_work_so_each_error_above_is_the_damage(sandbo
         == 0
     )
     capsys.readouterr()
+    docs = "The king spoke first. Then the queen spoke.\n\nA second story. It has two sentences.\n"
+    assert main(["eval", s(sandbox.bert), "--data", text_file(sandbox, docs)]) == 0
+    assert "MLM accuracy" in capsys.readouterr().out
     (sandbox.root / "masked.txt").write_text("the [MASK] spoke\n\n[MASK] king [MASK]\n")
     assert (
         main(["fill-mask", s(sandbox.bert), "--input", s(sandbox.root / "masked.txt"), "--top-k", "3"]) == 0

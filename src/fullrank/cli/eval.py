@@ -1,12 +1,15 @@
-"""``fullrank eval CKPT --data FILE``: exact per-token perplexity of a language model."""
+"""``fullrank eval CKPT --data FILE``: exact per-token perplexity of a language model; for a
+pre-trained BERT, masked-LM accuracy and perplexity (and next-sentence accuracy) scored as a
+run's validation is: BERT's 15% masking with masks fixed by the data."""
 
 from __future__ import annotations
 
 import argparse
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from fullrank.errors import CheckpointError
+from fullrank.errors import CheckpointError, ConfigError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,6 +18,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--cache-dir", default=None, help="token cache directory (default: a temporary one)")
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=["blocks", "wikitext", "wikiextractor"],
+        help="for a BERT checkpoint, how the file marks its documents: blank lines (blocks, the "
+        "default), ' = Title = ' lines (wikitext) or <doc> … </doc> (wikiextractor, also .xz/.gz)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,9 +41,24 @@ def run(args: argparse.Namespace) -> int:
         check_output_folder(args.cache_dir, option="--cache-dir")
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
+    if (
+        ckpt.tokenizer is not None
+        and ckpt.tokenizer.mask_id is not None
+        and hasattr(ckpt.model, "mlm_logits")
+    ):
+        if getattr(ckpt.model, "mlm", None) is None:
+            raise CheckpointError(
+                f"{ckpt.path}: this encoder has no masked-LM head (task={ckpt.task!r}); `fullrank eval` "
+                f"scores a pre-trained one, as a `task: bert` run leaves it"
+            )
+        return _masked_lm(args, ckpt, device)
+    if args.format is not None:
+        raise ConfigError(
+            "--format: only for a BERT checkpoint; a language model reads the file as plain text"
+        )
     if ckpt.task != "lm" or ckpt.tokenizer is None:
         raise CheckpointError(
-            f"{ckpt.path}: `fullrank eval` needs a language-model checkpoint "
+            f"{ckpt.path}: `fullrank eval` needs a language-model or pre-trained BERT checkpoint "
             f"with its tokenizer (this one has task={ckpt.task!r})"
         )
     ensure_vocab_matches(ckpt.tokenizer, ckpt.config.vocab_size, str(ckpt.path))
@@ -45,5 +70,27 @@ def run(args: argparse.Namespace) -> int:
     console().print(
         f"{args.data}: loss {result['loss']:.4f} nats/token · perplexity {result['ppl']:.2f} "
         f"· {result['tokens']:,} tokens · {ckpt.path}"
+    )
+    return 0
+
+
+def _masked_lm(args: argparse.Namespace, ckpt: Any, device: Any) -> int:
+    from fullrank.output import console
+    from fullrank.recipes.bert import evaluate_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        v = evaluate_file(
+            ckpt.model,
+            ckpt.tokenizer,
+            args.data,
+            args.format or "blocks",
+            args.cache_dir or Path(tmp),
+            batch_size=args.batch_size,
+            device=device,
+        )
+    nsp = f" · NSP accuracy {v['nsp_acc']:.2f}%" if "nsp_acc" in v else ""
+    console().print(
+        f"{args.data}: MLM accuracy {v['mlm_acc']:.2f}% · MLM perplexity {v['mlm_ppl']:.2f}{nsp} "
+        f"· {v['predictions']:,} predictions in {v['sequences']:,} sequences · {ckpt.path}"
     )
     return 0

@@ -131,10 +131,17 @@ def make_instances(
     seed: int,
     short_seq_prob: float = 0.1,
     random_next_prob: float = 0.5,
+    where: str = "corpus",
 ) -> Instances:
     """Segment pairs for every document, in the manner of BERT's ``create_instances_from_document``
-    (see the module docstring); a pure function of ``seed``."""
+    (see the module docstring); a pure function of ``seed``. Fewer than two documents is a
+    :class:`DataError` naming ``where``."""
     _check_len(max_seq_len, 3)
+    if corpus.n_docs < 2:
+        raise DataError(
+            f"{where}: {corpus.n_docs} document{'s' if corpus.n_docs != 1 else ''} of two or more sentences; "
+            f"next-sentence prediction draws random next segments from other documents and needs at least two"
+        )
     rng = np.random.default_rng([seed, _PAIRS])
     max_tokens = max_seq_len - 3  # [CLS], [SEP], [SEP]
     n_docs = corpus.n_docs

@@ -142,10 +142,9 @@ def _tokenize(
             flush()
             n_pending = 0
     flush()
-    if writer.n_docs < 2:
-        raise DataError(
-            f"{where}: {writer.n_docs} document with tokens; next-sentence prediction needs at least two"
-        )
+    if writer.n_docs == 0:
+        left_out = f" ({writer.skipped} of one sentence left out)" if writer.skipped else ""
+        raise DataError(f"{where}: no document with tokens{left_out}")
 
 
 def tokenize_documents(

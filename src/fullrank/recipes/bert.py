@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from fullrank.data.bert_pretraining import (
@@ -28,8 +29,8 @@ from fullrank.data.bert_pretraining import (
     make_segments,
     masking_rule,
 )
-from fullrank.data.document_cache import cached_documents, corpus_key
-from fullrank.data.documents import iter_documents
+from fullrank.data.document_cache import TokenizedCorpus, cached_documents, corpus_key
+from fullrank.data.documents import CorpusFormat, iter_documents
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.models import ModelConfig
 from fullrank.models.encoder import EncoderConfig
@@ -79,6 +80,71 @@ def train_wordpiece(data: PretrainData, out: Path) -> Tokenizer:
     return tok
 
 
+def pretraining_instances(
+    corpus: TokenizedCorpus,
+    cfg: EncoderConfig,
+    seed: int,
+    *,
+    short_seq_prob: float = 0.1,
+    random_next_prob: float = 0.5,
+    where: str = "corpus",
+) -> Instances:
+    """What a model of ``cfg`` reads of ``corpus`` (named ``where`` in errors): next-sentence
+    pairs when it has the next-sentence head, else single segments (BERT's rates by default)."""
+    if not cfg.next_sentence:
+        return make_segments(corpus, max_seq_len=cfg.seq_len, seed=seed, short_seq_prob=short_seq_prob)
+    return make_instances(
+        corpus,
+        max_seq_len=cfg.seq_len,
+        seed=seed,
+        short_seq_prob=short_seq_prob,
+        random_next_prob=random_next_prob,
+        where=where,
+    )
+
+
+def validation_batches(
+    instances: Instances, tok: Tokenizer, cfg: EncoderConfig, batch_size: int, name: str
+) -> PretrainingBatches:
+    """Validation as every run scores it, whatever it trains with: BERT's 15% masking (80/10/10,
+    word pieces), the masks fixed by the data (seed 0)."""
+    assert tok.cls_id is not None and tok.sep_id is not None  # a wordpiece tokenizer's
+    rule = masking_rule(tok, mlm_prob=VALID_MLM_PROB, max_predictions=math.ceil(VALID_MLM_PROB * cfg.seq_len))
+    return PretrainingBatches(
+        instances,
+        rule,
+        batch_size=batch_size,
+        seed=0,
+        masking="static",
+        name=name,
+        cls_id=tok.cls_id,
+        sep_id=tok.sep_id,
+        pad_id=tok.pad_id,
+    )
+
+
+def evaluate_file(
+    model: nn.Module,
+    tok: Tokenizer,
+    path: str | Path,
+    corpus_format: CorpusFormat,
+    cache_dir: str | Path,
+    *,
+    batch_size: int,
+    device: torch.device,
+) -> dict[str, float]:
+    """A pre-trained model's masked-LM accuracy and perplexity (and next-sentence accuracy,
+    with that head) on the documents of ``path``, scored as a run's validation is
+    (:func:`validation_batches`; one-sentence documents left out), with ``sequences``."""
+    cfg = getattr(model, "config")
+    assert isinstance(cfg, EncoderConfig)
+    corpus = cached_documents(path, corpus_format, tok, cache_dir, skip_short=True)
+    instances = pretraining_instances(corpus, cfg, 0, where=str(path))
+    batches = validation_batches(instances, tok, cfg, batch_size, str(path))
+    scores = MaskedLMWithNSP().evaluate(model, batches.eval_batches(batch_size), device)
+    return {**scores, "sequences": len(batches.instances)}
+
+
 class PretrainingRecipe(Recipe[PretrainExperiment]):
     """``task: bert``."""
 
@@ -111,16 +177,13 @@ class PretrainingRecipe(Recipe[PretrainExperiment]):
                 run.say(
                     f"{name}: {corpus.skipped} one-sentence documents left out (data.short_documents=skip)"
                 )
-            if not model_cfg.next_sentence:
-                return make_segments(
-                    corpus, max_seq_len=model_cfg.seq_len, seed=seed, short_seq_prob=data.short_seq_prob
-                )
-            return make_instances(
+            return pretraining_instances(
                 corpus,
-                max_seq_len=model_cfg.seq_len,
-                seed=seed,
+                model_cfg,
+                seed,
                 short_seq_prob=data.short_seq_prob,
                 random_next_prob=data.random_next_prob,
+                where=name,
             )
 
         rule = masking_rule(
@@ -139,18 +202,7 @@ class PretrainingRecipe(Recipe[PretrainExperiment]):
         )
         valid = None
         if data.valid:  # the validation instances and masks depend on the data alone
-            valid_rule = masking_rule(
-                tok, mlm_prob=VALID_MLM_PROB, max_predictions=math.ceil(VALID_MLM_PROB * model_cfg.seq_len)
-            )
-            valid = PretrainingBatches(
-                instances(data.valid, 0),
-                valid_rule,
-                batch_size=cfg.batch_size,
-                seed=0,
-                masking="static",
-                name=data.valid,
-                **ids,
-            )
+            valid = validation_batches(instances(data.valid, 0), tok, model_cfg, cfg.batch_size, data.valid)
         loss = MaskedLMWithNSP()
         eval_bs = max(1, cfg.batch_size // run.dist.world)
 
