@@ -553,6 +553,12 @@ TEXT_AND_NUMBERS = [
         stdin=b"a\n",
     ),
     Case(
+        "parse --alpha -inf",
+        lambda sb: ["parse", s(sb.parse), "--alpha", "-inf"],
+        r"argument --alpha: must be a finite number, got -inf",
+        stdin=b"a\n",
+    ),
+    Case(
         "parse --max-len-a inf",
         lambda sb: ["parse", s(sb.parse), "--max-len-a", "inf"],
         r"argument --max-len-a: must be a finite number",
@@ -648,6 +654,16 @@ def test_every_float_option_of_every_command_is_checked_finite():
         with pytest.raises(argparse.ArgumentTypeError, match="finite"):
             finite_float(text)
     assert finite_float("0.6") == 0.6
+
+
+def test_a_negative_number_is_a_value_and_an_option_stays_an_option():
+    from fullrank.cli import build_parser
+
+    parser = build_parser("translate")
+    args = parser.parse_args(["translate", "ckpt", "--alpha", "-1e-2", "-i", "in.txt", "--max-len-a", "-.5"])
+    assert args.alpha == -0.01 and args.input == "in.txt" and args.max_len_a == -0.5
+    args = parser.parse_args(["translate", "ckpt", "-iin.txt"])  # a short option with its value
+    assert args.input == "in.txt"
 
 
 def test_the_tree_settings_parse_reads_are_the_ones_the_schema_checks():

@@ -16,9 +16,11 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 from fullrank.cli.arguments import check_text
 from fullrank.errors import FullrankError
@@ -113,10 +115,22 @@ def load_command(name: str) -> ModuleType:
     return importlib.import_module(f"fullrank.cli.{COMMANDS[name][0]}")
 
 
+# what the command line takes for a negative number rather than an option: argparse's own
+# ``-1`` and ``-.5``, and also ``-1e-3``, ``-inf`` and ``-nan``, so that ``--alpha -inf`` reaches
+# the option's check
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line like every other error (exit status 2)."""
+    """argparse, with a usage error on one line like every other error (exit status 2), and
+    every negative number a value (:data:`NEGATIVE_NUMBER`)."""
 
     command_parser: argparse.ArgumentParser | None = None  # the sub-parser given its arguments
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        # argparse has no public setting for it; no option of fullrank looks like a number, and
+        # without this `-inf` would read as `-i nf`
+        return None if NEGATIVE_NUMBER.match(arg_string) else super()._parse_optional(arg_string)
 
     def error(self, message: str) -> None:  # type: ignore[override]  # raises, never returns
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
