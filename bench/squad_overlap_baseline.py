@@ -14,6 +14,9 @@ sentence the first rule picks, and the share that repeat the answer given to ano
 on the same paragraph (an answer that does not depend on its question).
 
     python bench/squad_overlap_baseline.py --predictions runs/bert/squad_true/predictions.json
+
+``--without-questions FILE`` writes the SQuAD file with every question replaced by ``?``, to
+fine-tune and test a model that cannot read them (``data.root``/``data.train`` pointing at it).
 """
 
 from __future__ import annotations
@@ -39,7 +42,20 @@ def main() -> None:
     p.add_argument("--test-every", type=int, default=4)
     p.add_argument("--max-words", type=int, default=4, help="longest span of the third rule")
     p.add_argument("--predictions", nargs="*", type=Path, default=[], help="runs' predictions.json")
+    p.add_argument("--without-questions", type=Path, help="write the SQuAD file with every question '?'")
     a = p.parse_args()
+    if a.without_questions:
+        import json
+
+        if a.without_questions.exists():
+            raise SystemExit(f"{a.without_questions} exists; name a new file")
+        data = json.loads(a.squad.read_text(encoding="utf-8"))
+        for article in data["data"]:
+            for paragraph in article["paragraphs"]:
+                for qa in paragraph["qas"]:
+                    qa["question"] = "?"
+        a.without_questions.write_text(json.dumps(data), encoding="utf-8")
+        return
 
     from fullrank.data.finetuning import read_squad, split_articles
     from fullrank.evaluation.squad import squad_scores
