@@ -7,9 +7,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fullrank.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from fullrank.training.checkpoints import Checkpoint
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.data.corpus import tokenize_file
     from fullrank.data.lm import LMBlocks
     from fullrank.data.tokenizers import ensure_vocab_matches
+    from fullrank.models import Encoder
     from fullrank.output import console
     from fullrank.paths import check_output_folder
     from fullrank.training.checkpoints import load_checkpoint
@@ -41,16 +47,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_folder(args.cache_dir, option="--cache-dir")
     device = pick_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device=device)
-    if (
-        ckpt.tokenizer is not None
-        and ckpt.tokenizer.mask_id is not None
-        and hasattr(ckpt.model, "mlm_logits")
-    ):
-        if getattr(ckpt.model, "mlm", None) is None:
-            raise CheckpointError(
-                f"{ckpt.path}: this encoder has no masked-LM head (task={ckpt.task!r}); `fullrank eval` "
-                f"scores a pre-trained one, as a `task: bert` run leaves it"
-            )
+    if isinstance(ckpt.model, Encoder):
         return _masked_lm(args, ckpt, device)
     if args.format is not None:
         raise ConfigError(
@@ -74,10 +71,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _masked_lm(args: argparse.Namespace, ckpt: Any, device: Any) -> int:
+def _masked_lm(args: argparse.Namespace, ckpt: Checkpoint, device: torch.device) -> int:
     from fullrank.output import console
     from fullrank.recipes.bert import evaluate_file
 
+    if ckpt.model.mlm is None or ckpt.tokenizer is None:
+        raise CheckpointError(
+            f"{ckpt.path}: this encoder has no masked-LM head (task={ckpt.task!r}); `fullrank eval` "
+            f"scores a pre-trained one, as a `task: bert` run leaves it"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         v = evaluate_file(
             ckpt.model,

@@ -163,15 +163,18 @@ def _generate_text(
     generator = torch.Generator(device=device).manual_seed(seed)
     shown = ""
 
-    def show(text: str) -> str:
-        if on_text is not None and text.startswith(shown) and len(text) > len(shown):
+    def show(text: str) -> None:  # hand ``on_text`` what it has not had of ``text``
+        nonlocal shown
+        if not text.startswith(shown):
+            raise RuntimeError(f"the {tok.kind} tokenizer's decoding changed text it had already decoded")
+        if on_text is not None and len(text) > len(shown):
             on_text(text[len(shown) :])
-            return text
-        return shown
+            shown = text
 
     produced = 0
     while produced < max_new_tokens:
-        shown = show(tok.decode(tokens).rstrip("\ufffd"))
+        if on_text is not None:  # a character whose bytes are not all drawn yet waits
+            show(tok.decode(tokens).rstrip("\ufffd"))
         context = tokens[-(seq_len // 2) :] if len(tokens) >= seq_len else tokens
         n = min(max_new_tokens - produced, seq_len - len(context))
         out = sample(
@@ -185,6 +188,6 @@ def _generate_text(
         tokens += out[0, len(context) :].tolist()
         produced += n
     text = tok.decode(tokens)
-    if on_text is not None and show(text) != text:
-        raise RuntimeError(f"the {tok.kind} tokenizer's decoding changed text it had already decoded")
+    if on_text is not None:
+        show(text)
     return text
