@@ -81,7 +81,7 @@ def fill_masks(
     )
     was_training = model.training
     model.eval()
-    results: list[tuple[list[int], list[list[Candidate]]]] = []
+    results: list[list[list[Candidate]]] = []  # per text, in the batches' order
     with torch.no_grad():
         for batch in batches.eval_batches():
             inputs = batch.inputs.to(device)
@@ -97,13 +97,12 @@ def fill_masks(
                 for ids, ps in zip(top_i.tolist(), top_p.tolist())
             ]
             start = 0
-            for b, k in enumerate(per_row):
-                row = inputs.tokens[b, inputs.mask[b]].tolist()
-                results.append((row, found[start : start + k]))
+            for k in per_row:
+                results.append(found[start : start + k])
                 start += k
     model.train(was_training)
     out = []
-    for row, candidates in in_file_order(results, batches.eval_order()):
+    for row, candidates in zip(rows, in_file_order(results, batches.eval_order())):
         best = iter(c[0].id for c in candidates)
-        out.append(Filled(tok.decode([next(best) if t == mask_id else t for t in row]), candidates))
+        out.append(Filled(tok.decode([next(best) if t == mask_id else int(t) for t in row]), candidates))
     return out
