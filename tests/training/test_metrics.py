@@ -66,3 +66,33 @@ def test_the_final_figure_comes_from_results_json(tmp_path):
     assert read_final(tmp_path) == (200, {"loss": 5.99, "ppl": 399.4, "tokens": 12_345})
     out = plot_run(tmp_path)
     assert out == tmp_path / "curves.png" and out.stat().st_size > 10_000
+
+
+def test_a_classifier_has_no_perplexity_panel_and_its_loss_is_per_example():
+    mnli = [{"step": 20, "split": "train", "loss": 1.1}] + [
+        {"step": s, "split": "valid", "loss": 1.0 + s / 1000, "accuracy": 39.0 + s / 450, "examples": 1_000}
+        for s in (450, 900)
+    ]
+    fig = curves_figure(mnli, (900, {"accuracy": 41.0, "examples": 1_000}))
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "validation scores"]
+    assert fig.axes[0].get_ylabel() == "loss (nats per example)"
+    loss, scores = labels(fig)
+    assert "valid loss, periodic, on the whole validation set" in loss
+    assert scores == ["valid accuracy", "final accuracy, exact: 41.00"]
+
+
+def test_a_run_that_logs_scores_alone_draws_its_training_loss_and_its_scores():
+    squad = [{"step": s, "split": "train", "loss": 4.0 - s / 400} for s in (20, 400, 800)] + [
+        {"step": s, "split": "valid", "em": s / 100, "f1": s / 50, "questions": 300} for s in (400, 800)
+    ]
+    fig = curves_figure(squad, None)
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "validation scores"]
+    assert fig.axes[0].get_ylabel() == "loss (nats)"
+    assert labels(fig)[1] == ["valid exact match", "valid F1"]
+
+
+def test_a_final_figure_of_scores_alone_is_read_and_one_without_validation_is_not(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"steps": 9, "valid": {"accuracy": 41.0}}))
+    assert read_final(tmp_path) == (9, {"accuracy": 41.0})
+    (tmp_path / "results.json").write_text(json.dumps({"steps": 9, "valid": None, "test": {"f1": 11.7}}))
+    assert read_final(tmp_path) is None

@@ -38,9 +38,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Suggest (n_heads, d_head, d_ff) under a parameter budget, standard rule against fixed heads.",
     ),
     "train": ("train", "Train a model from an experiment file (YAML/TOML), with dotted key=value overrides."),
-    "eval": ("eval", "Perplexity of a language-model checkpoint on a text file (every token, exactly once)."),
+    "eval": (
+        "eval",
+        "Score a checkpoint on a text file: a language model's perplexity (every token, exactly once), "
+        "a BERT's masked-LM accuracy.",
+    ),
     "generate": ("generate", "Sample a continuation of a prompt from a language-model checkpoint."),
-    "plot": ("plot", "Render a run's loss and validation-perplexity curves to PNG."),
+    "plot": (
+        "plot",
+        "Render a run's curves to PNG: loss, validation perplexity and scores, as it logged them.",
+    ),
     "translate": (
         "translate",
         "Translate lines from stdin (or --input) with beam search; one output line per input line.",

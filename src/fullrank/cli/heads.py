@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
         required=True,
-        help="text file (language model) or source sentences (translation; tokenized, for parsing)",
+        help="text file (language model, BERT) or source sentences (translation; tokenized, for parsing)",
     )
     p.add_argument(
         "--ref",

@@ -111,13 +111,14 @@ SCORES = {
 
 def read_final(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
     """``(step, valid)`` of a finished run's ``results.json``: the exact validation figure over the
-    whole validation text at its last step; ``None`` before the run has finished."""
+    whole validation set at its last step; ``None`` before the run has finished, or where it has no
+    validation figure (SQuAD reports its test part alone)."""
     try:
         results = loads_json((Path(run_dir) / RESULTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     valid = results.get("valid") if isinstance(results, dict) else None
-    if not isinstance(valid, dict) or "loss" not in valid:
+    if not isinstance(valid, dict) or not any(k in valid for k in ("loss", *SCORES)):
         return None
     return int(results.get("steps", 0)), valid
 
@@ -140,10 +141,15 @@ def plot_run(
     return out
 
 
+# what one unit of validation loss is averaged over, by the count a record gives
+LOSS_UNITS = {"tokens": "token", "predictions": "masked prediction", "examples": "example"}
+
+
 def _scored(record: dict[str, Any]) -> tuple[int, str] | None:
-    """How much of the validation data a record scored: ``(count, unit)`` — tokens, or the
-    predicted positions of masked-LM pre-training — or ``None`` where it does not say."""
-    for unit in ("tokens", "predictions"):
+    """How much of the validation data a record scored: ``(count, unit)`` — tokens, the predicted
+    positions of masked-LM pre-training, classified examples or SQuAD questions — or ``None``
+    where it does not say."""
+    for unit in (*LOSS_UNITS, "questions"):
         if record.get(unit) is not None:
             return int(record[unit]), unit
     return None
@@ -152,13 +158,13 @@ def _scored(record: dict[str, Any]) -> tuple[int, str] | None:
 def curves_figure(
     records: list[dict[str, Any]], final: tuple[int, dict[str, Any]] | None, *, title: str = ""
 ) -> Any:
-    """The matplotlib figure of :func:`plot_run`: loss, validation perplexity (``ppl``, or
-    ``mlm_ppl`` for BERT pre-training) and, where logged, validation scores in percent
-    (:data:`SCORES`).
+    """The matplotlib figure of :func:`plot_run`: loss; validation perplexity (``ppl``, or
+    ``mlm_ppl`` for BERT pre-training) where a run logs one; and validation scores in percent
+    (:data:`SCORES`) where it logs those.
 
     The periodic validation points (``records``, from ``metrics.jsonl``) may cover only the first
-    ``train.eval_batches`` batches: an estimate, labelled with its token count. ``final`` —
-    ``(step, {"loss", "ppl", "tokens"})`` — is the exact figure over the whole validation text
+    ``train.eval_batches`` batches: an estimate, labelled with its count. ``final`` —
+    ``(step, {"loss", "ppl", "tokens"})`` — is the exact figure over the whole validation set
     at the end, the one the run reports: drawn as a star, labelled with its value."""
     import matplotlib
 
@@ -166,11 +172,16 @@ def curves_figure(
     import matplotlib.pyplot as plt
 
     valid = [r for r in records if r["split"] == "valid"]
-    ppl_key = "mlm_ppl" if any("mlm_ppl" in r for r in valid) else "ppl"
+    finals = [final[1]] if final is not None else []
+    ppl_key = "mlm_ppl" if any("mlm_ppl" in r for r in valid + finals) else "ppl"
+    has_ppl = any(ppl_key in r for r in valid + finals)
     scores = [k for k in SCORES if any(k in r for r in valid)]
-    panels = 2 + bool(scores)
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2))
-    ax_loss, ax_ppl = axes[0], axes[1]
+    panels = 1 + has_ppl + bool(scores)
+    fig, grid = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2), squeeze=False)
+    axes = list(grid[0])
+    ax_loss = axes[0]
+    ax_ppl = axes[1] if has_ppl else None
+    ax_scores = axes[-1] if scores else None
     train = [r for r in records if r["split"] == "train" and "loss" in r]
     if train:
         ax_loss.plot(
@@ -180,11 +191,13 @@ def curves_figure(
             label="train loss (mean since the previous point)",
         )
     periodic = [r for r in valid if "loss" in r]
+    unit = next((c[1] for r in periodic + finals if (c := _scored(r)) is not None), None)
     if periodic:
         count = _scored(periodic[-1])
         whole = final is not None and count is not None and count == _scored(final[1])
+        everything = "text" if unit == "tokens" else "set"
         where = (
-            "on the whole validation text"
+            f"on the whole validation {everything}"
             if whole
             else f"on the first {count[0]:,} validation {count[1]}"
             if count
@@ -199,21 +212,22 @@ def curves_figure(
             label=f"valid loss, periodic, {where}",
         )
         rows = [r for r in periodic if ppl_key in r]
-        what = "MLM perplexity, periodic" if ppl_key == "mlm_ppl" else "periodic"
-        ax_ppl.plot(
-            [r["step"] for r in rows],
-            [r[ppl_key] for r in rows],
-            "o-",
-            color="C1",
-            markersize=3,
-            label=f"{what}, {where}",
-        )
+        if ax_ppl is not None and rows:
+            what = "MLM perplexity, periodic" if ppl_key == "mlm_ppl" else "periodic"
+            ax_ppl.plot(
+                [r["step"] for r in rows],
+                [r[ppl_key] for r in rows],
+                "o-",
+                color="C1",
+                markersize=3,
+                label=f"{what}, {where}",
+            )
     if final is not None:
         step, v = final
         scored = _scored(v)
-        over = f"{scored[0]:,} {scored[1]}" if scored else "the whole validation text"
+        over = f"{scored[0]:,} {scored[1]}" if scored else "the whole validation set"
         for ax, key, digits in ((ax_loss, "loss", 3), (ax_ppl, ppl_key, 2)):
-            if key in v:
+            if ax is not None and key in v:
                 ax.plot(
                     [step],
                     [v[key]],
@@ -232,13 +246,16 @@ def curves_figure(
                     color="C3",
                     fontsize=9,
                 )
-    ax_loss.set(xlabel="step", ylabel="loss (nats per token)", title="loss")
-    ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
-    plain_log_ticks(ax_ppl.yaxis)
-    if scores:
+    nsp = any("nsp_acc" in r for r in valid)  # masked LM and next sentence summed: no one unit
+    per = f"nats per {LOSS_UNITS[unit]}" if unit in LOSS_UNITS and not nsp else "nats"
+    ax_loss.set(xlabel="step", ylabel=f"loss ({per})", title="loss")
+    if ax_ppl is not None:
+        ax_ppl.set(xlabel="step", ylabel="perplexity", title="validation perplexity", yscale="log")
+        plain_log_ticks(ax_ppl.yaxis)
+    if ax_scores is not None:
         for i, key in enumerate(scores):
             rows = [r for r in valid if key in r]
-            axes[2].plot(
+            ax_scores.plot(
                 [r["step"] for r in rows],
                 [r[key] for r in rows],
                 "o-",
@@ -247,7 +264,7 @@ def curves_figure(
                 markersize=3,
             )
             if final is not None and key in final[1]:
-                axes[2].plot(
+                ax_scores.plot(
                     [final[0]],
                     [final[1][key]],
                     "*",
@@ -256,7 +273,7 @@ def curves_figure(
                     zorder=5,
                     label=f"final {SCORES[key]}, exact: {final[1][key]:.2f}",
                 )
-        axes[2].set(xlabel="step", ylabel="percent", title="validation scores")
+        ax_scores.set(xlabel="step", ylabel="percent", title="validation scores")
     for ax in axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
