@@ -150,6 +150,36 @@ def test_fill_mask_lists_the_masked_lm_heads_likeliest_pieces_padded_or_alone(pi
             assert field == " ".join(f"{c.token}={c.prob:.4f}" for c in candidates)
 
 
+def test_heads_and_attention_read_a_bert_segment_framed_as_in_pre_training(pipeline, capsys):
+    from fullrank.analysis.inputs import encoder_frame, lm_batch
+    from fullrank.training.checkpoints import load_checkpoint
+
+    tmp, _ = pipeline
+    run = tmp / "runs" / "pre"
+    ckpt = load_checkpoint(run)
+    tok, seq_len = ckpt.tokenizer, ckpt.config.seq_len
+    assert tok is not None
+    text = (tmp / "docs_valid.txt").read_text()
+    batch = lm_batch(tok, text, seq_len=seq_len, n_sequences=2, eos_per_line=False, frame=encoder_frame(ckpt))
+    pieces = tok.encode(text)
+    assert batch.tokens.shape == (2, seq_len)
+    assert (
+        batch.tokens[:, 0].tolist() == [tok.cls_id] * 2 and batch.tokens[:, -1].tolist() == [tok.sep_id] * 2
+    )
+    assert batch.tokens[1, 1:-1].tolist() == pieces[seq_len - 2 : 2 * (seq_len - 2)]
+    out = tmp / "bert_heads.png"
+    assert (
+        main(["heads", str(run), "--data", str(tmp / "docs_valid.txt"), "--sequences", "2", "-o", str(out)])
+        == 0
+    )
+    assert f"measured on 2 sequences, n = {seq_len:.1f} keys" in capsys.readouterr().out
+    maps = tmp / "bert_attention.png"
+    assert main(["attention", str(run), "--text", "to be or not to be", "-o", str(maps)]) == 0
+    assert maps.stat().st_size > 10_000 and maps.with_name("bert_attention-lines.png").exists()
+    classifier = load_checkpoint(tmp / "runs" / "cls")
+    assert encoder_frame(classifier) == (tok.cls_id, tok.sep_id)
+
+
 def test_bad_inputs_are_one_line_errors(pipeline, capsys):
     tmp, cfgs = pipeline
     (tmp / "bad_labels.jsonl").write_text(

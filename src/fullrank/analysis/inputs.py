@@ -23,6 +23,7 @@ from fullrank.inference.parse import (
     tree_order,
     tree_vocabulary,
 )
+from fullrank.models import Encoder
 from fullrank.training.checkpoints import Checkpoint
 
 
@@ -38,17 +39,28 @@ class DiagnosticBatch:
 
 
 def lm_batch(
-    tok: Tokenizer, text: str, *, seq_len: int, n_sequences: int, eos_per_line: bool
+    tok: Tokenizer,
+    text: str,
+    *,
+    seq_len: int,
+    n_sequences: int,
+    eos_per_line: bool,
+    frame: tuple[int, int] | None = None,
 ) -> DiagnosticBatch:
-    """Up to ``n_sequences`` consecutive blocks of ``seq_len`` tokens of ``text`` ``(B, T)``."""
+    """Up to ``n_sequences`` consecutive blocks of ``seq_len`` tokens of ``text`` ``(B, T)``.
+    ``frame=(cls_id, sep_id)``: each block is ``[CLS] pieces [SEP]``, ``seq_len`` in all, as a
+    BERT encoder reads a segment."""
     if eos_per_line:
         ids = [i for line in text.splitlines() for i in tok.encode(line) + [tok.eos_id]]
     else:
         ids = tok.encode(text)
     if not ids:
         raise DataError("the text encodes to no tokens; give some text")
-    n = max(1, min(n_sequences, len(ids) // seq_len))
-    blocks = [ids[i * seq_len : (i + 1) * seq_len] for i in range(n)]
+    size = seq_len - 2 if frame is not None else seq_len
+    n = max(1, min(n_sequences, len(ids) // size))
+    blocks = [ids[i * size : (i + 1) * size] for i in range(n)]
+    if frame is not None:
+        blocks = [[frame[0], *block, frame[1]] for block in blocks]
     tokens, mask = pad_sequences(blocks, tok.pad_id)
     return DiagnosticBatch(tokens, mask)
 
@@ -71,6 +83,16 @@ def mt_batch(
     src_t, src_mask = pad_sequences(src, tok.pad_id)
     tgt_t, tgt_mask = pad_sequences(tgt, target.pad_id)
     return DiagnosticBatch(src_t, src_mask, tgt_t, tgt_mask)
+
+
+def encoder_frame(ckpt: Checkpoint) -> tuple[int, int] | None:
+    """``(cls_id, sep_id)`` for a BERT encoder's checkpoint, whose segments :func:`lm_batch`
+    frames so; ``None`` for a language model's."""
+    tok = ckpt.tokenizer
+    if not isinstance(ckpt.model, Encoder) or tok is None:
+        return None
+    assert tok.cls_id is not None and tok.sep_id is not None  # an encoder's WordPiece tokenizer
+    return tok.cls_id, tok.sep_id
 
 
 def token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:

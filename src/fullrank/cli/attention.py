@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from fullrank.analysis.capture import capture_attention
-    from fullrank.analysis.inputs import lm_batch, mt_batch, parse_batch, token_strings
+    from fullrank.analysis.inputs import encoder_frame, lm_batch, mt_batch, parse_batch, token_strings
     from fullrank.analysis.plots import plot_attention_lines, plot_attention_maps
     from fullrank.data.treebank import read_clean_tree_line
     from fullrank.inference.translate import translate
@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
         queries = src_strings if view == "encoder" else tgt_strings
         keys = tgt_strings if view == "decoder" else src_strings
     else:
-        batch = lm_batch(tok, args.text, seq_len=cfg.seq_len, n_sequences=1, eos_per_line=False)
+        batch = lm_batch(
+            tok, args.text, seq_len=cfg.seq_len, n_sequences=1, eos_per_line=False, frame=encoder_frame(ckpt)
+        )
         n_layers, prefix = cfg.n_layers, "layers.{}.self_attn"
         queries = keys = token_strings(tok, batch.tokens[0].tolist())
     layer = n_layers - 2 if args.layer is None and n_layers > 1 else (args.layer or 0)

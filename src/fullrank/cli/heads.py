@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fullrank.analysis.head_stats import head_report, head_table, mean_keys
-    from fullrank.analysis.inputs import lm_batch, mt_batch, parse_batch
+    from fullrank.analysis.inputs import encoder_frame, lm_batch, mt_batch, parse_batch
     from fullrank.analysis.plots import plot_head_heatmap
     from fullrank.data.text import read_lines, read_text
     from fullrank.data.treebank import read_clean_tree_line
@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             seq_len=cfg.seq_len,
             n_sequences=args.sequences,
             eos_per_line=eos_per_line,
+            frame=encoder_frame(ckpt),
         )
         stats = head_report(ckpt.model, batch.tokens, mask=batch.mask)
     console = make_console()
