@@ -1,12 +1,12 @@
 """Fine-tune with the queries and keys of chosen encoder layers held at their start: a probe of
 whether SQuAD fine-tuning loses what the pre-trained attention matches. A gradient hook zeroes
-the query and key rows of each chosen layer's fused ``qkv_proj`` (and, with ``--embeddings``, the
-token embeddings' gradient; AdamW's decoupled weight decay still shrinks them by
-``lr · weight_decay`` a step); everything after ``--`` is ``fullrank``'s command line.
+the query and key rows of each chosen layer's fused ``qkv_proj`` (AdamW's decoupled weight decay
+still shrinks them by ``lr · weight_decay`` a step; ``train.freeze`` holds whole tensors, such as
+the token embeddings); everything after ``--`` is ``fullrank``'s command line.
 
     python bench/squad_hold_qk.py --layers 2 3 -- train configs/bert/squad.yaml name=squad_hold23
-    python bench/squad_hold_qk.py --layers 0 1 2 3 --embeddings -- train configs/bert/squad.yaml \
-        name=squad_hold_emb
+    python bench/squad_hold_qk.py --layers 0 1 2 3 -- train configs/bert/squad.yaml name=squad_hold_emb \
+        'train.freeze=[embed.token.weight]'
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ def main() -> int:
         sys.exit("usage: squad_hold_qk.py --layers L [L …] -- FULLRANK-ARGS")
     cut = argv.index("--")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", type=int, nargs="*", default=[], help="encoder layers to hold")
-    p.add_argument("--embeddings", action="store_true", help="hold the token embeddings too")
+    p.add_argument("--layers", type=int, nargs="+", required=True, help="encoder layers to hold")
     a = p.parse_args(argv[:cut])
 
     import fullrank.training.loop as loop
@@ -48,10 +47,6 @@ def main() -> int:
                 for param in module.qkv_proj.parameters():
                     param.register_hook(hold)
                 print(f"holding the queries and keys of {name} ({rows} rows)", flush=True)
-        if a.embeddings:
-            token = model.get_submodule("embed.token").weight
-            token.register_hook(lambda grad: grad.new_zeros(grad.shape))
-            print("holding the token embeddings", flush=True)
         return make_optimizer(model, cfg, fused=fused)
 
     loop.make_optimizer = holding  # the training loop builds its optimizer through this name

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from fullrank.cli import main
@@ -93,6 +94,28 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
 def final_weights(run: Path) -> dict:
     ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
     return load_file(str(ckpt / "model.safetensors"))
+
+
+def test_train_freeze_holds_the_named_parameters_of_a_model_it_trains_on(tmp_path, capsys):
+    cfg = tiny_experiment(tmp_path, steps=4, save_every=4)
+    assert main(["train", str(cfg), "--quiet"]) == 0
+    start = final_weights(tmp_path / "runs" / "tiny")
+    on = [
+        "name=cont",
+        f"train.init_from={tmp_path / 'runs' / 'tiny'}",
+        "train.freeze=[embed.*, layers.1.ffn.*]",
+    ]
+    assert main(["train", str(cfg), *on]) == 0
+    out = capsys.readouterr().out
+    assert "frozen (embed.*, layers.1.ffn.*): 5 tensors," in out and "parameters held at their start" in out
+    trained = final_weights(tmp_path / "runs" / "cont")
+    for name, value in trained.items():
+        held = name.startswith(("embed.", "layers.1.ffn."))
+        assert torch.equal(value, start[name]) == held, name
+    assert main(["train", str(cfg), "name=bad", "train.freeze=[encoder.*]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "train.freeze: 'encoder.*' matches no parameter" in err and err.count("\n") == 0
+    assert not (tmp_path / "runs" / "bad").exists()
 
 
 @pytest.mark.slow

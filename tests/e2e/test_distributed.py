@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from fullrank.cli import main
@@ -188,3 +189,24 @@ def test_ddp_and_fsdp_evaluate_like_one_process_and_fsdp_resumes_in_one(task, tm
     step2 = runs / "fsdp" / "checkpoints" / "step-00000002"
     launch(cfg, *args, *one, *tok, "name=resumed", f"train.resume_from={step2}", processes=1)
     assert_same(runs / "resumed", runs / "one", decoded=task in SEQ2SEQ)
+
+
+def test_ddp_and_fsdp_hold_the_frozen_parameters_and_train_the_others_like_one_process(tmp_path):
+    cfg, _ = config("lm", tmp_path)
+    runs = tmp_path / "runs"
+    launch(cfg, *COMMON, "name=start", processes=1)
+    start = load_file(str(runs / "start" / "checkpoints" / "step-00000004" / "model.safetensors"))
+    held = [*COMMON, f"train.init_from={runs / 'start'}", "train.freeze=[embed.*, layers.0.*]"]
+    launch(cfg, *held, "name=one", processes=1)
+    for parallel in ("ddp", "fsdp"):
+        printed = launch(cfg, *held, f"name={parallel}", f"train.parallel={parallel}", processes=2)
+        assert "frozen (embed.*, layers.0.*): 13 tensors" in printed
+        assert_same(runs / parallel, runs / "one")
+        latest = (
+            runs / parallel / "checkpoints" / (runs / parallel / "checkpoints" / "latest").read_text().strip()
+        )
+        for name, value in load_file(str(latest / "model.safetensors")).items():
+            assert torch.equal(value, start[name]) == name.startswith(("embed.", "layers.0.")), (
+                parallel,
+                name,
+            )

@@ -725,6 +725,16 @@ CHECKPOINTS = [
         r"parameter groups of sizes",
     ),
     Case(
+        "a resume that would hold other parameters",
+        lambda sb: ["train", s(sb.config), "--resume", "train.freeze=[embed.*]"],
+        r"train\.freeze = \[\] in the run that .* belongs to, which this resume would change",
+    ),
+    Case(
+        "train.freeze naming no parameter",
+        lambda sb: ["train", s(sb.config), "name=frozen", "train.freeze=[encoder.layers.*]"],
+        r"train\.freeze: 'encoder\.layers\.\*' matches no parameter of this model",
+    ),
+    Case(
         "train.resume_from a missing path",
         lambda sb: ["train", s(sb.config), "--resume", f"train.resume_from={sb.root / 'nope'}"],
         r"no such checkpoint or run directory",

@@ -80,8 +80,10 @@ def test_training_lowers_the_loss():
     assert after < 0.5 * before
 
 
-def test_resume_continues_bitwise_identically(tmp_path):
+@pytest.mark.parametrize("freeze", [(), ("layers.0.*",)])
+def test_resume_continues_bitwise_identically(tmp_path, freeze):
     cfg = TrainConfig(
+        freeze=freeze,
         steps=8,
         batch_size=4,
         lr=1e-3,
@@ -110,6 +112,34 @@ def test_resume_continues_bitwise_identically(tmp_path):
     run(resumed, cfg, out=out, resume_from=ckpt)
     for name, a in weights(straight).items():
         assert torch.equal(weights(resumed)[name], a), name
+
+
+def test_frozen_parameters_keep_their_start_and_the_others_train():
+    model = make_model()
+    start = weights(model)
+    cfg = TrainConfig(steps=3, batch_size=4, lr=1e-2, schedule="constant", warmup=1, optimizer="adamw")
+    cfg = dataclasses.replace(cfg, weight_decay=0.1, freeze=("embed.*", "layers.0.ffn.*"))
+    run(model, cfg)
+    held = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert held == {"embed.token.weight"} | {
+        f"layers.0.ffn.{m}.{w}" for m in ("fc1", "fc2") for w in ("weight", "bias")
+    }
+    for name, value in weights(model).items():
+        assert torch.equal(value, start[name]) == (name in held), name  # no weight decay either
+
+
+def test_a_freeze_pattern_that_matches_nothing_or_everything_is_refused():
+    from fullrank.errors import ConfigError
+    from fullrank.training.optim import frozen_names
+
+    model = make_model()
+    assert frozen_names(model, ["layers.1.*_norm.*"]) == [
+        f"layers.1.{n}_norm.{w}" for n in ("attn", "ffn") for w in ("weight", "bias")
+    ]
+    with pytest.raises(ConfigError, match=r"'decoder\.\*' matches no parameter .* like embed.token.weight"):
+        frozen_names(model, ["embed.*", "decoder.*"])
+    with pytest.raises(ConfigError, match="holds every parameter"):
+        frozen_names(model, ["*"])
 
 
 def test_bf16_autocast_trains_on_cpu():

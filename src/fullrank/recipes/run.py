@@ -26,13 +26,14 @@ import functools
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import torch
 import yaml
 from rich.console import Console
+from torch import nn
 
 from fullrank import fast
 from fullrank.errors import ConfigError
@@ -62,6 +63,7 @@ from fullrank.training.distributed import DistInfo, sharded, teardown
 from fullrank.training.distributed import setup as join
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.metrics import plot_run
+from fullrank.training.optim import frozen_names
 
 Resume = Literal["never", "auto", "always"]
 P = ParamSpec("P")
@@ -252,6 +254,9 @@ def run(
         )
         parallel = parallel_batch(dist, per_rank=s.per_rank, grad_accum=cfg.grad_accum, unit=s.unit)
         header(r, s, parallel)
+        frozen = frozen_line(model, cfg.freeze)  # a pattern that matches nothing stops the run here
+        if frozen and r.main:
+            r.say(frozen)
         meta = {
             "task": exp.task,
             "experiment": exp.to_dict(),
@@ -295,6 +300,16 @@ def run(
         recipe.evaluate(r, s, model.eval(), report)
         finish(r, report)
     return report
+
+
+def frozen_line(model: nn.Module, patterns: Sequence[str]) -> str | None:
+    """What ``train.freeze`` holds, for the header (``None`` where it holds nothing)."""
+    held = set(frozen_names(model, patterns))
+    if not held:
+        return None
+    size = sum(p.numel() for n, p in model.named_parameters() if n in held)
+    tensors = f"{len(held)} tensor" + ("s" if len(held) > 1 else "")
+    return f"frozen ({', '.join(patterns)}): {tensors}, {size:,} parameters held at their start"
 
 
 def header(run: Run, setup: Setup, parallel: dict[str, Any]) -> None:

@@ -75,6 +75,9 @@ class TrainConfig:
         resume_from: continue the run exactly from this checkpoint directory (weights,
             optimizer, RNG, data position) instead of its newest readable one; implies
             ``--resume``.
+        freeze: parameter names to hold at their start (``fnmatch`` patterns over
+            ``model.named_parameters()``: ``embed.*``, ``layers.[01].*``): no gradient, no
+            optimizer state, no weight decay. Fine-tuning part of a pre-trained model.
     """
 
     steps: PositiveInt = 1000
@@ -107,6 +110,7 @@ class TrainConfig:
     fast_matmul: Bool = True
     parallel: Literal["ddp", "fsdp"] = "ddp"
     resume_from: Str | None = None
+    freeze: tuple[Str, ...] = ()
 
     def __post_init__(self) -> None:
         """What relates several fields (each field's type and range are pydantic's)."""

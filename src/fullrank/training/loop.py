@@ -27,11 +27,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from fullrank.data.tokenizers import Tokenizer
-from fullrank.errors import TrainingError
+from fullrank.errors import ConfigError, TrainingError
 from fullrank.output import progress as progress_bar
 from fullrank.paths import write_text_atomic
 from fullrank.training.checkpoints import (
     load_weights,
+    read_meta,
     read_training_state,
     restore_rng,
     save_training_checkpoint,
@@ -49,7 +50,7 @@ from fullrank.training.distributed import (
     sharded,
 )
 from fullrank.training.metrics import MetricsLogger
-from fullrank.training.optim import make_optimizer
+from fullrank.training.optim import freeze, frozen_names, make_optimizer
 from fullrank.training.schedules import make_schedule
 from fullrank.training.tasks import Task
 
@@ -154,6 +155,17 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
     return contextlib.nullcontext()
 
 
+def _check_same_freeze(model: nn.Module, held: list[str], ckpt: Path) -> None:
+    """A resumed run holds the parameters the run it continues held: the optimizer state of
+    the others is stored by position, and would land on the wrong tensors otherwise."""
+    before = tuple(read_meta(ckpt).get("train", {}).get("freeze", ()))
+    if frozen_names(model, before) != held:
+        raise ConfigError(
+            f"train.freeze = {list(before)} in the run that {ckpt} belongs to, which this resume "
+            f"would change; resume with that train.freeze (or start a new run)"
+        )
+
+
 def train(
     model: nn.Module,
     task: Task,
@@ -196,6 +208,9 @@ def train(
     raw = model.to(dist.device)
     if resume_from is not None:  # whole weights, before any sharding
         load_weights(raw, verified_weights(resume_from))
+    held = freeze(raw, cfg.freeze)  # before the wrappers, which reduce the gradients of the others alone
+    if resume_from is not None:
+        _check_same_freeze(raw, held, resume_from)
     net = parallelize(raw, dist, cfg.parallel)  # the one place the model is wrapped
     shards = sharded(dist, cfg.parallel)
     # the fused Adam kernel takes plain tensors, not the shards (DTensors) of FSDP

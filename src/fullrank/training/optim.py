@@ -1,11 +1,44 @@
-"""The optimiser: Adam or AdamW with decoupled weight decay that spares biases and norms."""
+"""The optimiser: Adam or AdamW with decoupled weight decay that spares biases and norms; the
+parameters a run holds at their start."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
 
 import torch
 from torch import nn
 
+from fullrank.errors import ConfigError
 from fullrank.training.config import TrainConfig
+
+
+def frozen_names(model: nn.Module, patterns: Sequence[str]) -> list[str]:
+    """The names of ``model``'s parameters that ``patterns`` match (``fnmatch``: ``embed.*``,
+    ``layers.[01].*``; a tied parameter under any of its names), in model order. A pattern that
+    matches nothing, or patterns that leave nothing to train, are a :class:`ConfigError`."""
+    named = list(model.named_parameters(remove_duplicate=False))
+    held = {id(p) for name, p in named if any(fnmatchcase(name, pat) for pat in patterns)}
+    for pat in patterns:
+        if not any(fnmatchcase(name, pat) for name, _ in named):
+            some = ", ".join(name for name, _ in named[:4])
+            raise ConfigError(
+                f"train.freeze: {pat!r} matches no parameter of this model (its names are "
+                f"like {some}; `fullrank info` lists its parts); fix the pattern"
+            )
+    if patterns and all(id(p) in held for _, p in named):
+        raise ConfigError("train.freeze holds every parameter, which leaves nothing to train; hold fewer")
+    return [name for name, p in model.named_parameters() if id(p) in held]
+
+
+def freeze(model: nn.Module, patterns: Sequence[str]) -> list[str]:
+    """Hold the parameters of :func:`frozen_names` at their values (``requires_grad`` off: no
+    gradient, no optimizer state, no weight decay); returns their names."""
+    names = frozen_names(model, patterns)
+    params = dict(model.named_parameters())
+    for name in names:
+        params[name].requires_grad_(False)
+    return names
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
