@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fullrank.errors import ConfigError, FullrankError
-from fullrank.recipes.config import LMExperiment, MTExperiment, apply_overrides, load_experiment
+from fullrank.recipes.config import LMExperiment, MTExperiment, apply_overrides, load_experiment, parse_yaml
 
 # experiment files (sweep files, under configs/sweeps, are loaded by tests/recipes/test_sweep.py)
 CONFIGS = [
@@ -257,6 +257,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
         ("train.stop_after=0", r"train\.stop_after = 0: should be greater than 0"),
         ("train.stop_after=10000000", r"train\.stop_after = 10000000 is beyond train\.steps"),
         ("train.steps=true", r"train\.steps = True: should be a valid integer"),
+        ("train.compile=yes", r"train\.compile = 'yes': should be a valid boolean"),
         ("train.seed=-1", r"train\.seed = -1: should be greater than or equal to 0"),
         ("model.dropout=.nan", r"model\.dropout = nan: should be a finite number"),
         (
@@ -273,9 +274,13 @@ def test_numbers_and_names_are_checked_when_loaded(tmp_path, override, message):
     assert "\n" not in str(info.value)
 
 
-def test_yaml_1_2_numbers_and_repeated_keys(tmp_path):
+def test_yaml_1_2_numbers_booleans_and_repeated_keys(tmp_path):
     exp = load_experiment(write(tmp_path, BASE.replace("lr: 0.001", "lr: 1e-3")), ["train.eps=1e-8"])
     assert exp.train.lr == 1e-3 and exp.train.eps == 1e-8
+    # YAML 1.1's booleans (on, off, yes, no, y, n) are words: a run may be named so
+    assert load_experiment(write(tmp_path, BASE), ["name=on"]).name == "on"
+    assert load_experiment(write(tmp_path, BASE.replace("name: t", "name: no"))).name == "no"
+    assert parse_yaml("[true, False, off, n, Y]") == [True, False, "off", "n", "Y"]
     with pytest.raises(
         ConfigError,
         match=r"exp\.yaml:6: key 'steps' appears twice in this "

@@ -525,8 +525,10 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with two changes: a mapping that repeats a key is an error (not
-    "the last one wins"), and ``1e-3`` is a number as in YAML 1.2 (YAML 1.1 wants ``1.0e-3``)."""
+    """PyYAML's safe loader with three changes: a mapping that repeats a key is an error (not
+    "the last one wins"); ``1e-3`` is a number and only ``true``/``false`` are booleans, as in
+    YAML 1.2 (YAML 1.1 wants ``1.0e-3``, and reads ``on``, ``no``, ``y`` as booleans: a run
+    named ``on``, or ``data.src_lang: no`` for Norwegian)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -549,6 +551,12 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+_BOOL = "tag:yaml.org,2002:bool"
+_Loader.yaml_implicit_resolvers = {  # the float call above gave _Loader its own copy to edit
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def parse_yaml(text: str, name: str = "<text>") -> Any:
