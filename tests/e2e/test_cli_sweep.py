@@ -265,3 +265,14 @@ def test_dry_run_passes_on_the_sweeps_own_folder(tmp_path, capsys):
     assert main(["sweep", str(sweep), "--dry-run", *args]) == 0
     assert "fixed-n_heads2" in capsys.readouterr().out
     assert _files(tmp_path) == before
+
+
+def test_dry_run_checks_each_points_train_freeze_against_its_model(tmp_path, capsys):
+    sweep = toy(tmp_path)
+    before = _files(tmp_path)
+    assert main(["sweep", str(sweep), "--dry-run", "train.freeze=[embed.*, layers.1.*]"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", str(sweep), "--dry-run", "train.freeze=[layers.2.*]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "point fixed-n_heads2-s0: train.freeze: 'layers.2.*' matches no parameter" in err
+    assert err.count("\n") == 0 and _files(tmp_path) == before

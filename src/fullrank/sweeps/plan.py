@@ -40,13 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import torch
 import yaml
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 
 from fullrank.data.text import loads_json
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import ConfigError, FullrankError, closest
-from fullrank.models import ModelConfig
+from fullrank.models import ModelConfig, build_model
 from fullrank.models.budget import count_params, solve_for
 from fullrank.paths import check_output_dir, write_text_atomic
 from fullrank.recipes.config import (
@@ -59,6 +60,7 @@ from fullrank.recipes.config import (
 )
 from fullrank.recipes.init import find_start
 from fullrank.recipes.run import recipe_of
+from fullrank.training.optim import frozen_names
 from fullrank.validation import (
     Bool,
     NonNegativeInt,
@@ -419,6 +421,16 @@ def _short(key: str, keys: list[str]) -> str:
     return key.replace(".", "_") if clash else last
 
 
+def _check_freeze(path: Path, label: str, model: ModelConfig, patterns: tuple[str, ...]) -> None:
+    """The parameters a point's ``train.freeze`` names are its model's, as its run will check
+    when it starts: the model built on the meta device (shapes only: no memory, no time)."""
+    try:
+        with torch.device("meta"):
+            frozen_names(build_model(model), patterns)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: point {label}: {e}") from None
+
+
 def point_name(
     arm: str, coords: dict[str, Any], seed: int | None, keys: list[str], pre_seed: int | None = None
 ) -> str:
@@ -596,6 +608,8 @@ def plan(sweep: Sweep, out: Path | None = None, cache: dict[str, Any] | None = N
                 if source is not None:
                     point_overrides.append(f"train.init_from={out / source}")
                 exp = _experiment(sweep, arm.base, point_overrides, _label(arm.name, coords))
+                if exp.train.freeze:
+                    _check_freeze(sweep.path, name, model, exp.train.freeze)
                 points.append(
                     Point(
                         name=name,
