@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import typing
 
 from fullrank.cli import main
 
@@ -22,6 +23,25 @@ def test_info_prints_breakdown_heads_flops(capsys):
         "FLOPs per token",
     ):
         assert needle in out
+
+
+def test_info_lists_every_parameter_tensor_and_says_which_are_tied(capsys):
+    from fullrank.models import ModelConfig, build_model
+    from fullrank.models.presets import preset
+
+    assert main(["info", "bert_base", "--parameters"]) == 0
+    rows = [
+        line.strip("│ ").split("│") for line in capsys.readouterr().out.splitlines() if line.count("│") == 4
+    ]
+    rows = [[cell.strip() for cell in row] for row in rows if "." in row[0]]
+    model = build_model(typing.cast(ModelConfig, preset("bert_base")))
+    assert [r[0] for r in rows] == [n for n, _ in model.named_parameters(remove_duplicate=False)]
+    shapes = dict(model.named_parameters())
+    for name, shape, size in rows:
+        if name in shapes:
+            assert shape == " × ".join(map(str, shapes[name].shape)) and size == f"{shapes[name].numel():,}"
+        else:
+            assert size == "tied to embed.token.weight", name
 
 
 def test_info_warns_on_the_bottleneck(capsys):

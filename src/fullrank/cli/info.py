@@ -1,8 +1,10 @@
-"""``fullrank info PRESET``: parameters by component, head settings, FLOPs per token, warnings."""
+"""``fullrank info PRESET``: parameters by component (``--parameters``: by tensor), head settings,
+FLOPs per token, warnings."""
 
 from __future__ import annotations
 
 import argparse
+import typing
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="vocabulary size for an experiment file whose tokenizer sets it",
     )
     p.add_argument("--list", action="store_true", help="list the preset names and exit")
+    p.add_argument(
+        "--parameters",
+        action="store_true",
+        help="also list every parameter tensor by name and shape (the names train.freeze matches)",
+    )
     p.add_argument(
         "--seq-len",
         type=int,
@@ -77,6 +84,27 @@ def render(name: str, cfg: TransformerConfig, console: Console) -> None:
             console.print(f"  [yellow]warning:[/yellow] {warning}")
 
 
+def render_parameters(cfg: TransformerConfig, console: Console) -> None:
+    """Every parameter tensor of the model of ``cfg`` (built on the meta device: shapes alone),
+    by name, with its shape and size; a tied tensor under each of its names."""
+    import torch
+    from rich.table import Table
+
+    from fullrank.models import ModelConfig, build_model
+
+    with torch.device("meta"):
+        model = build_model(typing.cast(ModelConfig, cfg))  # every preset and experiment is a family's
+    table = Table(show_header=True, header_style="bold")
+    for column in ("parameter", "shape", "size"):
+        table.add_column(column, justify="right" if column == "size" else "left")
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        size = f"{p.numel():,}" if id(p) not in first else f"tied to {first[id(p)]}"
+        table.add_row(name, " × ".join(map(str, p.shape)), size)
+        first.setdefault(id(p), name)
+    console.print(table)
+
+
 def load(name: str, vocab_size: int | None) -> TransformerConfig:
     """A preset by name, or the model of an experiment file."""
     from fullrank.models.presets import preset
@@ -112,4 +140,6 @@ def run(args: argparse.Namespace) -> int:
     if args.seq_len is not None:
         cfg = replace(cfg, seq_len=args.seq_len, max_len=max(cfg.max_len, args.seq_len))
     render(args.name, cfg, console)
+    if args.parameters:
+        render_parameters(cfg, console)
     return 0

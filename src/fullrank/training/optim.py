@@ -24,7 +24,7 @@ def frozen_names(model: nn.Module, patterns: Sequence[str]) -> list[str]:
             some = ", ".join(name for name, _ in named[:4])
             raise ConfigError(
                 f"train.freeze: {pat!r} matches no parameter of this model (its names are "
-                f"like {some}; `fullrank info` lists its parts); fix the pattern"
+                f"like {some}; `fullrank info CONFIG --parameters` lists them); fix the pattern"
             )
     if patterns and all(id(p) in held for _, p in named):
         raise ConfigError("train.freeze holds every parameter, which leaves nothing to train; hold fewer")
