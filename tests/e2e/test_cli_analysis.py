@@ -139,3 +139,13 @@ def test_heads_on_a_translation_model(mt_run, capsys):
     rows = list(csv.DictReader(open(tmp / "h.csv")))
     names = {r["name"] for r in rows}
     assert {"encoder.0.self_attn", "decoder.1.self_attn", "decoder.1.cross_attn"} <= names
+
+
+def test_info_reads_a_trained_run_as_its_checkpoint_holds_it(lm_run, capsys):
+    import json
+
+    _, run = lm_run
+    params = json.loads((run / "results.json").read_text())["params"]
+    assert main(["info", str(run), "--parameters"]) == 0
+    out = capsys.readouterr().out
+    assert f"{params:,}" in out and "d_head 10 (d_value 6)" in out and "layers.1.ffn.fc2.weight" in out

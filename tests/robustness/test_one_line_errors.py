@@ -1030,9 +1030,14 @@ DATA = [
         r"is a directory; name the config file",
     ),
     Case(
-        "info a directory",
+        "info a folder that holds no checkpoint",
         lambda sb: ["info", s(sb.root)],
-        r"is a directory; name a preset",
+        r"no complete checkpoint found \(expected meta\.json and model\.safetensors",
+    ),
+    Case(
+        "info a checkpoint with a flipped byte",
+        damaged(lambda sb: flip_byte(sb.newest / MODEL), "info", "CKPT"),
+        r"model\.safetensors: .*SHA-256",
     ),
     Case(
         "generate --temperature nan",

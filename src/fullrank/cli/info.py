@@ -1,4 +1,4 @@
-"""``fullrank info PRESET``: parameters by component (``--parameters``: by tensor), head settings,
+"""``fullrank info PRESET|CONFIG|CKPT``: parameters by component (``--parameters``: by tensor), head settings,
 FLOPs per token, warnings."""
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", help="a preset name (see --list) or an experiment file (configs/…yaml)")
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="a preset name (see --list), an experiment file (configs/…yaml), or a checkpoint or run folder",
+    )
     p.add_argument(
         "--vocab-size",
         type=positive_int,
@@ -106,15 +110,15 @@ def render_parameters(cfg: TransformerConfig, console: Console) -> None:
 
 
 def load(name: str, vocab_size: int | None) -> TransformerConfig:
-    """A preset by name, or the model of an experiment file."""
+    """A preset by name, the model of an experiment file, or a checkpoint's."""
     from fullrank.models.presets import preset
     from fullrank.recipes.config import load_experiment
 
     path = Path(name)
-    if path.is_dir():
-        raise ConfigError(
-            f"{path}: is a directory; name a preset (`fullrank info --list`) or an experiment file"
-        )
+    if path.is_dir():  # a checkpoint, or a run (its latest)
+        from fullrank.training.checkpoints import checkpoint_config
+
+        return checkpoint_config(path)
     if path.suffix not in (".yaml", ".yml", ".toml"):
         return preset(name)
     exp = load_experiment(path)

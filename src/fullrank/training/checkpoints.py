@@ -708,6 +708,13 @@ def load_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> 
     return Checkpoint(ckpt, model.to(device).eval(), config, tokenizer, raw, meta)
 
 
+def checkpoint_config(path: str | Path) -> ModelConfig:
+    """The model config of a checkpoint (or a run's latest, :func:`resolve`), verified against
+    its metadata and its weights' checksum and shapes, without building the model."""
+    ckpt = resolve(path)
+    return _model_config(ckpt, _read_meta(ckpt)[1])
+
+
 def _tokenizer(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> Tokenizer | None:
     """The checkpoint's tokenizer (``None`` without one), verified and matched to the model."""
     if not ((ckpt / TOKENIZER_FILE).exists() or TOKENIZER_FILE in meta.files):
