@@ -180,6 +180,18 @@ def test_heads_and_attention_read_a_bert_segment_framed_as_in_pre_training(pipel
     assert encoder_frame(classifier) == (tok.cls_id, tok.sep_id)
 
 
+def test_info_of_a_fine_tuning_config_is_the_model_its_run_trains(pipeline, capsys):
+    import json
+
+    tmp, cfgs = pipeline
+    for task, run, head in (("classify", "cls", "classifier.weight"), ("squad", "qa", "span.weight")):
+        assert main(["info", str(cfgs[task]), "--parameters"]) == 0
+        out = capsys.readouterr().out
+        params = json.loads((tmp / "runs" / run / "results.json").read_text())["params"]
+        assert f"{params:,}" in out, task  # the total its run counted
+        assert head in out and "mlm.transform.weight" not in out, task
+
+
 def test_bad_inputs_are_one_line_errors(pipeline, capsys):
     tmp, cfgs = pipeline
     (tmp / "bad_labels.jsonl").write_text(

@@ -122,6 +122,13 @@ def load(name: str, vocab_size: int | None) -> TransformerConfig:
     if path.suffix not in (".yaml", ".yml", ".toml"):
         return preset(name)
     exp = load_experiment(path)
+    if exp.train.init_from:  # the checkpoint's model with the experiment's on top, as its run builds
+        from fullrank.recipes.init import find_start
+        from fullrank.recipes.run import recipe_of
+
+        start = find_start(exp)
+        assert start is not None  # train.init_from is set
+        return recipe_of(exp.task).plan_model(exp, exp.run_dir, {}, start.config)[0]
     vocab = vocab_size or exp.model.get("vocab_size") or exp.data.vocab_size
     if vocab is None:
         raise ConfigError(
