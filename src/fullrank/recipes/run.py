@@ -26,14 +26,13 @@ import functools
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import torch
 import yaml
 from rich.console import Console
-from torch import nn
 
 from fullrank import fast
 from fullrank.errors import ConfigError
@@ -63,7 +62,7 @@ from fullrank.training.distributed import DistInfo, sharded, teardown
 from fullrank.training.distributed import setup as join
 from fullrank.training.loop import RunOutput, train
 from fullrank.training.metrics import plot_run
-from fullrank.training.optim import frozen_names
+from fullrank.training.optim import frozen_line
 
 Resume = Literal["never", "auto", "always"]
 P = ParamSpec("P")
@@ -300,16 +299,6 @@ def run(
         recipe.evaluate(r, s, model.eval(), report)
         finish(r, report)
     return report
-
-
-def frozen_line(model: nn.Module, patterns: Sequence[str]) -> str | None:
-    """What ``train.freeze`` holds, for the header (``None`` where it holds nothing)."""
-    held = set(frozen_names(model, patterns))
-    if not held:
-        return None
-    size = sum(p.numel() for n, p in model.named_parameters() if n in held)
-    tensors = f"{len(held)} tensor" + ("s" if len(held) > 1 else "")
-    return f"frozen ({', '.join(patterns)}): {tensors}, {size:,} parameters held at their start"
 
 
 def header(run: Run, setup: Setup, parallel: dict[str, Any]) -> None:

@@ -31,6 +31,16 @@ def frozen_names(model: nn.Module, patterns: Sequence[str]) -> list[str]:
     return [name for name, p in model.named_parameters() if id(p) in held]
 
 
+def frozen_line(model: nn.Module, patterns: Sequence[str]) -> str | None:
+    """What ``train.freeze`` holds, for a run's header (``None`` where it holds nothing)."""
+    held = set(frozen_names(model, patterns))
+    if not held:
+        return None
+    size = sum(p.numel() for n, p in model.named_parameters() if n in held)
+    tensors = f"{len(held)} tensor" + ("s" if len(held) > 1 else "")
+    return f"frozen ({', '.join(patterns)}): {tensors}, {size:,} parameters held at their start"
+
+
 def freeze(model: nn.Module, patterns: Sequence[str]) -> list[str]:
     """Hold the parameters of :func:`frozen_names` at their values (``requires_grad`` off: no
     gradient, no optimizer state, no weight decay); returns their names."""
