@@ -1,5 +1,6 @@
 """Tiny, odd-sized Hugging Face models with their tokenizers, built offline and written with
-``save_pretrained``: BERT (each head), GPT-2 and Marian, as a user's model directory holds them."""
+``save_pretrained``: BERT and the pre-LN RoBERTa-PreLayerNorm (each head), GPT-2 and Marian, as a
+user's model directory holds them."""
 
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ BERT_CLASSES = (
     "BertForSequenceClassification",
     "BertForQuestionAnswering",
 )
+PRE_LN_CLASSES = (
+    "RobertaPreLayerNormForMaskedLM",
+    "RobertaPreLayerNormModel",
+    "RobertaPreLayerNormForSequenceClassification",
+    "RobertaPreLayerNormForQuestionAnswering",
+)
 
 
 def perturb(model) -> None:
@@ -62,24 +69,27 @@ def wordpiece_vocab(size: int = 97) -> dict[str, int]:
 
 
 def bert_dir(root: Path, cls: str = "BertForPreTraining", *, legacy_vocab: bool = False, **config) -> Path:
-    """A BERT model directory: ``tokenizer.json`` (or, ``legacy_vocab``, only ``vocab.txt``)."""
+    """A BERT (or, for a ``RobertaPreLayerNorm…`` class, a pre-LN BERT) model directory with a
+    WordPiece tokenizer: ``tokenizer.json`` (or, ``legacy_vocab``, only ``vocab.txt``)."""
     out = root / f"{cls}{'-vocab' if legacy_vocab else ''}"
     vocab = wordpiece_vocab()
-    hf_cfg = transformers.BertConfig(
-        **{
-            **dict(
-                vocab_size=len(vocab),
-                hidden_size=24,
-                num_hidden_layers=3,
-                num_attention_heads=4,
-                intermediate_size=37,
-                max_position_embeddings=43,
-                attn_implementation="eager",
-            ),
-            **config,
-        }
+    sizes = dict(
+        vocab_size=len(vocab),
+        hidden_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=43,
+        attn_implementation="eager",
     )
-    if cls == "BertForSequenceClassification":
+    if cls.startswith("RobertaPreLayerNorm"):  # positions start after the padding id
+        pad = vocab["[PAD]"]
+        sizes.update(max_position_embeddings=43 + pad + 1, pad_token_id=pad)
+        sizes.update(bos_token_id=vocab["[CLS]"], eos_token_id=vocab["[SEP]"])
+        hf_cfg = transformers.RobertaPreLayerNormConfig(**{**sizes, **config})
+    else:
+        hf_cfg = transformers.BertConfig(**{**sizes, **config})
+    if cls.endswith("ForSequenceClassification"):
         hf_cfg.id2label, hf_cfg.label2id = {0: "yes", 1: "no", 2: "maybe"}, {"yes": 0, "no": 1, "maybe": 2}
     torch.manual_seed(0)
     model = getattr(transformers, cls)(hf_cfg).eval()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fullrank.models import Encoder
-from fullrank.models.convert_hf import bert_config_from_hf, bert_layout, load_from_hf, strip_prefix
+from fullrank.models.convert_hf import bert_layout, encoder_config_from_hf, load_from_hf, strip_prefix
 
 transformers = pytest.importorskip("transformers")
 
@@ -74,7 +74,7 @@ def _perturb(hf) -> None:
 def _converted(hf, hf_cfg):
     """``hf``'s weights in a fullrank ``Encoder`` (every tensor mapped)."""
     names = set(strip_prefix(hf.state_dict(), "bert."))
-    cfg = bert_config_from_hf(hf_cfg.to_dict(), names)
+    cfg = encoder_config_from_hf(hf_cfg.to_dict(), names)
     ours = Encoder(cfg).eval()
     load_from_hf(ours, bert_layout(cfg, type(hf).__name__), hf.state_dict())
     assert cfg.num_params() == sum(p.numel() for p in hf.parameters())

@@ -2,7 +2,7 @@
 models built offline and written with ``save_pretrained`` (:mod:`tests.reference.hf_models`):
 
 - an imported model computes what the Hugging Face model computes (every head's outputs, with
-  padding), within float32 rounding;
+  padding), within float32 rounding: BERT, the pre-LN RoBERTa-PreLayerNorm, GPT-2, Marian;
 - import → export → ``from_pretrained`` gives back every tensor exactly, with nothing missing
   or unexpected, and the tokenizer gives the same ids as ``transformers``' on the way in and
   out;
@@ -28,13 +28,25 @@ from fullrank.errors import CheckpointError
 from fullrank.interop.huggingface import export_hf, import_hf
 from fullrank.models import DecoderLM, Encoder, EncoderDecoder
 from fullrank.training.checkpoints import load_checkpoint
-from tests.reference.hf_models import BERT_CLASSES, SAMPLES, bert_dir, gpt2_dir, marian_dir, transformers
+from tests.reference.hf_models import (
+    BERT_CLASSES,
+    PRE_LN_CLASSES,
+    SAMPLES,
+    bert_dir,
+    gpt2_dir,
+    marian_dir,
+    transformers,
+)
 
 pytestmark = pytest.mark.reference
 
 DIRS: dict[str, Callable[[Path], Path]] = {
-    **{cls: functools.partial(bert_dir, cls=cls) for cls in BERT_CLASSES},
+    **{cls: functools.partial(bert_dir, cls=cls) for cls in BERT_CLASSES + PRE_LN_CLASSES},
     "BertForMaskedLM (vocab.txt)": lambda root: bert_dir(root, "BertForMaskedLM", legacy_vocab=True),
+    "BertForMaskedLM (untied)": lambda root: bert_dir(root, "BertForMaskedLM", tie_word_embeddings=False),
+    "RobertaPreLayerNormForMaskedLM (untied)": lambda root: bert_dir(
+        root, "RobertaPreLayerNormForMaskedLM", tie_word_embeddings=False
+    ),
     "GPT2LMHeadModel": lambda root: gpt2_dir(root),
     "GPT2LMHeadModel (vocab.json + merges.txt)": lambda root: gpt2_dir(root, legacy_vocab=True),
     "GPT2LMHeadModel (untied)": lambda root: gpt2_dir(root, tie_word_embeddings=False),
@@ -85,7 +97,10 @@ def batch(vocab: int, *, rows: int = 5, length: int = 11, low: int = 5):
     return tokens, keep
 
 
-@pytest.mark.parametrize("name", [c for c in DIRS if c.startswith("Bert")])
+ENCODERS = [c for c in DIRS if c.startswith(("Bert", "Roberta"))]
+
+
+@pytest.mark.parametrize("name", ENCODERS)
 def test_imported_bert_computes_what_hugging_face_computes(models, name):
     hf_dir, report = models[name]
     ours = loaded(report.path, Encoder)
@@ -95,21 +110,22 @@ def test_imported_bert_computes_what_hugging_face_computes(models, name):
     kw = dict(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long())
     with torch.no_grad():
         h = ours(tokens, segments=segments, mask=keep)
-        if report.architecture == "BertModel":
+        if report.architecture.endswith("Model"):
             ref = hf(**kw)
             torch.testing.assert_close(h[keep], ref.last_hidden_state[keep], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(ours.pooled(h), ref.pooler_output, atol=1e-5, rtol=1e-5)
             return
         ref = hf(**kw, output_hidden_states=True)
-        torch.testing.assert_close(h[keep], ref.hidden_states[-1][keep], atol=1e-5, rtol=1e-5)
+        if not ours.config.norm_first:  # a pre-LN model's final norm comes after its last hidden state
+            torch.testing.assert_close(h[keep], ref.hidden_states[-1][keep], atol=1e-5, rtol=1e-5)
         if report.architecture == "BertForPreTraining":
             torch.testing.assert_close(
                 ours.mlm_logits(h)[keep], ref.prediction_logits[keep], atol=1e-4, rtol=1e-5
             )
             torch.testing.assert_close(ours.nsp_logits(h), ref.seq_relationship_logits, atol=1e-5, rtol=1e-5)
-        elif report.architecture == "BertForMaskedLM":
+        elif report.architecture.endswith("ForMaskedLM"):
             torch.testing.assert_close(ours.mlm_logits(h)[keep], ref.logits[keep], atol=1e-4, rtol=1e-5)
-        elif report.architecture == "BertForSequenceClassification":
+        elif report.architecture.endswith("ForSequenceClassification"):
             torch.testing.assert_close(ours.class_logits(h), ref.logits, atol=1e-5, rtol=1e-5)
         else:
             span = ours.span_logits(h)
@@ -144,6 +160,8 @@ def test_imported_marian_computes_what_hugging_face_computes(models):
 
 @pytest.mark.parametrize("name", list(DIRS))
 def test_import_then_export_gives_back_every_tensor(models, name, tmp_path):
+    """Every tensor transformers reads comes back exactly. An untied MLM head's own bias is
+    not read (transformers adds the decoder's): export writes the decoder's bias into it."""
     hf_dir, report = models[name]
     exported = export_hf(report.path, tmp_path / "exported")
     original = hf_model(hf_dir, report.architecture)
@@ -154,8 +172,13 @@ def test_import_then_export_gives_back_every_tensor(models, name, tmp_path):
     assert exported.architecture == report.architecture
     theirs, ours = original.state_dict(), back.state_dict()
     assert set(ours) == set(theirs)
+    unread = {"cls.predictions.bias", "lm_head.bias"} if "(untied)" in name and "GPT2" not in name else set()
     for key, value in theirs.items():
-        assert torch.equal(ours[key], value), key
+        if key in unread:
+            decoder = key.replace(".bias", ".decoder.bias")
+            assert torch.equal(ours[key], theirs[decoder]) and not torch.equal(ours[key], value), key
+        else:
+            assert torch.equal(ours[key], value), key
 
 
 @pytest.mark.parametrize("name", [n for n in DIRS if not n.startswith("Marian")])
@@ -167,7 +190,7 @@ def test_the_tokenizer_gives_the_ids_of_transformers_in_and_out(models, name, tm
         theirs = transformers.AutoTokenizer.from_pretrained(directory)
         for text in SAMPLES:
             assert tok.encode(text) == theirs(text, add_special_tokens=False).input_ids, text
-    if name.startswith("Bert"):  # the exported tokenizer frames pairs as BERT does
+    if name.startswith(("Bert", "Roberta")):  # the exported tokenizer frames pairs as BERT does
         pair = transformers.AutoTokenizer.from_pretrained(exported)("a man", "the king")
         ids = tok.encode("a man"), tok.encode("the king")
         assert pair.input_ids == [tok.cls_id, *ids[0], tok.sep_id, *ids[1], tok.sep_id]
@@ -289,6 +312,84 @@ def test_fullrank_models_that_hugging_face_can_hold_export_with_the_same_outputs
 
 
 @pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"pretraining_heads": False, "n_classes": 3},
+        {"pretraining_heads": False, "span_head": True},
+        {"pretraining_heads": False, "pooler": True},
+    ],
+    ids=["ForMaskedLM", "ForSequenceClassification", "ForQuestionAnswering", "Model"],
+)
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre-LN", "post-LN"])
+def test_an_encoder_with_a_fixed_sinusoid_and_scaled_embeddings_exports_the_same_function(
+    tmp_path, fields, norm_first
+):
+    """The Wikipedia recipe's encoder (pre-LN, sinusoidal positions, embeddings scaled by √D,
+    mimetic attention start) → ``RobertaPreLayerNorm…``; post-LN → ``Bert…`` (without NSP). The
+    sinusoid becomes learned positions holding its values, the scale moves into the token
+    embedding, and a tied MLM decoder keeps the unscaled matrix; imported back, the model
+    computes the same function again."""
+    path, enc = _native(
+        tmp_path,
+        "encoder",
+        norm_first=norm_first,
+        next_sentence=False,
+        positions="sinusoidal",
+        scale_embeddings=True,
+        attn_init="mimetic",
+        **fields,
+    )
+    exported = export_hf(path, tmp_path / "hf")
+    family = "RobertaPreLayerNorm" if norm_first else "Bert"
+    suffix = next(
+        s
+        for s in ("ForMaskedLM", "ForSequenceClassification", "ForQuestionAnswering", "Model")
+        if exported.architecture.endswith(s)
+    )
+    assert exported.architecture == family + suffix
+    hf, info = getattr(transformers, exported.architecture).from_pretrained(
+        exported.path, output_loading_info=True
+    )
+    assert not any(info.values()), info
+    back = loaded(import_hf(exported.path, tmp_path / "back").path, Encoder)
+    tokens, keep = batch(enc.config.vocab_size)
+    segments = (torch.arange(11) >= 6).long().expand(5, 11)
+    with torch.no_grad():
+        ref = hf.eval()(input_ids=tokens, token_type_ids=segments, attention_mask=keep.long())
+        for model in (enc, back):
+            h = model(tokens, segments=segments, mask=keep)
+            if suffix == "ForMaskedLM":
+                got, want = model.mlm_logits(h)[keep], ref.logits[keep]
+            elif suffix == "ForSequenceClassification":
+                got, want = model.class_logits(h), ref.logits
+            elif suffix == "ForQuestionAnswering":
+                got, want = model.span_logits(h)[..., 0][keep], ref.start_logits[keep]
+            else:
+                got, want = (
+                    torch.cat([h[keep], model.pooled(h)]),
+                    torch.cat([ref.last_hidden_state[keep], ref.pooler_output]),
+                )
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+
+
+def test_a_roberta_whose_padding_id_is_not_its_tokenizer_s_is_refused(models, tmp_path):
+    """RoBERTa's positions are counted from its padding id: with another id, every position
+    would be read from another row."""
+    import json
+    import shutil
+
+    hf_dir, _ = models["RobertaPreLayerNormForMaskedLM"]
+    shutil.copytree(hf_dir, tmp_path / "other_pad")
+    config = json.loads((tmp_path / "other_pad" / "config.json").read_text())
+    config["pad_token_id"] += 1
+    (tmp_path / "other_pad" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"pad_token_id=1 but the tokenizer's padding token is id 0"):
+        import_hf(tmp_path / "other_pad", tmp_path / "imported")
+    assert not (tmp_path / "imported").exists()
+
+
+@pytest.mark.parametrize(
     "family,fields,message",
     [
         ("lm", {}, r"norm_first=False: GPT2LMHeadModel cannot hold it \(GPT-2's blocks are pre-LN\)"),
@@ -304,7 +405,12 @@ def test_fullrank_models_that_hugging_face_can_hold_export_with_the_same_outputs
             r"d_head=8, d_value=8 with d_model=24 and n_heads=4: "
             r"BertForPreTraining cannot hold it",
         ),
-        ("encoder", {"norm_first": True}, r"norm_first=True: BertForPreTraining cannot hold it"),
+        (
+            "encoder",
+            {"norm_first": True},
+            r"next_sentence=True: RobertaPreLayerNormForMaskedLM cannot hold it "
+            r"\(it has no next-sentence head\)",
+        ),
     ],
 )
 def test_settings_hugging_face_cannot_hold_are_refused_in_one_line(tmp_path, family, fields, message):
@@ -367,12 +473,21 @@ def test_the_mapping_tables_of_the_docs_are_the_code_s():
     from pathlib import Path
 
     from fullrank.models import DecoderLMConfig, EncoderConfig, EncoderDecoderConfig
-    from fullrank.models.convert_hf import bert_layout, gpt2_layout, hf_names, marian_layout
+    from fullrank.models.convert_hf import (
+        bert_layout,
+        gpt2_layout,
+        hf_names,
+        marian_layout,
+        roberta_prelayernorm_layout,
+    )
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "import-export.md").read_text()
     sizes: dict[str, Any] = dict(vocab_size=10, d_model=8, n_heads=2, n_layers=2, max_len=8, seq_len=8)
     layouts = [
         bert_layout(EncoderConfig(n_classes=3, span_head=True, **sizes)),
+        roberta_prelayernorm_layout(
+            EncoderConfig(norm_first=True, next_sentence=False, n_classes=3, span_head=True, **sizes)
+        ),
         gpt2_layout(DecoderLMConfig(**sizes)),
         marian_layout(EncoderDecoderConfig(output_bias=True, **sizes)),
     ]

@@ -38,13 +38,15 @@ from fullrank.models import DecoderLMConfig, EncoderDecoderConfig, ModelConfig, 
 from fullrank.models.convert_hf import (
     ARCHITECTURES,
     MODEL_TYPES,
+    PREFIXES,
     Conversion,
     Family,
-    bert_config_from_hf,
     check_marian_positions,
+    encoder_config_from_hf,
     gpt2_config_from_hf,
     hf_architecture,
     hf_config,
+    hf_form,
     layout_of,
     load_converted,
     marian_config_from_hf,
@@ -68,8 +70,8 @@ from fullrank.training.integrity import read_json
 
 CONFIG, WEIGHTS, WEIGHTS_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-# the base model's prefix in each family's head classes
-PREFIXES: dict[str, str] = {"bert": "bert.", "gpt2": "transformer.", "marian": "model."}
+# the class a pickle-only directory is converted with when config.json names none
+_PICKLE_CLASS = {"roberta_prelayernorm": "RobertaPreLayerNormForMaskedLM"}
 # the head class each family's config.json defaults to when it names no architecture
 DEFAULT_ARCHITECTURE = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel"}
 _RESAVE = "re-save the model with transformers' save_pretrained"
@@ -197,7 +199,13 @@ def read_weights(source: Path, architecture: str) -> tuple[dict[str, Tensor], Pa
 
 
 def _check_special_ids(hf: dict[str, Any], tok: Tokenizer, family: Family, where: Path) -> None:
-    """The ids a Marian model starts and ends its outputs with must be the tokenizer's."""
+    """The ids a Marian model starts and ends its outputs with must be the tokenizer's; a
+    RoBERTa's padding id, after which its positions start, too."""
+    if family == "roberta_prelayernorm" and hf.get("pad_token_id", 1) != tok.pad_id:
+        raise CheckpointError(
+            f"{where}: pad_token_id={hf.get('pad_token_id', 1)} but the tokenizer's padding "
+            f"token is id {tok.pad_id}; give the tokenizer saved with this model"
+        )
     if family != "marian":
         return
     for key, ours, role in (
@@ -251,11 +259,11 @@ def import_hf(
         kind="a fullrank checkpoint",
     )
     named, family = architecture_of(hf, source / CONFIG)
-    raw, weights = read_weights(source, named or "BertForPreTraining")
+    raw, weights = read_weights(source, named or _PICKLE_CLASS.get(family, "BertForPreTraining"))
     names = set(strip_prefix(raw, PREFIXES[family]))
     try:
-        if family == "bert":
-            config: ModelConfig = bert_config_from_hf(hf, names)
+        if family in ("bert", "roberta_prelayernorm"):
+            config: ModelConfig = encoder_config_from_hf(hf, names, family=family)
         elif family == "gpt2":
             config = gpt2_config_from_hf(hf)
         else:
@@ -274,7 +282,7 @@ def import_hf(
     )
     # every name and shape against config.json first, on a model that takes no memory, so that a
     # config.json that is wrong is named as such and a vocab_size of 10¹² is not an allocation
-    layout = layout_of(config, architecture)
+    layout = layout_of(config, architecture, pad_id=int(hf.get("pad_token_id") or 0))
     state, conversion = state_from_hf(layout, raw, model_shapes(config), where=str(weights))
     if tok.vocab_size != config.vocab_size:
         raise CheckpointError(
@@ -345,22 +353,23 @@ def export_hf(checkpoint: str | Path, output: str | Path, *, overwrite: bool = F
         raise CheckpointError(
             f"{ckpt.path}: no tokenizer.json; a Hugging Face model directory needs the model's tokenizer"
         )
-    config = ckpt.config
+    config, state = hf_form(ckpt.config, ckpt.model.state_dict())
     try:
         hf = hf_config(
             config, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, labels=ckpt.meta.get("labels")
         )
     except CheckpointError as e:
         raise CheckpointError(f"{ckpt.path}: {e}") from None
-    family = {"bert": "bert", "gpt2": "gpt2", "marian": "marian"}[hf["model_type"]]
-    if family == "bert" and tok.mask_id is None:
+    family = MODEL_TYPES[hf["model_type"]]
+    if family in ("bert", "roberta_prelayernorm") and tok.mask_id is None:
         raise CheckpointError(
             f"{ckpt.path}: the tokenizer is {tok.kind}, not wordpiece; BERT's "
             f"tokenizer has [CLS], [SEP] and [MASK]"
         )
-    layout = layout_of(config)
-    state = ckpt.model.state_dict()
-    placed = {p.ours for p in layout.pairs} | set(tied_names(ckpt.model))
+    layout = layout_of(config, pad_id=tok.pad_id)
+    model = build_model(config)
+    model.load_state_dict(state)  # the form Hugging Face holds: the same names as its layout
+    placed = {p.ours for p in layout.pairs} | set(tied_names(model))
     unplaced = [n for n in state if n not in placed]
     if unplaced:
         raise CheckpointError(f"{ckpt.path}: tensor '{unplaced[0]}' has no place in {hf['architectures'][0]}")
@@ -369,7 +378,10 @@ def export_hf(checkpoint: str | Path, output: str | Path, *, overwrite: bool = F
         tensors["final_logits_bias"] = torch.zeros(1, config.vocab_size)  # what save_pretrained writes
     files = {
         CONFIG: json.dumps({**hf, "dtype": "float32"}, indent=2) + "\n",
-        **hf_tokenizer_files(tok, family, max_len=config.max_len),
+        # a pre-LN BERT's tokenizer frames its inputs as BERT's does
+        **hf_tokenizer_files(
+            tok, "bert" if family == "roberta_prelayernorm" else family, max_len=config.max_len
+        ),
     }
     tmp = temporary_directory(out.resolve())
     save_file(

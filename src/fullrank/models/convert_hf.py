@@ -5,16 +5,20 @@ Only configs (the dict of a ``config.json``) and tensors are exchanged: nothing 
 unpickling) and passes them in; :mod:`fullrank.interop.huggingface` does that for
 ``fullrank import`` and ``fullrank export``.
 
-Three Hugging Face families map onto the three fullrank families:
+Four Hugging Face families map onto the three fullrank families:
 
-==========  ================================================================  =====================
-family      Hugging Face classes                                              fullrank model
-==========  ================================================================  =====================
-``bert``    ``BertForPreTraining``, ``BertForMaskedLM``, ``BertModel``,       :class:`Encoder`
-            ``BertForSequenceClassification``, ``BertForQuestionAnswering``
-``gpt2``    ``GPT2LMHeadModel``, ``GPT2Model``                                :class:`DecoderLM`
-``marian``  ``MarianMTModel``                                                 :class:`EncoderDecoder`
-==========  ================================================================  =====================
+========================  ==================================================  ======================
+family                    Hugging Face classes                                fullrank model
+========================  ==================================================  ======================
+``bert``                  ``BertForPreTraining``, ``BertForMaskedLM``,        :class:`Encoder`
+                          ``BertModel``, ``BertForSequenceClassification``,   (post-LN)
+                          ``BertForQuestionAnswering``
+``roberta_prelayernorm``  ``RobertaPreLayerNormForMaskedLM``, ``…Model``,     :class:`Encoder`
+                          ``…ForSequenceClassification``,                     (pre-LN)
+                          ``…ForQuestionAnswering``
+``gpt2``                  ``GPT2LMHeadModel``, ``GPT2Model``                  :class:`DecoderLM`
+``marian``                ``MarianMTModel``                                   :class:`EncoderDecoder`
+========================  ==================================================  ======================
 
 Each model's tensors are described once, as a :class:`Layout`: a list of :class:`Pair` s (one
 fullrank tensor and the Hugging Face tensors it is made of), the Hugging Face tensors that hold
@@ -31,6 +35,7 @@ sizes (widened, or fixed heads) has no Hugging Face form, and :func:`hf_config` 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -45,7 +50,8 @@ from fullrank.models.decoder_lm import DecoderLMConfig
 from fullrank.models.encoder import EncoderConfig
 from fullrank.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 
-Family = Literal["bert", "gpt2", "marian"]
+Family = Literal["bert", "roberta_prelayernorm", "gpt2", "marian"]
+AnyConfig = EncoderConfig | DecoderLMConfig | EncoderDecoderConfig
 
 # every Hugging Face class fullrank reads, and its family
 ARCHITECTURES: dict[str, Family] = {
@@ -54,13 +60,29 @@ ARCHITECTURES: dict[str, Family] = {
     "BertModel": "bert",
     "BertForSequenceClassification": "bert",
     "BertForQuestionAnswering": "bert",
+    "RobertaPreLayerNormForMaskedLM": "roberta_prelayernorm",
+    "RobertaPreLayerNormModel": "roberta_prelayernorm",
+    "RobertaPreLayerNormForSequenceClassification": "roberta_prelayernorm",
+    "RobertaPreLayerNormForQuestionAnswering": "roberta_prelayernorm",
     "GPT2LMHeadModel": "gpt2",
     "GPT2Model": "gpt2",
     "MarianMTModel": "marian",
 }
 # config.json's model_type of each family (an architecture is looked up by it when
 # "architectures" is missing)
-MODEL_TYPES: dict[str, Family] = {"bert": "bert", "gpt2": "gpt2", "marian": "marian"}
+MODEL_TYPES: dict[str, Family] = {
+    "bert": "bert",
+    "roberta-prelayernorm": "roberta_prelayernorm",
+    "gpt2": "gpt2",
+    "marian": "marian",
+}
+# the base model's prefix in each family's head classes
+PREFIXES: dict[Family, str] = {
+    "bert": "bert.",
+    "roberta_prelayernorm": "roberta_prelayernorm.",
+    "gpt2": "transformer.",
+    "marian": "model.",
+}
 
 # fullrank activation ↔ Hugging Face's name (ACT2FN); several names read as one
 _ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
@@ -85,12 +107,15 @@ class Pair:
             axis into fullrank's fused projection.
         transpose: Hugging Face keeps the matrix as ``(in, out)`` (GPT-2's ``Conv1D``).
         row: Hugging Face keeps the vector as a ``(1, N)`` row (Marian's ``final_logits_bias``).
+        skip: Hugging Face's table has this many leading rows that the model never reads
+            (RoBERTa's positions start after the padding id): dropped on import, zeros on export.
     """
 
     ours: str
     theirs: tuple[str, ...]
     transpose: bool = False
     row: bool = False
+    skip: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,6 +133,8 @@ class Layout:
         copies: the derived names that are tied copies → the Hugging Face name of the tensor
             they must equal (an import whose copy differs computes another function).
         untie: what a user can do when a tied copy differs from its source.
+        mirrors: Hugging Face names that hold no weights of their own but that transformers
+            would report missing → the Hugging Face tensor export writes into them.
     """
 
     architecture: str
@@ -117,6 +144,7 @@ class Layout:
     derived: dict[str, str] = field(default_factory=dict)
     copies: dict[str, str] = field(default_factory=dict)
     untie: str = "fullrank holds this model only with the two tied"
+    mirrors: dict[str, str] = field(default_factory=dict)
 
     def why_derived(self, name: str) -> str | None:
         for pattern, why in self.derived.items():
@@ -167,25 +195,94 @@ def bert_layout(config: EncoderConfig, architecture: str = "BertForPreTraining")
         pairs += _linear("pooler", "pooler.dense")
     derived = {r"(.*\.)?position_ids": "a buffer of the positions 0, 1, …"}
     copies: dict[str, str] = {}
+    mirrors: dict[str, str] = {}
     if config.pretraining_heads:
         pairs += [
             *_linear("mlm.transform", "cls.predictions.transform.dense"),
             *_linear("mlm.norm", "cls.predictions.transform.LayerNorm"),
-            Pair("mlm.bias", ("cls.predictions.bias",)),
         ]
-        derived[r"cls\.predictions\.decoder\.bias"] = "the same tensor as cls.predictions.bias"
-        derived[r"cls\.predictions\.decoder\.weight"] = "tied to embeddings.word_embeddings.weight"
-        copies = {
-            r"cls\.predictions\.decoder\.bias": "cls.predictions.bias",
-            r"cls\.predictions\.decoder\.weight": "embeddings.word_embeddings.weight",
-        }
+        pairs += _mlm_decoder(config, "cls.predictions", derived, copies, mirrors)
     if config.has_nsp_head:
         pairs += _linear("nsp", "cls.seq_relationship")
     if config.n_classes:
         pairs += _linear("classifier", "classifier")
     if config.span_head:
         pairs += _linear("span", "qa_outputs")
-    return Layout(architecture, "bert.", architecture == "BertModel", tuple(pairs), derived, copies)
+    base = architecture == "BertModel"
+    return Layout(architecture, "bert.", base, tuple(pairs), derived, copies, _UNTIE_MLM, mirrors)
+
+
+def roberta_prelayernorm_layout(
+    config: EncoderConfig, architecture: str = "RobertaPreLayerNormForMaskedLM", *, pad_id: int = 1
+) -> Layout:
+    """RoBERTa-PreLayerNorm's tensors (a pre-LN BERT: a LayerNorm before each sublayer and one
+    after the last block). Its position table starts at row ``pad_id + 1``: the rows before it
+    are never read."""
+    pairs = [
+        Pair("embed.token.weight", ("embeddings.word_embeddings.weight",)),
+        Pair("embed.positions.weight", ("embeddings.position_embeddings.weight",), skip=pad_id + 1),
+        Pair("embed.segments.weight", ("embeddings.token_type_embeddings.weight",)),
+        *_linear("embed.norm", "embeddings.LayerNorm"),
+    ]
+    for i in range(config.n_layers):
+        src, dst = f"encoder.layer.{i}", f"layers.{i}"
+        pairs += [
+            *_linear(f"{dst}.attn_norm", f"{src}.attention.LayerNorm"),
+            *_qkv(f"{dst}.self_attn", *(f"{src}.attention.self.{n}" for n in ("query", "key", "value"))),
+            *_linear(f"{dst}.self_attn.out_proj", f"{src}.attention.output.dense"),
+            *_linear(f"{dst}.ffn_norm", f"{src}.intermediate.LayerNorm"),
+            *_linear(f"{dst}.ffn.fc1", f"{src}.intermediate.dense"),
+            *_linear(f"{dst}.ffn.fc2", f"{src}.output.dense"),
+        ]
+    pairs += _linear("final_norm", "LayerNorm")
+    derived = {r"(.*\.)?(position_ids|token_type_ids)": "a buffer of the positions 0, 1, … or of zeros"}
+    copies: dict[str, str] = {}
+    mirrors: dict[str, str] = {}
+    if config.n_classes:  # the classification head holds the pooler: dense and tanh on <s>
+        pairs += [*_linear("pooler", "classifier.dense"), *_linear("classifier", "classifier.out_proj")]
+    elif config.has_pooler:
+        pairs += _linear("pooler", "pooler.dense")
+    if config.pretraining_heads:
+        pairs += [
+            *_linear("mlm.transform", "lm_head.dense"),
+            *_linear("mlm.norm", "lm_head.layer_norm"),
+        ]
+        pairs += _mlm_decoder(config, "lm_head", derived, copies, mirrors)
+    if config.span_head:
+        pairs += _linear("span", "qa_outputs")
+    base = architecture == "RobertaPreLayerNormModel"
+    return Layout(
+        architecture, "roberta_prelayernorm.", base, tuple(pairs), derived, copies, _UNTIE_MLM, mirrors
+    )
+
+
+_UNTIE_MLM = (
+    'set "tie_word_embeddings": false in config.json to import the MLM decoder as a tensor of its own'
+)
+
+
+def _mlm_decoder(
+    config: EncoderConfig, head: str, derived: dict[str, str], copies: dict[str, str], mirrors: dict[str, str]
+) -> list[Pair]:
+    """The MLM decoder and output bias of an encoder layout (``derived``, ``copies`` and
+    ``mirrors`` updated). Tied, the decoder's matrix is the token embedding and its bias the head's;
+    untied, transformers adds the decoder's own bias and never reads the head's, which export
+    writes equal to it."""
+    name = re.escape(head)
+    if not config.tie_embeddings:
+        derived[rf"{name}\.bias"] = (
+            f"not read once the decoder is untied: transformers adds {head}.decoder.bias"
+        )
+        mirrors[f"{head}.bias"] = f"{head}.decoder.bias"
+        return [
+            Pair("mlm.decoder.weight", (f"{head}.decoder.weight",)),
+            Pair("mlm.bias", (f"{head}.decoder.bias",)),
+        ]
+    derived[rf"{name}\.decoder\.bias"] = f"the same tensor as {head}.bias"
+    derived[rf"{name}\.decoder\.weight"] = "tied to embeddings.word_embeddings.weight"
+    copies[rf"{name}\.decoder\.bias"] = f"{head}.bias"
+    copies[rf"{name}\.decoder\.weight"] = "embeddings.word_embeddings.weight"
+    return [Pair("mlm.bias", (f"{head}.bias",))]
 
 
 def gpt2_layout(config: DecoderLMConfig, architecture: str = "GPT2LMHeadModel") -> Layout:
@@ -319,6 +416,8 @@ def state_from_hf(
             parts = [p.reshape(-1) for p in parts]
         value = torch.cat(parts) if len(parts) > 1 else parts[0]
         want = expected[pair.ours]
+        if pair.skip:
+            want = (want[0] + pair.skip, *want[1:])
         if tuple(value.shape) != want:
             got = " + ".join(str(tuple(tensors[k].shape)) for k in keys)  # type: ignore[index]  # names
             raise CheckpointError(
@@ -326,6 +425,14 @@ def state_from_hf(
                 f"{want} (fullrank '{pair.ours}'); config.json and the "
                 f"weights do not match"
             )
+        if pair.skip:
+            report.dropped.append(
+                (
+                    f"{keys[0]}[:{pair.skip}]",
+                    "rows the model never reads: its positions start after pad_token_id",
+                )
+            )
+            value = value[pair.skip :]
         state[pair.ours] = value.to(torch.float32).contiguous()
         used.update(k for k in keys if k is not None)
         report.mapped.append((pair.ours, pair.theirs))
@@ -389,7 +496,11 @@ def state_to_hf(layout: Layout, state: Mapping[str, Tensor]) -> dict[str, Tensor
         parts = value.chunk(len(pair.theirs)) if len(pair.theirs) > 1 else [value]
         for name, part in zip(pair.theirs, parts):
             part = part.reshape(1, -1) if pair.row else part
+            if pair.skip:  # rows never read: zeros, as the padding row starts
+                part = torch.cat([part.new_zeros(pair.skip, *part.shape[1:]), part])
             out[_full(layout, name)] = (part.t() if pair.transpose else part).contiguous()
+    for name, source in layout.mirrors.items():
+        out[_full(layout, name)] = out[_full(layout, source)].clone()
     return out
 
 
@@ -409,6 +520,7 @@ def hf_names(layout: Layout) -> list[tuple[str, str]]:
         if re.search(r"\.[1-9]\d*\.", pair.ours):
             continue
         how = " (transposed)" if pair.transpose else " (a (1, V) row)" if pair.row else ""
+        how = " (its rows from pad_token_id + 1 on)" if pair.skip else how
         theirs = " + ".join(_full(layout, n) for n in pair.theirs)
         row = (re.sub(r"\.0\.", ".{i}.", pair.ours), re.sub(r"\.0\.", ".{i}.", theirs) + how)
         if row[0].endswith(".bias") and rows and rows[-1][0] == row[0][:-4] + "weight":
@@ -439,13 +551,33 @@ def _activation(hf: Mapping[str, Any], key: str, default: str) -> str:
     return _ACTIVATIONS_READ[name]
 
 
-def bert_config_from_hf(
-    hf: Mapping[str, Any], names: Collection[str] = (), **overrides: Any
+# the tensors by which an encoder checkpoint's heads are known, in each family
+_HEAD_TENSORS: dict[str, dict[str, str]] = {
+    "bert": {
+        "mlm": "cls.predictions.bias",
+        "nsp": "cls.seq_relationship.weight",
+        "classifier": "classifier.weight",
+        "span": "qa_outputs.weight",
+        "pooler": "pooler.dense.weight",
+    },
+    "roberta_prelayernorm": {
+        "mlm": "lm_head.bias",
+        "classifier": "classifier.out_proj.weight",
+        "span": "qa_outputs.weight",
+        "pooler": "pooler.dense.weight",
+    },
+}
+
+
+def encoder_config_from_hf(
+    hf: Mapping[str, Any], names: Collection[str] = (), *, family: Family = "bert", **overrides: Any
 ) -> EncoderConfig:
-    """An :class:`EncoderConfig` from a Hugging Face ``BertConfig`` dict; ``names`` (the
-    checkpoint's tensors, prefix-free) give the heads: the masked-LM head (with the
-    next-sentence head and the pooler when it has them: ``BertForPreTraining``, not
-    ``BertForMaskedLM``), a classifier, a span head, or the pooler alone (``BertModel``)."""
+    """An :class:`EncoderConfig` from a Hugging Face ``BertConfig`` (post-LN) or
+    ``RobertaPreLayerNormConfig`` (pre-LN) dict; ``names`` (the checkpoint's tensors,
+    prefix-free) give the heads: the masked-LM head (with the next-sentence head and the pooler
+    when it has them: ``BertForPreTraining``, not ``BertForMaskedLM``), a classifier, a span
+    head, or the pooler alone (the base model)."""
+    pre_ln = family == "roberta_prelayernorm"
     _refuse(hf, "hidden_act", "gelu", ("gelu",), "fullrank's BERT uses the exact GELU")
     _refuse(
         hf,
@@ -456,27 +588,29 @@ def bert_config_from_hf(
     )
     _refuse(hf, "is_decoder", False, (False,), "fullrank's BERT is an encoder")
     _refuse(hf, "add_cross_attention", False, (False,), "fullrank's BERT has no cross-attention")
-    _refuse(
-        hf,
-        "tie_word_embeddings",
-        True,
-        (True,),
-        "fullrank imports BERT with its MLM decoder tied to the token embedding",
-    )
+    head = _HEAD_TENSORS[family]
     heads = {
-        "pretraining_heads": "cls.predictions.bias" in names,
-        "next_sentence": "cls.seq_relationship.weight" in names,
+        "pretraining_heads": head["mlm"] in names,
+        "next_sentence": "nsp" in head and head["nsp"] in names,
         "n_classes": 0,
-        "span_head": "qa_outputs.weight" in names,
+        "span_head": head["span"] in names,
     }
-    if "classifier.weight" in names:
+    if head["classifier"] in names:
         heads["n_classes"] = int(hf.get("num_labels", len(hf.get("id2label") or {}) or 2))
         if heads["n_classes"] < 2:
             raise CheckpointError(
                 "num_labels=1 is regression, which fullrank's "
                 "classifier does not do; it needs at least 2 classes"
             )
-    heads["pooler"] = "pooler.dense.weight" in names and not (heads["next_sentence"] or heads["n_classes"])
+    heads["pooler"] = head["pooler"] in names and not (heads["next_sentence"] or heads["n_classes"])
+    positions = hf["max_position_embeddings"]
+    if pre_ln:  # RoBERTa's positions start after the padding id
+        positions -= int(hf.get("pad_token_id", 1)) + 1
+        if positions < 1:
+            raise CheckpointError(
+                f"max_position_embeddings={hf['max_position_embeddings']} leaves no "
+                f"positions after pad_token_id={hf.get('pad_token_id', 1)}"
+            )
     kw: dict[str, Any] = dict(
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
@@ -486,10 +620,12 @@ def bert_config_from_hf(
         dropout=hf.get("hidden_dropout_prob", 0.1),
         attn_dropout=hf.get("attention_probs_dropout_prob", 0.1),
         norm_eps=hf.get("layer_norm_eps", 1e-12),
-        max_len=hf["max_position_embeddings"],
-        seq_len=min(128, hf["max_position_embeddings"]),
+        norm_first=pre_ln,
+        max_len=positions,
+        seq_len=min(128, positions),
         type_vocab_size=hf.get("type_vocab_size", 2),
         init_std=hf.get("initializer_range", 0.02),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
         **heads,
     )
     kw.update(overrides)
@@ -612,26 +748,57 @@ def hf_architecture(config: EncoderConfig | DecoderLMConfig | EncoderDecoderConf
         return "GPT2LMHeadModel"
     if isinstance(config, EncoderDecoderConfig):
         return "MarianMTModel"
-    mlm = "BertForPreTraining" if config.next_sentence else "BertForMaskedLM"
+    if config.norm_first:  # a pre-LN BERT
+        family = "RobertaPreLayerNorm"
+        mlm = f"{family}ForMaskedLM"
+        _require(not config.has_nsp_head, "next_sentence=True", "it has no next-sentence head", mlm)
+    else:
+        family = "Bert"
+        mlm = "BertForPreTraining" if config.next_sentence else "BertForMaskedLM"
     heads = [
         name
         for name, on in (
             (mlm, config.pretraining_heads),
-            ("BertForSequenceClassification", config.n_classes > 0),
-            ("BertForQuestionAnswering", config.span_head),
+            (f"{family}ForSequenceClassification", config.n_classes > 0),
+            (f"{family}ForQuestionAnswering", config.span_head),
         )
         if on
     ]
     if len(heads) > 1:
         raise CheckpointError(
-            f"the encoder has several heads ({', '.join(heads)}); each Hugging Face BERT class holds one"
+            f"the encoder has several heads ({', '.join(heads)}); each Hugging Face class holds one"
         )
     if not heads and not config.has_pooler:
         raise CheckpointError(
-            "the encoder has no head and no pooler; Hugging Face's BertModel "
+            f"the encoder has no head and no pooler; Hugging Face's {family}Model "
             "has a pooler, which transformers would draw at random"
         )
-    return heads[0] if heads else "BertModel"
+    return heads[0] if heads else f"{family}Model"
+
+
+def hf_form(config: AnyConfig, state: Mapping[str, Tensor]) -> tuple[AnyConfig, dict[str, Tensor]]:
+    """An encoder's config and state in the form Hugging Face holds, computing the same
+    function: a fixed sinusoid becomes learned positions holding its values, and the token
+    embedding's ``√D`` scale moves into its weights (an MLM decoder tied to that embedding then
+    keeps the unscaled matrix as a tensor of its own). Other models come back as they are."""
+    if not isinstance(config, EncoderConfig):
+        return config, dict(state)
+    out, changes = dict(state), dict[str, Any]()
+    if config.positions != "learned":
+        halves = config.positions == "sinusoidal_halves"
+        out["embed.positions.weight"] = sinusoidal_table(config.max_len, config.d_model, halves=halves)
+        changes["positions"] = "learned"
+        if config.attn_init == "local":  # a start shaped by the sinusoid; the weights stay as they are
+            changes["attn_init"] = "normal"
+    if config.scale_embeddings:
+        token = out["embed.token.weight"]
+        if config.pretraining_heads and config.tie_embeddings:
+            out.pop("mlm.embedding.weight", None)
+            out["mlm.decoder.weight"] = token
+            changes["tie_embeddings"] = False
+        out["embed.token.weight"] = token * math.sqrt(config.d_model)
+        changes["scale_embeddings"] = False
+    return dataclasses.replace(config, **changes), out
 
 
 def _require(ok: bool, setting: str, why: str, architecture: str) -> None:
@@ -663,31 +830,25 @@ def hf_config(
     )
     _require(config.bias, "bias=False", "its projections have biases", arch)
     _require(
-        config.tie_embeddings or isinstance(config, DecoderLMConfig),
+        config.tie_embeddings or not isinstance(config, EncoderDecoderConfig),
         "tie_embeddings=False",
         "its output projection is the token embedding",
         arch,
     )
     act = _ACTIVATION_NAMES[config.activation]
     if isinstance(config, EncoderConfig):
-        _require(not config.norm_first, "norm_first=True", "BERT's blocks are post-LN", arch)
-        _require(
-            config.positions == "learned",
-            f"positions={config.positions}",
-            "BERT's positions are learned",
-            arch,
-        )
+        fold = "hf_form gives the same function with learned positions and unscaled embeddings"
+        _require(config.positions == "learned", f"positions={config.positions}", fold, arch)
+        _require(not config.scale_embeddings, "scale_embeddings=True", fold, arch)
         _require(
             config.activation == "gelu",
             f"activation={config.activation}",
             "fullrank's BERT heads use the exact GELU",
             arch,
         )
-        _require(
-            not config.scale_embeddings, "scale_embeddings=True", "BERT's embeddings are not scaled", arch
-        )
+        pre_ln = config.norm_first
         out: dict[str, Any] = dict(
-            model_type="bert",
+            model_type="roberta-prelayernorm" if pre_ln else "bert",
             vocab_size=config.vocab_size,
             hidden_size=config.d_model,
             num_hidden_layers=config.n_layers,
@@ -696,12 +857,16 @@ def hf_config(
             hidden_act="gelu",
             hidden_dropout_prob=config.dropout,
             attention_probs_dropout_prob=config.attn_dropout,
-            max_position_embeddings=config.max_len,
+            # RoBERTa's positions start after the padding id
+            max_position_embeddings=config.max_len + (pad_id + 1 if pre_ln else 0),
             type_vocab_size=config.type_vocab_size,
             initializer_range=config.init_std,
             layer_norm_eps=config.norm_eps,
             pad_token_id=pad_id,
+            tie_word_embeddings=config.tie_embeddings,
         )
+        if pre_ln:
+            out.update(bos_token_id=bos_id, eos_token_id=eos_id)
         if config.n_classes:
             names = labels or [f"LABEL_{i}" for i in range(config.n_classes)]
             out["id2label"] = {str(i): n for i, n in enumerate(names)}
@@ -778,12 +943,18 @@ def hf_config(
 
 
 def layout_of(
-    config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig, architecture: str | None = None
+    config: EncoderConfig | DecoderLMConfig | EncoderDecoderConfig,
+    architecture: str | None = None,
+    *,
+    pad_id: int = 1,
 ) -> Layout:
     """The :class:`Layout` of a model of ``config`` as ``architecture`` (default: the class
-    :func:`hf_architecture` exports to)."""
+    :func:`hf_architecture` exports to); ``pad_id``: the padding id after which a pre-LN
+    encoder's (RoBERTa's) positions start."""
     arch = architecture or hf_architecture(config)
     if isinstance(config, EncoderConfig):
+        if config.norm_first:
+            return roberta_prelayernorm_layout(config, arch, pad_id=pad_id)
         return bert_layout(config, arch)
     if isinstance(config, DecoderLMConfig):
         return gpt2_layout(config, arch)
