@@ -118,6 +118,57 @@ def test_an_imported_span_model_answers_and_exports_back(hf, tmp_path, capsys, m
     assert config["architectures"] == ["BertForQuestionAnswering"]
 
 
+def test_a_recipe_shaped_bert_pretrains_fine_tunes_and_exports_to_roberta_prelayernorm(tmp_path, capsys):
+    """The Wikipedia recipe's model (pre-LN, fixed sinusoid, scaled embeddings, mimetic start, no
+    next-sentence head) pre-trained and fine-tuned through the command line, then exported: the
+    RoBERTa-PreLayerNorm classes ``transformers`` loads compute fullrank's logits."""
+    import torch
+
+    from fullrank.models import Encoder
+    from fullrank.training.checkpoints import load_checkpoint
+    from tests.e2e.bert_fixture import write_configs
+    from tests.reference.hf_models import transformers
+
+    cfgs = write_configs(tmp_path, steps=4)
+    recipe = [
+        "model.norm_first=true",
+        "model.next_sentence=false",
+        "model.positions=sinusoidal",
+        "model.scale_embeddings=true",
+        "model.attn_init=mimetic",
+        "model.d_head=8",  # d_model / n_heads, as Hugging Face's heads are
+    ]
+    run(["train", str(cfgs["bert"]), "--quiet", *recipe], capsys)
+    run(["train", str(cfgs["squad"]), "--quiet"], capsys)
+    runs = tmp_path / "runs"
+    for name, arch in (
+        ("pre", "RobertaPreLayerNormForMaskedLM"),
+        ("qa", "RobertaPreLayerNormForQuestionAnswering"),
+    ):
+        out = run(["export", str(runs / name), "-o", str(tmp_path / f"{name}-hf")], capsys)
+        assert out.startswith(f"{arch}: "), out
+        hf = getattr(transformers, arch).from_pretrained(tmp_path / f"{name}-hf").eval()
+        tok = transformers.AutoTokenizer.from_pretrained(tmp_path / f"{name}-hf")
+        enc = tok(
+            ["the king is dead", "and the queen lives on"],
+            ["who lives?", "a"],
+            padding=True,
+            return_tensors="pt",
+        )
+        ours = load_checkpoint(runs / name).model
+        assert isinstance(ours, Encoder)
+        keep = enc["attention_mask"].bool()
+        with torch.no_grad():
+            ref = hf(**enc)
+            h = ours(enc["input_ids"], segments=enc["token_type_ids"], mask=keep)
+            got, want = (
+                (ours.mlm_logits(h), ref.logits)
+                if name == "pre"
+                else (ours.span_logits(h)[..., 0], ref.start_logits)
+            )
+        torch.testing.assert_close(got[keep], want[keep], atol=1e-4, rtol=1e-5)
+
+
 def test_an_imported_gpt2_measures_widens_trains_generates_and_exports(hf, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run(["import", str(hf["gpt2"]), "-o", "gpt2"], capsys)
