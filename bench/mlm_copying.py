@@ -15,7 +15,6 @@ Each over every masked position, then over the positions whose right piece is a 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 import torch
@@ -36,8 +35,10 @@ def main() -> None:
     p.add_argument("--results", type=Path, help="also write the table here (markdown)")
     a = p.parse_args()
 
-    from fullrank.data.bert_pretraining import PretrainingBatches, make_segments, masking_rule
+    from fullrank.data.bert_pretraining import make_segments
     from fullrank.data.document_cache import cached_documents
+    from fullrank.models import EncoderConfig
+    from fullrank.recipes.bert import validation_batches
     from fullrank.training.checkpoints import load_checkpoint
 
     torch.set_num_threads(a.threads)
@@ -48,14 +49,10 @@ def main() -> None:
         model, tok, seq_len = ckpt.model.eval(), ckpt.tokenizer, ckpt.config.seq_len
         assert tok is not None and tok.cls_id is not None and tok.sep_id is not None
         docs = cached_documents(DATA / "valid.txt.xz", "wikiextractor", tok, a.cache, skip_short=True)
-        valid = PretrainingBatches(
-            make_segments(docs, max_seq_len=seq_len, seed=0),
-            masking_rule(tok, mlm_prob=0.15, max_predictions=math.ceil(0.15 * seq_len)),
-            cls_id=tok.cls_id,
-            sep_id=tok.sep_id,
-            pad_id=tok.pad_id,
-            batch_size=32,
-            masking="static",
+        assert isinstance(ckpt.config, EncoderConfig)
+        # the validation batches every run scores: BERT's 15% masking, fixed by the data
+        valid = validation_batches(
+            make_segments(docs, max_seq_len=seq_len, seed=0), tok, ckpt.config, 32, "valid"
         )
         vocab = [tok.id_to_token(i) or "" for i in range(tok.vocab_size)]
         content = torch.tensor([len(v) >= 4 and v.isalpha() for v in vocab])  # (V,)
