@@ -87,8 +87,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "import": (
         "import_hf",
-        "Turn a Hugging Face model directory (BERT, GPT-2, Marian; "
-        "safetensors) into a fullrank checkpoint with its tokenizer.",
+        "Turn a Hugging Face model directory (BERT, RoBERTa-PreLayerNorm, GPT-2, "
+        "Marian; safetensors) into a fullrank checkpoint with its tokenizer.",
     ),
     "export": (
         "export_hf",
