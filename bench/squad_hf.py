@@ -20,7 +20,6 @@ with 80 warm-up steps, weight decay 0.01, clipping at 1.0, windows of 128 tokens
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import re
@@ -30,6 +29,10 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hf_finetune import arguments, fine_tune, model_and_tokenizer, report
 
 
 def split(path: Path, test_every: int) -> tuple[list[dict], list[dict]]:
@@ -128,88 +131,29 @@ def predict(model, feats: dict, questions: list[dict], n_best: int = 20, max_ans
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", type=Path, help="a directory fullrank export wrote")
-    p.add_argument("squad", type=Path, help="dev-v1.1.json")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scratch", action="store_true", help="transformers' random initialisation instead")
-    p.add_argument("--steps", type=int, default=800)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--warmup", type=int, default=80)
-    p.add_argument("--max-len", type=int, default=128)
+    p = arguments(__doc__.splitlines()[0], steps=800, warmup=80)
     p.add_argument("--stride", type=int, default=64, help="tokens shared by consecutive windows")
     p.add_argument("--test-every", type=int, default=4)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=None, help="append the result as a JSON line here")
     a = p.parse_args()
 
-    import transformers
-
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    config = transformers.AutoConfig.from_pretrained(a.model)
-    arch = (
-        config.architectures[0]
-        .replace("ForMaskedLM", "ForQuestionAnswering")
-        .replace("ForPreTraining", "ForQuestionAnswering")
-    )
-    cls = getattr(transformers, arch)
-    model = cls(config) if a.scratch else cls.from_pretrained(a.model)
-    tok = transformers.AutoTokenizer.from_pretrained(a.model)
-    train_q, test_q = split(a.squad, a.test_every)
+    began = time.perf_counter()
+    model, tok = model_and_tokenizer(a, "ForQuestionAnswering")
+    train_q, test_q = split(a.data, a.test_every)
     train = windows(tok, train_q, a.max_len, a.stride, train=True)
     test = windows(tok, test_q, a.max_len, a.stride, train=False)
-    t = train["tensors"]
-    n = len(t["input_ids"])
     print(
-        f"{arch} ({'random weights' if a.scratch else 'pre-trained'}), seed {a.seed}: "
-        f"{len(train_q):,} training questions in {n:,} windows, {len(test_q):,} test questions",
+        f"{type(model).__name__} ({'random weights' if a.scratch else 'pre-trained'}), seed {a.seed}: "
+        f"{len(train_q):,} training questions in {len(train['tensors']['input_ids']):,} windows, "
+        f"{len(test_q):,} test questions",
         flush=True,
     )
-    decay = [p for name, p in model.named_parameters() if not re.search(r"bias|LayerNorm|layer_norm", name)]
-    rest = [p for name, p in model.named_parameters() if re.search(r"bias|LayerNorm|layer_norm", name)]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-        lr=a.lr,
-        betas=(0.9, 0.999),
-        eps=1e-6,
-    )
-    sched = transformers.get_linear_schedule_with_warmup(opt, a.warmup, a.steps)
-    gen = torch.Generator().manual_seed(a.seed)
-    order, at, losses, began = torch.randperm(n, generator=gen), 0, [], time.perf_counter()
-    model.train()
     keys = ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
-    for step in range(1, a.steps + 1):
-        if at + a.batch > n:
-            order, at = torch.randperm(n, generator=gen), 0
-        idx = order[at : at + a.batch]
-        at += a.batch
-        loss = model(**{k: t[k][idx] for k in keys}).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(), sched.step(), opt.zero_grad()
-        losses.append(loss.item())
-        if step % 100 == 0:
-            seconds = time.perf_counter() - began
-            print(f"step {step}: loss {sum(losses[-100:]) / 100:.4f} ({seconds:.0f} s)", flush=True)
+    losses = fine_tune(model, train["tensors"], keys, a)
     answers = predict(model, test, test_q)
     pairs = list(zip(answers, test_q))
     em = 100 * sum(max(float(normalize(x) == normalize(g)) for g in q["answers"]) for x, q in pairs)
     fs = 100 * sum(max(f1(x, g) for g in q["answers"]) for x, q in pairs)
-    row = {
-        "model": str(a.model),
-        "start": "scratch" if a.scratch else "pre-trained",
-        "seed": a.seed,
-        "EM": round(em / len(test_q), 2),
-        "F1": round(fs / len(test_q), 2),
-        "train_loss_last100": round(sum(losses[-100:]) / len(losses[-100:]), 4),
-        "minutes": round((time.perf_counter() - began) / 60, 1),
-    }
-    print(json.dumps(row), flush=True)
-    if a.out:
-        with a.out.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+    report(a, losses, began, EM=em / len(test_q), F1=fs / len(test_q))
     return 0
 
 
