@@ -386,6 +386,10 @@ def test_a_roberta_whose_padding_id_is_not_its_tokenizer_s_is_refused(models, tm
     (tmp_path / "other_pad" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=r"pad_token_id=1 but the tokenizer's padding token is id 0"):
         import_hf(tmp_path / "other_pad", tmp_path / "imported")
+    config["pad_token_id"] = None
+    (tmp_path / "other_pad" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"pad_token_id=None is not a token id; RoBERTa counts"):
+        import_hf(tmp_path / "other_pad", tmp_path / "imported")
     assert not (tmp_path / "imported").exists()
 
 

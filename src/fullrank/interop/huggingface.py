@@ -50,6 +50,7 @@ from fullrank.models.convert_hf import (
     layout_of,
     load_converted,
     marian_config_from_hf,
+    position_offset,
     state_from_hf,
     state_to_hf,
     strip_prefix,
@@ -282,7 +283,8 @@ def import_hf(
     )
     # every name and shape against config.json first, on a model that takes no memory, so that a
     # config.json that is wrong is named as such and a vocab_size of 10¹² is not an allocation
-    layout = layout_of(config, architecture, pad_id=int(hf.get("pad_token_id") or 0))
+    pad_id = position_offset(hf) - 1 if family == "roberta_prelayernorm" else 0
+    layout = layout_of(config, architecture, pad_id=pad_id)
     state, conversion = state_from_hf(layout, raw, model_shapes(config), where=str(weights))
     if tok.vocab_size != config.vocab_size:
         raise CheckpointError(

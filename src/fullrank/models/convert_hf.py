@@ -569,6 +569,15 @@ _HEAD_TENSORS: dict[str, dict[str, str]] = {
 }
 
 
+def position_offset(hf: Mapping[str, Any]) -> int:
+    """The first row of a RoBERTa's position table that it reads: ``pad_token_id + 1`` (its
+    positions are counted from the padding id)."""
+    pad = hf.get("pad_token_id", 1)
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+        raise CheckpointError(f"pad_token_id={pad!r} is not a token id; RoBERTa counts its positions from it")
+    return pad + 1
+
+
 def encoder_config_from_hf(
     hf: Mapping[str, Any], names: Collection[str] = (), *, family: Family = "bert", **overrides: Any
 ) -> EncoderConfig:
@@ -605,7 +614,7 @@ def encoder_config_from_hf(
     heads["pooler"] = head["pooler"] in names and not (heads["next_sentence"] or heads["n_classes"])
     positions = hf["max_position_embeddings"]
     if pre_ln:  # RoBERTa's positions start after the padding id
-        positions -= int(hf.get("pad_token_id", 1)) + 1
+        positions -= position_offset(hf)
         if positions < 1:
             raise CheckpointError(
                 f"max_position_embeddings={hf['max_position_embeddings']} leaves no "
