@@ -169,6 +169,44 @@ def test_a_recipe_shaped_bert_pretrains_fine_tunes_and_exports_to_roberta_prelay
         torch.testing.assert_close(got[keep], want[keep], atol=1e-4, rtol=1e-5)
 
 
+def test_an_encoder_with_a_bpe_tokenizer_imports_without_a_task_and_its_tasks_refuse_it(tmp_path, capsys):
+    """A RoBERTa with RoBERTa's byte-level BPE tokenizer (no [CLS], [SEP], [MASK]) imports,
+    exactly, but with no task: fill-mask, answer and fine-tuning from it are one line each; a
+    checkpoint that claims a BERT task with such a tokenizer is refused on loading."""
+    from fullrank.errors import CheckpointError
+    from fullrank.training.checkpoints import load_checkpoint, write_checkpoint
+    from tests.e2e.bert_fixture import write_configs
+    from tests.reference.hf_models import roberta_bpe_dir
+
+    hf_dir = roberta_bpe_dir(tmp_path)
+    out = run(["import", str(hf_dir), "-o", str(tmp_path / "ckpt")], capsys)
+    assert "(task none)" in out and "no task: its bpe tokenizer has no [CLS], [SEP] and [MASK]" in out
+    (tmp_path / "ctx.txt").write_text("the king is dead and the queen lives\n")
+    cfgs = write_configs(tmp_path, steps=2)
+    cases = [
+        (
+            ["fill-mask", str(tmp_path / "ckpt"), "--input", str(tmp_path / "ctx.txt")],
+            "a bpe tokenizer, without [MASK]",
+        ),
+        (
+            ["answer", str(tmp_path / "ckpt"), "--context", str(tmp_path / "ctx.txt"), "--question", "who?"],
+            "task=None",
+        ),
+        (
+            ["train", str(cfgs["squad"]), f"train.init_from={tmp_path / 'ckpt'}"],
+            "has a bpe tokenizer; task 'squad'",
+        ),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+    ckpt = load_checkpoint(tmp_path / "ckpt")
+    write_checkpoint(tmp_path / "claims_bert", ckpt.model, ckpt.config, ckpt.tokenizer, {"task": "bert"})
+    with pytest.raises(CheckpointError, match=r"a bpe tokenizer, but task 'bert' frames its inputs"):
+        load_checkpoint(tmp_path / "claims_bert")
+
+
 def test_an_imported_gpt2_measures_widens_trains_generates_and_exports(hf, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run(["import", str(hf["gpt2"]), "-o", "gpt2"], capsys)

@@ -104,6 +104,36 @@ def bert_dir(root: Path, cls: str = "BertForPreTraining", *, legacy_vocab: bool 
     return out
 
 
+def roberta_bpe_dir(root: Path, cls: str = "RobertaPreLayerNormForMaskedLM") -> Path:
+    """A pre-LN RoBERTa with RoBERTa's own tokenizer: byte-level BPE with ``<s>``, ``<pad>``,
+    ``</s>``, ``<unk>``, ``<mask>`` (ids 0–4) and RoBERTa's pair framing."""
+    from tokenizers import processors
+
+    out = root / f"{cls}-bpe"
+    bpe = ByteLevelBPETokenizer()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    bpe.train_from_iterator(TEXT, vocab_size=301, special_tokens=specials, show_progress=False)
+    bpe._tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    hf_cfg = transformers.RobertaPreLayerNormConfig(
+        vocab_size=bpe.get_vocab_size(),
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=43,
+        type_vocab_size=1,
+        pad_token_id=1,
+    )
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(hf_cfg).eval()
+    perturb(model)
+    model.save_pretrained(out)
+    names = ("bos", "pad", "eos", "unk", "mask")
+    roles = {f"{n}_token": t for n, t in zip(names, specials)} | {"cls_token": "<s>", "sep_token": "</s>"}
+    transformers.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **roles).save_pretrained(out)
+    return out
+
+
 def gpt2_dir(root: Path, *, legacy_vocab: bool = False, **config) -> Path:
     """A GPT-2 model directory: ``tokenizer.json`` (or only ``vocab.json`` + ``merges.txt``)."""
     out = root / f"gpt2{'-vocab' if legacy_vocab else ''}"

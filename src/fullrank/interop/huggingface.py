@@ -34,7 +34,14 @@ from torch import Tensor
 from fullrank.data.hf_tokenizer import hf_tokenizer_files, read_hf_tokenizer
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, ConfigError
-from fullrank.models import DecoderLMConfig, EncoderDecoderConfig, ModelConfig, build_model, family_of
+from fullrank.models import (
+    DecoderLMConfig,
+    EncoderConfig,
+    EncoderDecoderConfig,
+    ModelConfig,
+    build_model,
+    family_of,
+)
 from fullrank.models.convert_hf import (
     ARCHITECTURES,
     MODEL_TYPES,
@@ -97,6 +104,7 @@ class Imported:
     conversion: Conversion
     tokenizer: str
     converted_from: str | None  # the stored dtype, when it was not float32
+    note: str | None = None  # why an encoder has no task
 
     def lines(self) -> list[str]:
         """The report: what was read, then every tensor mapped and dropped (one line each),
@@ -118,6 +126,7 @@ class Imported:
             f"mapped {source} tensors onto {len(conv.mapped)} of fullrank's {family_of(c)} model",
             f"dropped ({len(conv.dropped)}): {dropped}",
             f"checkpoint: {self.path} (task {self.task or 'none'})",
+            *([self.note] if self.note else []),
         ]
 
 
@@ -221,13 +230,18 @@ def _check_special_ids(hf: dict[str, Any], tok: Tokenizer, family: Family, where
             )
 
 
-def _task_and_meta(config: ModelConfig, hf: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+def _task_and_meta(
+    config: ModelConfig, hf: dict[str, Any], tok: Tokenizer
+) -> tuple[str | None, dict[str, Any]]:
     """The task a model's heads serve, and what its commands read from the meta (a
-    classifier's class names)."""
+    classifier's class names); none for an encoder whose tokenizer has no [CLS], [SEP] and
+    [MASK], with which fullrank's BERT tasks frame their inputs."""
     if isinstance(config, DecoderLMConfig):
         return "lm", {}
     if isinstance(config, EncoderDecoderConfig):
         return "mt", {}
+    if tok.mask_id is None:
+        return None, {}
     if config.n_classes:
         id2label = hf.get("id2label") or {}
         labels = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(config.n_classes)]
@@ -296,7 +310,7 @@ def import_hf(
     model = build_model(config)
     load_converted(model, state)
     dtypes = {str(t.dtype).removeprefix("torch.") for t in raw.values() if t.is_floating_point()}
-    task, extra = _task_and_meta(config, hf)
+    task, extra = _task_and_meta(config, hf, tok)
     meta = {
         "task": task,
         **extra,
@@ -304,7 +318,13 @@ def import_hf(
     }
     path = write_checkpoint(Path(output), model, config, tok, meta, replace=overwrite)
     converted = ", ".join(sorted(dtypes - {"float32"})) or None
-    return Imported(path, architecture, config, task, conversion, tok_source, converted)
+    note = None
+    if isinstance(config, EncoderConfig) and task is None and tok.mask_id is None:
+        note = (
+            f"no task: its {tok.kind} tokenizer has no [CLS], [SEP] and [MASK], with which "
+            f"fullrank's BERT tasks frame their inputs; heads, widen and export take it"
+        )
+    return Imported(path, architecture, config, task, conversion, tok_source, converted, note)
 
 
 # ---------------------------------------------------------------------------------- export

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from fullrank.data.tokenizers import Tokenizer
 from fullrank.errors import CheckpointError, FullrankError
-from fullrank.models import ModelConfig, build_model, config_from_dict, family_of
+from fullrank.models import EncoderConfig, ModelConfig, build_model, config_from_dict, family_of
 from fullrank.recipes.config import TASK_MODELS, BaseExperiment, build_model_config
 from fullrank.training.checkpoints import (
     TOKENIZER_FILE,
@@ -91,7 +91,13 @@ def find_start(exp: BaseExperiment) -> Start | None:
             f"train.init_from: {path} has no {TOKENIZER_FILE}; the new run "
             f"needs the tokenizer the weights were trained with"
         )
-    return Start(path, config, Tokenizer.load(verified_tokenizer(path)), meta.get("step"))
+    tok = Tokenizer.load(verified_tokenizer(path))
+    if isinstance(config, EncoderConfig) and tok.mask_id is None:
+        raise CheckpointError(
+            f"train.init_from: {path} has a {tok.kind} tokenizer; task '{exp.task}' frames "
+            f"its inputs with a WordPiece tokenizer's [CLS], [SEP] and [MASK]"
+        )
+    return Start(path, config, tok, meta.get("step"))
 
 
 def start_config(exp: BaseExperiment, start: Start | None, vocab_size: int, **fields: Any) -> ModelConfig:

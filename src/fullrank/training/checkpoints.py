@@ -662,6 +662,10 @@ def _check_task(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> None:
             )
 
 
+# the tasks whose inputs are framed by BERT's special tokens
+ENCODER_TASKS = ("bert", "classify", "squad")
+
+
 def _check_tokenizer(path: Path, tokenizer: Tokenizer, config: ModelConfig) -> None:
     """The tokenizer's vocabulary is the one the model reads (the source side's, for a model
     with two vocabularies)."""
@@ -722,6 +726,12 @@ def _tokenizer(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> Tokeniz
     path = verify_file(ckpt, meta, TOKENIZER_FILE)
     tokenizer = Tokenizer.load(path)
     _check_tokenizer(path, tokenizer, config)
+    if meta.task in ENCODER_TASKS and tokenizer.mask_id is None:
+        raise CheckpointError(
+            f"{path}: a {tokenizer.kind} tokenizer, but task '{meta.task}' frames its inputs with "
+            f"a WordPiece tokenizer's [CLS], [SEP] and [MASK]; the tokenizer does not belong to "
+            f"this task — use another checkpoint"
+        )
     return tokenizer
 
 
