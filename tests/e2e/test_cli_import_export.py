@@ -207,6 +207,25 @@ def test_an_encoder_with_a_bpe_tokenizer_imports_without_a_task_and_its_tasks_re
         load_checkpoint(tmp_path / "claims_bert")
 
 
+def test_a_model_with_one_segment_embedding_refuses_pairs_in_one_line(tmp_path, capsys):
+    """RoBERTa's checkpoints often hold one segment embedding (type_vocab_size=1): fine-tuning
+    on sentence pairs or SQuAD's question and paragraph from one is one line, not an index
+    error."""
+    from tests.e2e.bert_fixture import write_configs
+
+    hf_dir = bert_dir(tmp_path, "RobertaPreLayerNormForMaskedLM", type_vocab_size=1)
+    run(["import", str(hf_dir), "-o", str(tmp_path / "ckpt")], capsys)
+    cfgs = write_configs(tmp_path, steps=2)
+    start = f"train.init_from={tmp_path / 'ckpt'}"
+    for task, message in (
+        ("classify", "pairs_train.jsonl: sentence pairs, but the model has one segment embedding"),
+        ("squad", "has one segment embedding (type_vocab_size=1); task 'squad' reads a question"),
+    ):
+        assert main(["train", str(cfgs[task]), "--quiet", start]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+
+
 def test_an_imported_gpt2_measures_widens_trains_generates_and_exports(hf, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run(["import", str(hf["gpt2"]), "-o", "gpt2"], capsys)

@@ -58,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
         if lines:
             print("\n".join([""] * len(lines)))
         return 0
+    if len(texts[0]) == 2 and getattr(ckpt.config, "type_vocab_size", 2) < 2:
+        raise DataError(
+            f"{source}:{numbers[0] + 1}: a pair of texts, but the model has one segment "
+            f"embedding; give one text per line"
+        )
     cut: list[tuple[int, int]] = []
     rows, segments = encode_texts(texts, ckpt.tokenizer, ckpt.config.seq_len, cut=cut)
     for k, n in cut:

@@ -36,13 +36,20 @@ def load_set(
     batch_size: int,
     seed: int = 0,
     group_by_length: bool = False,
+    n_segments: int = 2,
 ) -> ExampleBatches:
-    """A classification file as batches (labels checked against ``labels``)."""
+    """A classification file as batches (labels checked against ``labels``); ``n_segments``:
+    the model's segment embeddings (a pair needs two)."""
     examples = read_examples(
         spec.path, text_fields=spec.text_fields, label_field=spec.label_field, detokenized=spec.detokenize
     )
     if any(ex.label is None for ex in examples):
         raise DataError(f"{spec.path}: no label field; name it with label_field")
+    if n_segments < 2 and any(len(ex.texts) > 1 for ex in examples):
+        raise DataError(
+            f"{spec.path}: sentence pairs, but the model has one segment embedding "
+            f"(type_vocab_size={n_segments}); give one text per example, or start from a model with two"
+        )
     rows, segments = encode_texts([ex.texts for ex in examples], tok, max_seq_len)
     return classification_batches(
         rows,
@@ -94,6 +101,7 @@ class ClassificationRecipe(Recipe[ClassifyExperiment]):
             raise DataError(f"{data.train}: one label ({labels[0]!r}); a classifier needs at least two")
         model_cfg = run.model_config(tok, n_classes=len(labels))
         n = model_cfg.seq_len
+        kept = getattr(model_cfg, "type_vocab_size", 2)  # segment embeddings: an encoder's
         train_set = load_set(
             data.spec(data.train),
             tok,
@@ -102,13 +110,15 @@ class ClassificationRecipe(Recipe[ClassifyExperiment]):
             batch_size=cfg.batch_size,
             seed=cfg.seed,
             group_by_length=data.group_by_length,
+            n_segments=kept,
         )
         eval_bs = max(1, cfg.batch_size // run.dist.world)
-        valid = load_set(data.spec(data.valid), tok, labels, n, batch_size=eval_bs) if data.valid else None
-        extra = {
-            name: load_set(data.spec(spec), tok, labels, n, batch_size=eval_bs)
-            for name, spec in data.eval_sets.items()
-        }
+
+        def evaluation_set(spec: ClassifyFile) -> ExampleBatches:
+            return load_set(spec, tok, labels, n, batch_size=eval_bs, n_segments=kept)
+
+        valid = evaluation_set(data.spec(data.valid)) if data.valid else None
+        extra = {name: evaluation_set(data.spec(spec)) for name, spec in data.eval_sets.items()}
         loss = SequenceClassification()
         self.labels, self.loss, self.eval_bs = labels, loss, eval_bs
         self.sets = ({"valid": valid} if valid else {}) | extra

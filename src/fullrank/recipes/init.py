@@ -97,6 +97,11 @@ def find_start(exp: BaseExperiment) -> Start | None:
             f"train.init_from: {path} has a {tok.kind} tokenizer; task '{exp.task}' frames "
             f"its inputs with a WordPiece tokenizer's [CLS], [SEP] and [MASK]"
         )
+    if exp.task == "squad" and isinstance(config, EncoderConfig) and config.type_vocab_size < 2:
+        raise CheckpointError(
+            f"train.init_from: {path} has one segment embedding (type_vocab_size="
+            f"{config.type_vocab_size}); task 'squad' reads a question and a paragraph, two segments"
+        )
     return Start(path, config, tok, meta.get("step"))
 
 
