@@ -186,7 +186,7 @@ def test_an_encoder_with_a_bpe_tokenizer_imports_without_a_task_and_its_tasks_re
     cases = [
         (
             ["fill-mask", str(tmp_path / "ckpt"), "--input", str(tmp_path / "ctx.txt")],
-            "a bpe tokenizer, without [MASK]",
+            "task=None, tokenizer: bpe",
         ),
         (
             ["answer", str(tmp_path / "ckpt"), "--context", str(tmp_path / "ctx.txt"), "--question", "who?"],
@@ -194,7 +194,7 @@ def test_an_encoder_with_a_bpe_tokenizer_imports_without_a_task_and_its_tasks_re
         ),
         (
             ["train", str(cfgs["squad"]), f"train.init_from={tmp_path / 'ckpt'}"],
-            "has a bpe tokenizer; task 'squad'",
+            "a bpe tokenizer, but task 'squad' frames its inputs",
         ),
     ]
     for argv, message in cases:

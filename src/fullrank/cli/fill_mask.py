@@ -36,12 +36,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(ckpt.model, "mlm", None) is None or tok is None or tok.mask_id is None:
         raise CheckpointError(
             f"{ckpt.path}: `fullrank fill-mask` needs an encoder with its masked-LM head and a "
-            f"WordPiece tokenizer, as a `task: bert` run leaves (this one has task={ckpt.task!r}"
-            + (
-                f" and a {tok.kind} tokenizer, without [MASK])"
-                if tok is not None and tok.mask_id is None
-                else ")"
-            )
+            f"WordPiece tokenizer, as a `task: bert` run leaves (this one has task={ckpt.task!r}, "
+            f"tokenizer: {tok.kind if tok else 'none'})"
         )
     source = args.input or "<stdin>"
     lines = read_lines(args.input) if args.input else read_stdin_lines()

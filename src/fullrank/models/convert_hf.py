@@ -792,7 +792,7 @@ def hf_form(config: AnyConfig, state: Mapping[str, Tensor]) -> tuple[AnyConfig, 
     keeps the unscaled matrix as a tensor of its own). Other models come back as they are."""
     if not isinstance(config, EncoderConfig):
         return config, dict(state)
-    out, changes = dict(state), dict[str, Any]()
+    out, changes = dict(state), dict[str, Any]()  # the fields that change, of several types
     if config.positions != "learned":
         halves = config.positions == "sinusoidal_halves"
         out["embed.positions.weight"] = sinusoidal_table(config.max_len, config.d_model, halves=halves)

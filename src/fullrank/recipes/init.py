@@ -26,6 +26,7 @@ from fullrank.models import EncoderConfig, ModelConfig, build_model, config_from
 from fullrank.recipes.config import TASK_MODELS, BaseExperiment, build_model_config
 from fullrank.training.checkpoints import (
     TOKENIZER_FILE,
+    check_bert_tokenizer,
     check_readable,
     read_meta,
     read_safetensors,
@@ -92,16 +93,8 @@ def find_start(exp: BaseExperiment) -> Start | None:
             f"needs the tokenizer the weights were trained with"
         )
     tok = Tokenizer.load(verified_tokenizer(path))
-    if isinstance(config, EncoderConfig) and tok.mask_id is None:
-        raise CheckpointError(
-            f"train.init_from: {path} has a {tok.kind} tokenizer; task '{exp.task}' frames "
-            f"its inputs with a WordPiece tokenizer's [CLS], [SEP] and [MASK]"
-        )
-    if exp.task == "squad" and isinstance(config, EncoderConfig) and config.type_vocab_size < 2:
-        raise CheckpointError(
-            f"train.init_from: {path} has one segment embedding (type_vocab_size="
-            f"{config.type_vocab_size}); task 'squad' reads a question and a paragraph, two segments"
-        )
+    if isinstance(config, EncoderConfig):
+        check_bert_tokenizer(tok, exp.task, f"train.init_from: {path}")
     return Start(path, config, tok, meta.get("step"))
 
 

@@ -23,6 +23,7 @@ from fullrank.data.finetuning import (
     split_articles,
 )
 from fullrank.data.tokenizers import Tokenizer
+from fullrank.errors import ConfigError
 from fullrank.evaluation.squad import best_span, squad_scores
 from fullrank.models import ModelConfig
 from fullrank.paths import write_text_atomic
@@ -117,6 +118,12 @@ class SquadRecipe(Recipe[SquadExperiment]):
         data, cfg = exp.data, exp.train
         tok = run.tokenizer(None)
         model_cfg = run.model_config(tok)
+        segments = getattr(model_cfg, "type_vocab_size", 2)  # an encoder's segment embeddings
+        if segments < 2:
+            raise ConfigError(
+                f"the model has one segment embedding (type_vocab_size={segments}); task 'squad' "
+                f"reads a question and a paragraph, two segments"
+            )
         train_q, test_q = squad_parts(data)
         windows = make_windows(
             train_q, tok, max_seq_len=model_cfg.seq_len, doc_stride=data.doc_stride, training=True

@@ -666,6 +666,16 @@ def _check_task(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> None:
 ENCODER_TASKS = ("bert", "classify", "squad")
 
 
+def check_bert_tokenizer(tokenizer: Tokenizer, task: str, where: str) -> None:
+    """A task of :data:`ENCODER_TASKS` frames its inputs with [CLS], [SEP] and [MASK]: one line
+    naming ``where`` when ``tokenizer`` (a BPE one, say) has none."""
+    if tokenizer.mask_id is None:
+        raise CheckpointError(
+            f"{where}: a {tokenizer.kind} tokenizer, but task '{task}' frames its inputs with a "
+            f"WordPiece tokenizer's [CLS], [SEP] and [MASK]"
+        )
+
+
 def _check_tokenizer(path: Path, tokenizer: Tokenizer, config: ModelConfig) -> None:
     """The tokenizer's vocabulary is the one the model reads (the source side's, for a model
     with two vocabularies)."""
@@ -726,12 +736,8 @@ def _tokenizer(ckpt: Path, meta: CheckpointMeta, config: ModelConfig) -> Tokeniz
     path = verify_file(ckpt, meta, TOKENIZER_FILE)
     tokenizer = Tokenizer.load(path)
     _check_tokenizer(path, tokenizer, config)
-    if meta.task in ENCODER_TASKS and tokenizer.mask_id is None:
-        raise CheckpointError(
-            f"{path}: a {tokenizer.kind} tokenizer, but task '{meta.task}' frames its inputs with "
-            f"a WordPiece tokenizer's [CLS], [SEP] and [MASK]; the tokenizer does not belong to "
-            f"this task — use another checkpoint"
-        )
+    if meta.task in ENCODER_TASKS:
+        check_bert_tokenizer(tokenizer, meta.task, str(path))
     return tokenizer
 
 
