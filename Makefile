@@ -22,8 +22,8 @@ run: $(STAMP)
 	$(BIN)/fullrank train configs/lm/shakespeare_char.yaml resume=auto
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench docs/img
+	$(BIN)/ruff format --check src tests bench docs/img
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 

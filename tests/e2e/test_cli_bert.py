@@ -54,6 +54,12 @@ def test_fine_tuning_reports_new_and_dropped_tensors_and_scores(pipeline, capsys
     lines = [x for x in out.splitlines() if "tensors" in x]
     assert lines[1].strip() == "new tensors (2): classifier.weight, classifier.bias"
     assert lines[2].strip().startswith("dropped tensors (7): mlm.bias,") and "nsp.weight" in lines[2]
+    # the header shows the dropout the run trains with: the checkpoint's, or the experiment's
+    assert main(["train", str(cfgs["classify"]), "name=cls3", "train.steps=1"]) == 0
+    assert " · dropout 0.1 (attention 0.1, feed-forward 0) · " in capsys.readouterr().out
+    args = ["name=cls4", "train.steps=1", "model.dropout=0", "model.attn_dropout=0"]
+    assert main(["train", str(cfgs["classify"]), *args]) == 0
+    assert " · dropout 0 · " in capsys.readouterr().out
 
 
 def test_classify_and_answer_commands(pipeline, capsys, monkeypatch):

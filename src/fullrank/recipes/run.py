@@ -37,6 +37,7 @@ from rich.console import Console
 from fullrank import fast
 from fullrank.errors import ConfigError
 from fullrank.fast.workers import num_threads
+from fullrank.models import ModelConfig
 from fullrank.models.budget import count_params
 from fullrank.output import console as make_console
 from fullrank.paths import check_output_dir, is_run_dir, write_text_atomic
@@ -316,7 +317,7 @@ def header(run: Run, setup: Setup, parallel: dict[str, Any]) -> None:
         f"d_model {cfg.d_model} · {cfg.n_heads} heads × d_head {dh}"
         + (f" (d_value {dv})" if dv != dh else "")
         + (f" · seq_len {cfg.seq_len}" if layers is None else "")
-        + f" · {setup.vocabulary}",
+        + f" · {_dropout(cfg)} · {setup.vocabulary}",
         soft_wrap=True,
     )
     if run.dist.device.type == "cpu":
@@ -325,6 +326,16 @@ def header(run: Run, setup: Setup, parallel: dict[str, Any]) -> None:
     run.say(setup.data_line + (f" · resuming from {run.resume_from.name}" if run.resume_from else ""))
     if run.dist.distributed:
         run.say(parallel_line(parallel))
+
+
+def _dropout(cfg: ModelConfig) -> str:
+    """The header's dropout field: one rate, or the residual, attention and feed-forward ones
+    when they differ (a ``train.init_from`` run takes them from the checkpoint unless the
+    experiment's model section sets them)."""
+    rates = (cfg.dropout, cfg.attn_dropout, cfg.ffn_dropout)
+    if len(set(rates)) == 1:
+        return f"dropout {cfg.dropout:g}"
+    return f"dropout {cfg.dropout:g} (attention {cfg.attn_dropout:g}, feed-forward {cfg.ffn_dropout:g})"
 
 
 def parallel_batch(dist: DistInfo, *, per_rank: int, grad_accum: int, unit: str) -> dict[str, Any]:
