@@ -103,7 +103,8 @@ def launch(cfg: Path, *args: str, processes: int) -> str:
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     if torchrun is None:
         pytest.skip("torchrun is not installed next to this Python")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # a rank that aborts (SIGABRT, SIGSEGV) prints where each of its threads was
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     done = subprocess.run(
         [
             torchrun,
@@ -120,8 +121,17 @@ def launch(cfg: Path, *args: str, processes: int) -> str:
         env=env,
         timeout=600,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, what_failed(done.stderr)
     return done.stdout
+
+
+def what_failed(stderr: str, limit: int = 8000) -> str:
+    """What the ranks of a failed ``torchrun`` printed (each rank's error and, from the fault
+    handler, where a rank that aborted was), without torchrun's own traceback and summary."""
+    ours, _, launcher = stderr.rpartition("Traceback (most recent call last):\n")
+    if "torchrun" in launcher.partition("\n")[0]:
+        stderr = ours
+    return stderr[-limit:]
 
 
 # what a final evaluation records beside its scores: how long it took
