@@ -291,6 +291,19 @@ def test_yaml_1_2_numbers_booleans_and_repeated_keys(tmp_path):
         load_experiment(write(tmp_path, BASE + "train: {steps: 3}\n"))
 
 
+def test_yaml_merge_keys_copy_an_anchored_mapping_and_written_keys_win(tmp_path):
+    text = BASE.replace("train: {", "train: &t {") + "sample: {<<: *t, steps: 3}\n"
+    assert parse_yaml(text)["sample"] == {"steps": 3, "lr": 1e-3, "schedule": "cosine", "warmup": 2}
+    assert parse_yaml("a: &a {x: 1}\nb: &b {x: 2, y: 2}\nc: {<<: [*a, *b], z: 3}")["c"] == {
+        "x": 1,
+        "y": 2,
+        "z": 3,
+    }
+    # a key written twice is still an error, merged or not
+    with pytest.raises(ConfigError, match=r"<text>:2: key 'x' appears twice in this mapping"):
+        parse_yaml("a: &a {x: 1}\nb: {<<: *a, x: 2, x: 3}")
+
+
 def test_config_file_and_prompt_must_be_utf8(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_bytes(BASE.encode() + b"sample: {prompt: caf\xe9}\n")

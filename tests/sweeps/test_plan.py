@@ -185,6 +185,13 @@ def test_shipped_sweeps_count_the_models_they_build(path, monkeypatch, vocabular
             assert abs(p.params - target.params) <= sweep.match.tolerance * target.params
 
 
+def test_an_arm_may_start_from_another_through_a_yaml_merge_key(tmp_path):
+    text = TOY.replace("  fixed: {", "  fixed: &fixed {")
+    text = text.replace("match:", "  fixed_lr: {<<: *fixed, train.lr: 0.002}\nmatch:")
+    arms = load_sweep(toy_sweep(tmp_path, text)).arms
+    assert arms["fixed_lr"].set == {**arms["fixed"].set, "train.lr": 0.002}
+
+
 @pytest.mark.parametrize(
     "text,expected",
     [

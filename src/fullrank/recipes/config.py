@@ -528,11 +528,16 @@ class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader with three changes: a mapping that repeats a key is an error (not
     "the last one wins"); ``1e-3`` is a number and only ``true``/``false`` are booleans, as in
     YAML 1.2 (YAML 1.1 wants ``1.0e-3``, and reads ``on``, ``no``, ``y`` as booleans: a run
-    named ``on``, or ``data.src_lang: no`` for Norwegian)."""
+    named ``on``, or ``data.src_lang: no`` for Norwegian).
+
+    Merge keys work as usual: ``<<: *anchor`` copies an anchored mapping's keys, and a key the
+    mapping writes itself replaces the copied one; only a key written twice is an error."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # PyYAML's mapping flattens it; its keys give way to the written ones
             key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
             if not isinstance(key, Hashable):
