@@ -259,13 +259,21 @@ def test_output_folder_that_is_not_this_sweeps_is_refused(tmp_path, capsys):
     with pytest.raises(ConfigError, match="holds sweep 'toy'"):
         claim_output(other, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["sweep"] == "toy"
-    # the same overrides recorded in another order: named as such, not a traceback
+    # the same overrides recorded in another order set the same things: the point is the same
     record = json.loads((tmp_path / "out" / "sweep.json").read_text())
     first = the_plan.points[0].name
     assert len(record["points"][first]["overrides"]) > 1
     record["points"][first]["overrides"].reverse()
     (tmp_path / "out" / "sweep.json").write_text(json.dumps(record))
-    with pytest.raises(ConfigError, match=r"other settings \(the same settings in another order\)"):
+    claim_output(the_plan, tmp_path / "out")
+    # an order that changes what they set (a key given twice) is other settings, named as such
+    record = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    record["points"][first]["overrides"] = [*the_plan.points[0].overrides, "train.lr=0.5", "train.lr=0.25"]
+    (tmp_path / "out" / "sweep.json").write_text(json.dumps(record))
+    the_plan.points[0].overrides.extend(["train.lr=0.25", "train.lr=0.5"])
+    with pytest.raises(
+        ConfigError, match=r"other settings \(its overrides in an order that changes what they set\)"
+    ):
         claim_output(the_plan, tmp_path / "out")
 
 

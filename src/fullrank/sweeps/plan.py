@@ -54,6 +54,7 @@ from fullrank.recipes.config import (
     EXPERIMENTS,
     TASK_MODELS,
     Experiment,
+    apply_overrides,
     load_experiment,
     parse_assignment,
     read_file,
@@ -730,6 +731,16 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return data
 
 
+def same_settings(point: Point, overrides: list[str]) -> bool:
+    """Whether ``overrides`` (a point's, as a sweep record holds them) give ``point``'s base
+    the configuration that ``point``'s own overrides give it: the same list, or the same
+    settings written in another order."""
+    if list(overrides) == point.overrides:
+        return True
+    data = read_file(point.base)
+    return apply_overrides(data, list(overrides)) == apply_overrides(data, point.overrides)
+
+
 def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
     """Refuse in one line unless ``out`` may become this sweep's folder: not a folder of other
     files nor inside a run's records or a checkpoint, not another sweep's folder, and no point
@@ -754,9 +765,11 @@ def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
     points = dict((known or {}).get("points", {}))
     for p in plan_.points:
         before = points.get(p.name)
-        if before is not None and before["overrides"] != p.overrides and (out / p.name).exists():
+        if before is not None and (out / p.name).exists() and not same_settings(p, before["overrides"]):
             changed = sorted(set(map(str, p.overrides)) ^ set(map(str, before["overrides"])))
-            what = f"{changed[0]} differs" if changed else "the same settings in another order"
+            what = (
+                f"{changed[0]} differs" if changed else "its overrides in an order that changes what they set"
+            )
             raise ConfigError(
                 f"{out / p.name} was trained with other settings ({what}); choose another "
                 f"--out, or remove that folder to retrain the point"
