@@ -735,10 +735,11 @@ def same_settings(point: Point, overrides: list[str]) -> bool:
     """Whether ``overrides`` (a point's, as a sweep record holds them) give ``point``'s base
     the configuration that ``point``'s own overrides give it: the same list, or the same
     settings written in another order."""
-    if list(overrides) == point.overrides:
+    overrides = list(overrides)
+    if overrides == point.overrides:
         return True
     data = read_file(point.base)
-    return apply_overrides(data, list(overrides)) == apply_overrides(data, point.overrides)
+    return apply_overrides(data, overrides) == apply_overrides(data, point.overrides)
 
 
 def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
