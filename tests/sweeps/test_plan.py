@@ -269,12 +269,32 @@ def test_output_folder_that_is_not_this_sweeps_is_refused(tmp_path, capsys):
     # an order that changes what they set (a key given twice) is other settings, named as such
     record = json.loads((tmp_path / "out" / "sweep.json").read_text())
     record["points"][first]["overrides"] = [*the_plan.points[0].overrides, "train.lr=0.5", "train.lr=0.25"]
+    record["points"][first].pop("settings")  # as a record written before settings were kept
     (tmp_path / "out" / "sweep.json").write_text(json.dumps(record))
     the_plan.points[0].overrides.extend(["train.lr=0.25", "train.lr=0.5"])
     with pytest.raises(
         ConfigError, match=r"other settings \(its overrides in an order that changes what they set\)"
     ):
         claim_output(the_plan, tmp_path / "out")
+
+
+def test_a_base_file_edited_since_a_point_was_trained_is_other_settings(tmp_path):
+    path = toy_sweep(tmp_path)
+    the_plan = plan(load_sweep(path), tmp_path / "out")
+    claim_output(the_plan, tmp_path / "out")
+    first = the_plan.points[0]
+    (tmp_path / "out" / first.name).mkdir()  # trained with lr 0.003
+    base = tmp_path / "tiny.yaml"
+    text = base.read_text()
+    base.write_text(text.replace("# ", "#  ") + "\n# a comment changes nothing\n")
+    claim_output(plan(load_sweep(path), tmp_path / "out"), tmp_path / "out")
+    base.write_text(text.replace("lr: 0.003", "lr: 0.03"))
+    with pytest.raises(ConfigError) as err:
+        claim_output(plan(load_sweep(path), tmp_path / "out"), tmp_path / "out")
+    why = f"(train.lr was 0.003, now 0.03: {base} changed since)"
+    assert f"{first.name} was trained with other settings {why}" in str(err.value)
+    base.write_text(text)  # put back: the point is the same again
+    claim_output(plan(load_sweep(path), tmp_path / "out"), tmp_path / "out")
 
 
 def test_a_point_starts_from_the_upstream_point_at_its_own_coordinates(tmp_path):

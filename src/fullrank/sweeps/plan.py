@@ -699,6 +699,8 @@ def _match(
 
 # --------------------------------------------------------------------------- output folder
 def manifest(plan_: Plan) -> dict[str, Any]:
+    """The sweep's record: each point's place in the plan, its overrides and the settings they
+    give its base file (so that a base file edited since a point was trained is noticed)."""
     return {
         "format": FORMAT,
         "sweep": plan_.sweep.name,
@@ -712,6 +714,7 @@ def manifest(plan_: Plan) -> dict[str, Any]:
                 "seed": p.seed,
                 "base": str(p.base),
                 "overrides": p.overrides,
+                "settings": settings(p),
             }
             for p in plan_.points
         },
@@ -731,15 +734,41 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return data
 
 
-def same_settings(point: Point, overrides: list[str]) -> bool:
-    """Whether ``overrides`` (a point's, as a sweep record holds them) give ``point``'s base
-    the configuration that ``point``'s own overrides give it: the same list, or the same
-    settings written in another order."""
-    overrides = list(overrides)
-    if overrides == point.overrides:
-        return True
-    data = read_file(point.base)
-    return apply_overrides(data, overrides) == apply_overrides(data, point.overrides)
+def _as_json(data: dict[str, Any]) -> dict[str, Any]:
+    return loads_json(json.dumps(data, default=str))
+
+
+def settings(point: Point) -> dict[str, Any]:
+    """What ``point``'s overrides give its base file, as JSON holds it."""
+    return _as_json(apply_overrides(read_file(point.base), point.overrides))
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": value}`` for every leaf of nested mappings."""
+    if not isinstance(data, dict) or not data:
+        return {prefix.rstrip("."): data}
+    return {k: v for key, child in data.items() for k, v in _leaves(child, f"{prefix}{key}.").items()}
+
+
+def changed_setting(point: Point, before: dict[str, Any]) -> str | None:
+    """Why ``point`` is not the point that a sweep record holds as ``before`` (its
+    ``overrides`` and, in records that have them, the ``settings`` they gave), or ``None`` when
+    it is: another override, overrides in an order that sets other values, or a base file
+    edited since."""
+    recorded = list(before.get("overrides", []))
+    changed = sorted(set(map(str, point.overrides)) ^ set(map(str, recorded)))
+    if changed:
+        return f"{changed[0]} differs"
+    base = read_file(point.base)
+    now = _as_json(apply_overrides(base, point.overrides))
+    then = before.get("settings", _as_json(apply_overrides(base, recorded)))
+    if then == now:
+        return None
+    if _as_json(apply_overrides(base, recorded)) == then:
+        return "its overrides in an order that changes what they set"
+    was, is_ = _leaves(then), _leaves(now)
+    key = sorted(k for k in was.keys() | is_.keys() if was.get(k) != is_.get(k))[0]
+    return f"{key} was {was.get(key)!r}, now {is_.get(key)!r}: {point.base} changed since"
 
 
 def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
@@ -766,11 +795,9 @@ def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
     points = dict((known or {}).get("points", {}))
     for p in plan_.points:
         before = points.get(p.name)
-        if before is not None and (out / p.name).exists() and not same_settings(p, before["overrides"]):
-            changed = sorted(set(map(str, p.overrides)) ^ set(map(str, before["overrides"])))
-            what = (
-                f"{changed[0]} differs" if changed else "its overrides in an order that changes what they set"
-            )
+        if before is None or not (out / p.name).exists():
+            continue
+        if (what := changed_setting(p, before)) is not None:
             raise ConfigError(
                 f"{out / p.name} was trained with other settings ({what}); choose another "
                 f"--out, or remove that folder to retrain the point"
