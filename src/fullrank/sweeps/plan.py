@@ -761,10 +761,11 @@ def changed_setting(point: Point, before: dict[str, Any]) -> str | None:
         return f"{changed[0]} differs"
     base = read_file(point.base)
     now = _as_json(apply_overrides(base, point.overrides))
-    then = before.get("settings", _as_json(apply_overrides(base, recorded)))
+    recorded_now = _as_json(apply_overrides(base, recorded))  # what the recorded overrides set today
+    then = before.get("settings", recorded_now)
     if then == now:
         return None
-    if _as_json(apply_overrides(base, recorded)) == then:
+    if recorded_now == then:
         return "its overrides in an order that changes what they set"
     was, is_ = _leaves(then), _leaves(now)
     key = sorted(k for k in was.keys() | is_.keys() if was.get(k) != is_.get(k))[0]
