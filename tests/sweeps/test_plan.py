@@ -297,6 +297,21 @@ def test_a_base_file_edited_since_a_point_was_trained_is_other_settings(tmp_path
     claim_output(plan(load_sweep(path), tmp_path / "out"), tmp_path / "out")
 
 
+def test_a_file_the_base_extends_edited_since_is_named_with_the_base(tmp_path):
+    path = toy_sweep(tmp_path)
+    base = tmp_path / "tiny.yaml"
+    parent = tmp_path / "parent.yaml"
+    parent.write_text(base.read_text(), encoding="utf-8")
+    base.write_text("extends: parent.yaml\n", encoding="utf-8")
+    the_plan = plan(load_sweep(path), tmp_path / "out")
+    claim_output(the_plan, tmp_path / "out")
+    (tmp_path / "out" / the_plan.points[0].name).mkdir()
+    parent.write_text(parent.read_text().replace("lr: 0.003", "lr: 0.03"))
+    with pytest.raises(ConfigError) as err:
+        claim_output(plan(load_sweep(path), tmp_path / "out"), tmp_path / "out")
+    assert f"now 0.03: {base} or a file it extends ({parent.resolve()}) changed since" in str(err.value)
+
+
 def test_a_point_starts_from_the_upstream_point_at_its_own_coordinates(tmp_path):
     # a tied axis whose first entry sets nothing: {} agrees with every point, so each
     # fine-tuning point must take the upstream point that sets the most of its keys

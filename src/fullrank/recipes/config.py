@@ -584,14 +584,18 @@ def read_file(
     *,
     kind: str = "config",
     what: str = "sections (name, task, model, data, train)",
+    files: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Parse a YAML or TOML file into a dict; one-line errors for missing, undecodable (not
     UTF-8) and invalid files, and for repeated keys (``kind`` names the file, ``what`` what its
     mapping holds).
 
     ``extends: OTHER_FILE`` (relative to this file) starts from that file's contents, so a
-    variant states only what it changes.
+    variant states only what it changes. ``files``, when given, receives every file read:
+    ``path`` first, then each file it extends.
     """
+    if files is not None:
+        files.append(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; name the {kind} file (a .yaml or .toml file)")
     if not path.is_file():
@@ -612,7 +616,7 @@ def read_file(
         parent = (path.parent / str(data.pop("extends"))).resolve()
         if parent in _seen:
             raise ConfigError(f"{path}: 'extends' loops back to {parent}")
-        data = _merge(read_file(parent, (*_seen, path.resolve()), kind=kind, what=what), data)
+        data = _merge(read_file(parent, (*_seen, path.resolve()), kind=kind, what=what, files=files), data)
     return data
 
 

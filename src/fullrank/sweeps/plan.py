@@ -759,7 +759,8 @@ def changed_setting(point: Point, before: dict[str, Any]) -> str | None:
     changed = sorted(set(map(str, point.overrides)) ^ set(map(str, recorded)))
     if changed:
         return f"{changed[0]} differs"
-    base = read_file(point.base)
+    files: list[Path] = []
+    base = read_file(point.base, files=files)
     now = _as_json(apply_overrides(base, point.overrides))
     recorded_now = _as_json(apply_overrides(base, recorded))  # what the recorded overrides set today
     then = before.get("settings", recorded_now)
@@ -769,7 +770,10 @@ def changed_setting(point: Point, before: dict[str, Any]) -> str | None:
         return "its overrides in an order that changes what they set"
     was, is_ = _leaves(then), _leaves(now)
     key = sorted(k for k in was.keys() | is_.keys() if was.get(k) != is_.get(k))[0]
-    return f"{key} was {was.get(key)!r}, now {is_.get(key)!r}: {point.base} changed since"
+    where = str(point.base)
+    if len(files) > 1:
+        where += f" or a file it extends ({', '.join(map(str, files[1:]))})"
+    return f"{key} was {was.get(key)!r}, now {is_.get(key)!r}: {where} changed since"
 
 
 def check_output(plan_: Plan, out: Path) -> dict[str, Any]:
