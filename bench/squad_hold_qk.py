@@ -13,44 +13,40 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from torch import Tensor, nn
-from torch.optim import Optimizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probe import run_fullrank_with
+
+
+def hold_queries_and_keys(model: nn.Module, options: argparse.Namespace) -> None:
+    """Zero the gradient of the query and key rows of ``qkv_proj`` in each layer of
+    ``options.layers``."""
+    from fullrank.layers.attention import MultiHeadAttention
+
+    for name, module in model.named_modules():
+        if isinstance(module, MultiHeadAttention) and int(name.split(".")[1]) in options.layers:
+            rows = 2 * module.n_heads * module.d_head  # the query rows, then the key rows
+
+            def hold(grad: Tensor, rows: int = rows) -> Tensor:
+                grad = grad.clone()
+                grad[:rows] = 0
+                return grad
+
+            for param in module.qkv_proj.parameters():
+                param.register_hook(hold)
+            print(f"holding the queries and keys of {name} ({rows} rows)", flush=True)
 
 
 def main() -> int:
-    argv = sys.argv[1:]
-    if "--" not in argv:
-        sys.exit("usage: squad_hold_qk.py --layers L [L …] -- FULLRANK-ARGS")
-    cut = argv.index("--")
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], usage="%(prog)s --layers L [L …] -- FULLRANK-ARGS"
+    )
     p.add_argument("--layers", type=int, nargs="+", required=True, help="encoder layers to hold")
-    a = p.parse_args(argv[:cut])
-
-    import fullrank.training.loop as loop
-    from fullrank.cli import main as fullrank
-    from fullrank.layers.attention import MultiHeadAttention
-    from fullrank.training.config import TrainConfig
-
-    make_optimizer = loop.make_optimizer
-
-    def holding(model: nn.Module, cfg: TrainConfig, *, fused: bool = False) -> Optimizer:
-        for name, module in model.named_modules():
-            if isinstance(module, MultiHeadAttention) and int(name.split(".")[1]) in a.layers:
-                rows = 2 * module.n_heads * module.d_head  # the query rows, then the key rows
-
-                def hold(grad: Tensor, rows: int = rows) -> Tensor:
-                    grad = grad.clone()
-                    grad[:rows] = 0
-                    return grad
-
-                for param in module.qkv_proj.parameters():
-                    param.register_hook(hold)
-                print(f"holding the queries and keys of {name} ({rows} rows)", flush=True)
-        return make_optimizer(model, cfg, fused=fused)
-
-    loop.make_optimizer = holding  # the training loop builds its optimizer through this name
-    return fullrank(argv[cut + 1 :])
+    return run_fullrank_with(sys.argv[1:], p, hold_queries_and_keys)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from torch.optim import Optimizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probe import run_fullrank_with
 
 
 def question_mean(hidden: Tensor, segments: Tensor, mask: Tensor) -> Tensor:
@@ -33,35 +37,24 @@ def question_mean(hidden: Tensor, segments: Tensor, mask: Tensor) -> Tensor:
     return (hidden * w).sum(1) / w.sum(1).clamp_min(1.0)
 
 
-def main() -> int:
-    argv = sys.argv[1:]
-    if "--" not in argv:
-        sys.exit("usage: squad_question_head.py [--lr-scale X] -- FULLRANK-ARGS")
-    cut = argv.index("--")
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.parse_args(argv[:cut])
-
-    import fullrank.training.loop as loop
+def attach_question_head(model: nn.Module, options: argparse.Namespace) -> None:
+    """Give a span model ``span_question`` (``D → 2D``, zero weights and bias) and make
+    :class:`~fullrank.training.tasks.SpanExtraction` score spans with it."""
     import fullrank.training.tasks as tasks
-    from fullrank.cli import main as fullrank
-    from fullrank.data.batch import EncoderInputs, SpanBatch
-    from fullrank.training.config import TrainConfig
+    from fullrank.data.batch import EncoderInputs
 
-    make_optimizer = loop.make_optimizer
+    raw = tasks.unwrap(model)
+    if getattr(raw, "span", None) is None or hasattr(raw, "span_question"):
+        return
+    d = raw.span.in_features
+    head = nn.Linear(d, 2 * d)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    raw.span_question = head.to(raw.span.weight.device)
+    size = head.weight.numel() + head.bias.numel()
+    print(f"span head reads the question: {size:,} parameters more than the count above", flush=True)
 
-    def with_question_head(model: nn.Module, cfg: TrainConfig, *, fused: bool = False) -> Optimizer:
-        raw = tasks.unwrap(model)
-        if getattr(raw, "span", None) is not None and not hasattr(raw, "span_question"):
-            d = raw.span.in_features
-            head = nn.Linear(d, 2 * d)
-            nn.init.zeros_(head.weight)
-            nn.init.zeros_(head.bias)
-            raw.span_question = head.to(raw.span.weight.device)
-            size = head.weight.numel() + head.bias.numel()
-            print(f"span head reads the question: {size:,} parameters", flush=True)
-        return make_optimizer(model, cfg, fused=fused)
-
-    def logits(model: nn.Module, inputs: EncoderInputs) -> Tensor:
+    def scores(self: object, model: nn.Module, inputs: EncoderInputs) -> Tensor:
         raw = tasks.unwrap(model)
         hidden = tasks.encode(model, inputs)  # (B, T, D)
         base = raw.span_logits(hidden)  # (B, T, 2)
@@ -69,21 +62,12 @@ def main() -> int:
         g = raw.span_question(question_mean(hidden, inputs.segments, inputs.mask)).view(b, 2, d)
         return base + torch.einsum("btd,bkd->btk", hidden, g) / math.sqrt(d)
 
-    def loss(self: object, model: nn.Module, batch: SpanBatch) -> tasks.TokenLoss:
-        start, end = tasks.span_log_probs(logits(model, batch.inputs), batch.inputs.mask)
-        nll = -(start.gather(1, batch.starts[:, None]).sum() + end.gather(1, batch.ends[:, None]).sum()) / 2
-        windows = batch.starts.new_tensor(len(batch.starts))
-        return tasks.TokenLoss(loss=nll, nll=nll.detach(), n_tokens=windows)
+    tasks.SpanExtraction.scores = scores  # type: ignore[method-assign]  # probe: the head's scores, in training and test
 
-    @torch.no_grad()
-    def eval_logits(self: object, model: nn.Module, batch: SpanBatch, device: torch.device) -> Tensor:
-        batch = batch.to(device)
-        return logits(model, batch.inputs).float().cpu()
 
-    loop.make_optimizer = with_question_head  # the training loop builds its optimizer through this name
-    tasks.SpanExtraction.loss = loss  # type: ignore[method-assign]  # probe: replace the head's scores
-    tasks.SpanExtraction.logits = eval_logits  # type: ignore[method-assign]
-    return fullrank(argv[cut + 1 :])
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], usage="%(prog)s -- FULLRANK-ARGS")
+    return run_fullrank_with(sys.argv[1:], p, attach_question_head)
 
 
 if __name__ == "__main__":

@@ -262,9 +262,13 @@ class SpanExtraction:
     """Extractive QA (BERT §4.2): ``(CE(start) + CE(end)) / 2`` per window, summed over windows
     (``n_tokens`` = windows)."""
 
+    def scores(self, model: nn.Module, inputs: EncoderInputs) -> Tensor:
+        """Start/end logits ``(B, T, 2)`` of every position: the span head on the encoder's
+        hidden states."""
+        return unwrap(model).span_logits(encode(model, inputs))
+
     def loss(self, model: nn.Module, batch: SpanBatch) -> TokenLoss:
-        logits = unwrap(model).span_logits(encode(model, batch.inputs))  # (B, T, 2)
-        start, end = span_log_probs(logits, batch.inputs.mask)
+        start, end = span_log_probs(self.scores(model, batch.inputs), batch.inputs.mask)
         nll = -(start.gather(1, batch.starts[:, None]).sum() + end.gather(1, batch.ends[:, None]).sum()) / 2
         return TokenLoss(loss=nll, nll=nll.detach(), n_tokens=batch.starts.new_tensor(len(batch.starts)))
 
@@ -272,4 +276,4 @@ class SpanExtraction:
     def logits(self, model: nn.Module, batch: SpanBatch, device: torch.device) -> Tensor:
         """Start/end logits ``(B, T, 2)`` of a batch (on the CPU)."""
         batch = batch.to(device)
-        return unwrap(model).span_logits(encode(model, batch.inputs)).float().cpu()
+        return self.scores(model, batch.inputs).float().cpu()
