@@ -867,6 +867,11 @@ def data_file(name: str, content: bytes) -> Callable[[Sandbox], list[str]]:
 
 DATA = [
     Case("a missing training file", config_override("data.train=none.txt"), r"none\.txt: no such"),
+    Case(
+        "bleu of a missing file, a reference without a language suffix",
+        lambda sb: ["bleu", s(sb.mine / "none.hyp"), "--ref", s(sb.mine / "none.ref")],
+        r"none\.hyp: no such file",
+    ),
     Case("an empty training file", data_file("empty.txt", b""), r"the file is empty"),
     Case("a whitespace training file", data_file("blank.txt", b" \n\n"), r"only whitespace"),
     Case(

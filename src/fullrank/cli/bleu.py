@@ -47,14 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.errors import ConfigError, DataError
     from fullrank.evaluation.bleu import paired_bootstrap, score
 
-    lang = target_language(args.ref, args.lang)
-    if lang is None:
-        lang = "en"
-        print(
-            f"note: {args.ref} does not end in a language code; the Moses tokenizer uses its "
-            f"English rules (pass --lang to choose)",
-            file=sys.stderr,
-        )
     if args.resamples != RESAMPLES and not args.baseline:
         raise ConfigError("--resamples counts the bootstrap resamples of --baseline; give --baseline too")
     if not 1 <= args.resamples <= MAX_RESAMPLES:
@@ -67,6 +59,14 @@ def run(args: argparse.Namespace) -> int:
         raise DataError(
             f"--baseline {args.baseline} has {len(baseline)} lines and {args.hypotheses} {len(hyps)}; "
             f"they must translate the same sources, line by line"
+        )
+    lang = target_language(args.ref, args.lang)
+    if lang is None:
+        lang = "en"
+        print(
+            f"note: {args.ref} does not end in a language code; the Moses tokenizer uses its "
+            f"English rules (pass --lang to choose)",
+            file=sys.stderr,
         )
     for line in score(hyps, refs, lang=lang).lines():
         print(line)
