@@ -57,6 +57,13 @@ def average(to: Callable[[Sandbox], Path | str], *extra: str) -> Callable[[Sandb
     return lambda sb: ["average", s(sb.run), "--last", "2", "-o", str(to(sb)), *extra]
 
 
+def uneven(sb: Sandbox) -> Path:
+    """The sandbox's run with checkpoints at steps 2, 4, 5 and 6 (5 off the interval)."""
+    for step in (5, 6):
+        shutil.copytree(sb.newest, sb.run / "checkpoints" / f"step-{step:08d}")
+    return sb.run
+
+
 def in_new_folder(path: Path) -> Path:
     path.mkdir()
     return path
@@ -164,6 +171,11 @@ OUTPUT_PATHS = [
         r"is the input",
     ),
     Case("average -o an existing checkpoint", average(a_checkpoint), r"pass --overwrite"),
+    Case(
+        "average -o the input, of unevenly spaced checkpoints",
+        lambda sb: ["average", s(uneven(sb)), "--last", "4", "-o", s(sb.run)],
+        r"is the input",
+    ),
     Case(
         "bottleneck --out user files",
         lambda sb: ["bottleneck", "--n", "4", "--out", s(sb.mine)],
@@ -1238,3 +1250,11 @@ def test_heads_writes_beside_a_checkpoint_of_no_run(sandbox, capsys):
     assert (loose.parent / "heads.png").is_file() and (loose.parent / "heads.csv").is_file()
     assert not (sandbox.root / "a" / "heads.png").exists()
     capsys.readouterr()
+
+
+def test_average_notes_unevenly_spaced_checkpoints_once_it_has_averaged(sandbox, capsys):
+    out = sandbox.root / "avg"
+    assert main(["average", s(uneven(sandbox)), "--last", "4", "-o", s(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("note: the checkpoints are unevenly spaced (steps 2, 4, 5, 6)"), err
+    assert (out / "model.safetensors").is_file()

@@ -32,13 +32,12 @@ def run(args: argparse.Namespace) -> int:
     from fullrank.training.averaging import average_checkpoints, last_checkpoints, uneven_spacing
     from fullrank.training.checkpoints import checkpoint_files, is_checkpoint_dir, resolve
 
+    note = None
     if args.last is not None:
         if len(args.paths) != 1 or args.last < 1:
             raise ConfigError("--last K takes exactly one run directory and K >= 1")
         paths = last_checkpoints(Path(args.paths[0]), args.last)
         note = uneven_spacing(paths)
-        if note:
-            print(f"note: {note}", file=sys.stderr)
     else:
         paths = [Path(p) for p in args.paths]
     sources = [resolve(p) for p in paths]
@@ -53,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         kind="a fullrank checkpoint",
     )
     out = average_checkpoints(paths, args.output, replace=args.overwrite)
+    if note:  # once the checkpoints are verified and averaged, so that an error is the only line
+        print(f"note: {note}", file=sys.stderr)
     names = ", ".join(p.name for p in paths)
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''} ({names}) → {out}")
     return 0
