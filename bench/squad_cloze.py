@@ -65,6 +65,22 @@ def is_name(w: str) -> bool:
     return (w[0].isupper() or w[0].isdigit()) and w.lower() not in STOP
 
 
+def name_runs(ws: Sequence[Word]) -> list[tuple[int, int]]:
+    """``(a, n)``: the maximal runs of names ``ws[a:a+n]`` of at most ``MAX_RUN`` words."""
+    runs, a = [], 0
+    while a < len(ws):
+        if not is_name(ws[a][0]):
+            a += 1
+            continue
+        b = a
+        while b + 1 < len(ws) and is_name(ws[b + 1][0]):
+            b += 1
+        if b - a + 1 <= MAX_RUN:
+            runs.append((a, b - a + 1))
+        a = b + 1
+    return runs
+
+
 def question_word(answer: str) -> str:
     if re.fullmatch(r"1\d{3}|20\d{2}", answer):
         return "when"
@@ -94,16 +110,9 @@ def best_run(
     of up to ``MAX_RUN`` of them starts."""
     low = [w.lower() for w, _, _ in sentence]
     best = None
-    a = 0
-    while a < len(sentence):
-        if not is_name(sentence[a][0]):
-            a += 1
-            continue
-        b = a
-        while b + 1 < len(sentence) and is_name(sentence[b + 1][0]):
-            b += 1
-        n = b - a + 1
-        found = index.get(tuple(low[a : b + 1]), []) if n <= MAX_RUN else []
+    for a, n in name_runs(sentence):
+        b = a + n - 1
+        found = index.get(tuple(low[a : b + 1]), [])
         if len(found) == 1:
             k = found[0]
             maximal = (
@@ -116,7 +125,6 @@ def best_run(
             shared = len(rest & near)
             if maximal and shared >= MIN_SHARED and (best is None or shared > best[0]):
                 best = (shared, a, n, k)
-        a = b + 1
     return best
 
 

@@ -1,0 +1,65 @@
+"""bench/squad_copy_questions.py: every question it makes has its answer in the passage, once,
+beside the question's words, and the file it writes reads as SQuAD."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fullrank.data.finetuning import read_squad
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+CONTEXT = (
+    "Nikola Tesla was born in Smiljan in 1856. He moved to New York in 1884 to work for Thomas "
+    "Edison. Tesla later founded his own laboratory in Colorado Springs, where he built a large "
+    "coil. He died in New York City in January 1943 at the age of 86."
+)
+
+
+@pytest.fixture(scope="module")
+def copy_questions():
+    sys.path.insert(0, str(BENCH))  # it imports its sibling squad_cloze.py
+    spec = importlib.util.spec_from_file_location("bench_squad_copy", BENCH / "squad_copy_questions.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_answers_are_in_the_passage_once_and_not_in_the_question(copy_questions):
+    ws = copy_questions.words(CONTEXT)
+    runs = [" ".join(w for w, _, _ in ws[a : a + n]) for a, n in copy_questions.name_runs(ws)]
+    qas = copy_questions.paragraph_questions(CONTEXT, "t", random.Random(0), 4, 8, 0.0)
+    assert len(qas) >= 3
+    for qa in qas:
+        (ans,) = qa["answers"]
+        text, start = ans["text"], ans["answer_start"]
+        assert CONTEXT[start : start + len(text)] == text
+        assert runs.count(text) == 1  # the only run of names with that text
+        assert text not in qa["question"]
+        assert qa["question"].split()[0] in {"what", "when", "how"}
+
+
+def test_written_file_keeps_the_test_articles_and_reads_as_squad(tmp_path):
+    articles = [
+        {"title": f"a{i}", "paragraphs": [{"context": CONTEXT, "qas": [
+            {"id": f"q{i}", "question": "Where was Tesla born?",
+             "answers": [{"text": "Smiljan", "answer_start": CONTEXT.index("Smiljan")}]}]}]}
+        for i in range(4)
+    ]  # fmt: skip
+    src = tmp_path / "dev.json"
+    src.write_text(json.dumps({"version": "1.1", "data": articles}), encoding="utf-8")
+    subprocess.run(
+        [sys.executable, str(BENCH / "squad_copy_questions.py"), str(src), str(tmp_path / "out")],
+        check=True,
+        capture_output=True,
+    )
+    out = read_squad(tmp_path / "out" / "squad-v1.1" / "dev-v1.1.json")
+    assert [len(a) for a in out][3] == 1  # the test article (index 3 with test_every 4) unchanged
+    assert all(len(a) > 1 for a in out[:3])
