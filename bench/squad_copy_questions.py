@@ -43,8 +43,9 @@ def paragraph_questions(
     """Up to ``per_paragraph`` questions on ``context``, one a sentence at most (SQuAD v1.1 ``qas``)."""
     cw = words(context)
     low = [w.lower() for w, _, _ in cw]
+    all_runs = name_runs(cw)
     counts: dict[tuple[str, ...], int] = {}
-    for a, n in name_runs(cw):
+    for a, n in all_runs:
         key = tuple(low[a : a + n])
         counts[key] = counts.get(key, 0) + 1
     # sentence boundaries in characters
@@ -64,7 +65,7 @@ def paragraph_questions(
         first, last = idx[0], idx[-1]
         runs = [
             (a, n)
-            for a, n in name_runs(cw)
+            for a, n in all_runs
             if first <= a and a + n - 1 <= last and counts[tuple(low[a : a + n])] == 1
         ]
         if not runs:
