@@ -5,7 +5,9 @@ For every sentence of a training paragraph, one name, title or number (a maximal
 capitalised words or digits, as in ``squad_cloze.py``) that occurs once in the paragraph is the
 answer; the question is the question word for it (``when``, ``how many``, ``what``) followed by
 the sentence's words within ``--near`` words of the run, the run left out and each other word
-dropped with probability ``--drop``. Unlike ``squad_cloze.py``, whose questions come from other
+dropped with probability ``--drop``. With ``--common P``, a sentence's answer is instead, with
+probability P, a run of at most three lowercase content words (``professional football``), as
+most of SQuAD's answers are. Unlike ``squad_cloze.py``, whose questions come from other
 sentences of the article, the question's words are in the paragraph beside the answer, so the
 task is the overlap rule of ``squad_overlap_baseline.py`` learned end to end. The test articles
 (``i % test_every == test_every - 1``) are copied unchanged; nothing but the training paragraphs
@@ -32,22 +34,46 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from squad_cloze import name_runs, passages, question_word, words
+from squad_cloze import Word, is_content, is_name, name_runs, passages, question_word, words
 
 from fullrank.data.documents import iter_documents, split_sentences
 
 
+def common_runs(ws: list[Word], longest: int = 3) -> list[tuple[int, int]]:
+    """``(a, n)``: the maximal runs ``ws[a:a+n]`` of lowercase content words, at most ``longest``."""
+    runs, a = [], 0
+    while a < len(ws):
+        b = a
+        while b < len(ws) and is_content(ws[b][0]) and not is_name(ws[b][0]):
+            b += 1
+        if 0 < b - a <= longest:
+            runs.append((a, b - a))
+        a = max(b, a + 1)
+    return runs
+
+
 def paragraph_questions(
-    context: str, pid: str, rng: random.Random, per_paragraph: int, near: int, drop: float
+    context: str,
+    pid: str,
+    rng: random.Random,
+    per_paragraph: int,
+    near: int,
+    drop: float,
+    common: float = 0.0,
 ) -> list[dict]:
-    """Up to ``per_paragraph`` questions on ``context``, one a sentence at most (SQuAD v1.1 ``qas``)."""
+    """Up to ``per_paragraph`` questions on ``context``, one a sentence at most (SQuAD v1.1 ``qas``);
+    with probability ``common`` a sentence's answer is a run of lowercase content words."""
     cw = words(context)
     low = [w.lower() for w, _, _ in cw]
-    all_runs = name_runs(cw)
+    names = name_runs(cw)
+    commons = common_runs(cw) if common > 0 else []
     counts: dict[tuple[str, ...], int] = {}
-    for a, n in all_runs:
+    for a, n in names:  # a name counts once per run of names it makes
         key = tuple(low[a : a + n])
         counts[key] = counts.get(key, 0) + 1
+    for a, n in commons:  # other words once per occurrence anywhere in the passage
+        key = tuple(low[a : a + n])
+        counts[key] = sum(tuple(low[k : k + n]) == key for k in range(len(low) - n + 1))
     # sentence boundaries in characters
     bounds, pos = [], 0
     for s in split_sentences(context):
@@ -63,11 +89,17 @@ def paragraph_questions(
         if not 6 <= len(idx) <= 60:
             continue
         first, last = idx[0], idx[-1]
-        runs = [
-            (a, n)
-            for a, n in all_runs
-            if first <= a and a + n - 1 <= last and counts[tuple(low[a : a + n])] == 1
+        kinds = [
+            [
+                (a, n)
+                for a, n in runs
+                if first <= a and a + n - 1 <= last and counts[tuple(low[a : a + n])] == 1
+            ]
+            for runs in (names, commons)
         ]
+        if common > 0 and rng.random() < common:
+            kinds.reverse()
+        runs = kinds[0] or kinds[1]
         if not runs:
             continue
         a, n = rng.choice(runs)
@@ -103,6 +135,9 @@ def main() -> None:
     ap.add_argument("--per-paragraph", type=int, default=4)
     ap.add_argument("--near", type=int, default=8, help="words kept on each side of the answer")
     ap.add_argument("--drop", type=float, default=0.25, help="chance that a kept word is dropped")
+    ap.add_argument(
+        "--common", type=float, default=0.0, help="chance that an answer is lowercase content words"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--wikipedia", nargs="+", help="WikiExtractor files to make the questions from instead")
     ap.add_argument("--articles", type=int, default=4000, help="articles read from each --wikipedia file")
@@ -118,7 +153,13 @@ def main() -> None:
                 for g, group in enumerate(passages(doc)):
                     context = " ".join(doc[i] for i in group)
                     qas = paragraph_questions(
-                        context, f"w{len(wiki)}-{g}", rng, args.per_paragraph, args.near, args.drop
+                        context,
+                        f"w{len(wiki)}-{g}",
+                        rng,
+                        args.per_paragraph,
+                        args.near,
+                        args.drop,
+                        args.common,
                     )
                     if qas:
                         pars.append({"context": context, "qas": qas})
@@ -138,7 +179,7 @@ def main() -> None:
         for p, par in enumerate(art["paragraphs"]):
             real += len(par["qas"])
             extra = paragraph_questions(
-                par["context"], f"{i}-{p}", rng, args.per_paragraph, args.near, args.drop
+                par["context"], f"{i}-{p}", rng, args.per_paragraph, args.near, args.drop, args.common
             )
             par["qas"].extend(extra)
             made += len(extra)

@@ -63,3 +63,19 @@ def test_written_file_keeps_the_test_articles_and_reads_as_squad(tmp_path):
     out = read_squad(tmp_path / "out" / "squad-v1.1" / "dev-v1.1.json")
     assert [len(a) for a in out][3] == 1  # the test article (index 3 with test_every 4) unchanged
     assert all(len(a) > 1 for a in out[:3])
+
+
+def test_common_answers_are_lowercase_content_words_found_once(copy_questions):
+    qas = copy_questions.paragraph_questions(CONTEXT, "t", random.Random(0), 4, 8, 0.0, common=1.0)
+    assert len(qas) >= 3
+    low = [w.lower() for w, _, _ in copy_questions.words(CONTEXT)]
+    for qa in qas:
+        (ans,) = qa["answers"]
+        text = ans["text"]
+        assert CONTEXT[ans["answer_start"] :].startswith(text)
+        assert text.islower() and 1 <= len(text.split()) <= 3
+        assert all(copy_questions.is_content(w) for w in text.split())
+        n = len(text.split())
+        hits = [k for k in range(len(low)) if " ".join(low[k : k + n]) == text]
+        assert len(hits) == 1
+        assert qa["question"].startswith("what ")
