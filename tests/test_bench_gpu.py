@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
+from tests.helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("gpu")
 
 
 def test_model_flops_per_token_is_palm_count_for_gpt2_small(gpu):

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def scaling():
-    sys.path.insert(0, str(BENCH))  # scaling.py imports its sibling harness.py
-    spec = importlib.util.spec_from_file_location("bench_scaling", BENCH / "scaling.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("scaling")
 
 
 def test_cost_model_grows_as_theory_says(scaling):

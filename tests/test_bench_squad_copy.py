@@ -3,7 +3,6 @@ beside the question's words, and the file it writes reads as SQuAD."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fullrank.data.finetuning import read_squad
+from tests.helpers import bench_module
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 CONTEXT = (
@@ -24,12 +24,7 @@ CONTEXT = (
 
 @pytest.fixture(scope="module")
 def copy_questions():
-    sys.path.insert(0, str(BENCH))  # it imports its sibling squad_cloze.py
-    spec = importlib.util.spec_from_file_location("bench_squad_copy", BENCH / "squad_copy_questions.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("squad_copy_questions")
 
 
 def test_answers_are_in_the_passage_once_and_not_in_the_question(copy_questions):
