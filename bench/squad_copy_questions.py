@@ -29,6 +29,7 @@ import argparse
 import json
 import random
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,10 @@ def paragraph_questions(
     for a, n in names:  # a name counts once per run of names it makes
         key = tuple(low[a : a + n])
         counts[key] = counts.get(key, 0) + 1
-    for a, n in commons:  # other words once per occurrence anywhere in the passage
-        key = tuple(low[a : a + n])
-        counts[key] = sum(tuple(low[k : k + n]) == key for k in range(len(low) - n + 1))
+    if commons:  # other words once per occurrence anywhere in the passage
+        grams = Counter(tuple(low[k : k + n]) for n in range(1, 4) for k in range(len(low) - n + 1))
+        for a, n in commons:
+            counts[tuple(low[a : a + n])] = grams[tuple(low[a : a + n])]
     # sentence boundaries in characters
     bounds, pos = [], 0
     for s in split_sentences(context):

@@ -7,14 +7,12 @@ import json
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fullrank.data.finetuning import read_squad
-from tests.helpers import bench_module
+from tests.helpers import BENCH, bench_module
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 CONTEXT = (
     "Nikola Tesla was born in Smiljan in 1856. He moved to New York in 1884 to work for Thomas "
     "Edison. Tesla later founded his own laboratory in Colorado Springs, where he built a large "
